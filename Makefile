@@ -1,0 +1,35 @@
+# edgelimit — see README.md. `make run` and `make test` are the quick start.
+GO        ?= go
+ADDR      ?= 127.0.0.1:8080
+POLICIES  ?= policies.yaml
+TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 15m
+
+.PHONY: run test deps vet fmt-check unit clean
+
+run:
+	$(GO) run ./cmd/edgelimit serve --addr $(ADDR) --policies $(POLICIES)
+
+## deps: the pinned test servers' packages (dynalite, from package-lock.json).
+deps: node_modules/.installed
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+## test: everything, with -race, against real dynalite and moto servers.
+test: deps fmt-check vet
+	$(GO) run ./internal/tools/testservers -- $(GO) test $(TESTFLAGS) ./...
+
+## unit: the tests that need no server (integration tests skip).
+unit:
+	$(GO) test $(TESTFLAGS) ./...
+
+clean:
+	rm -rf bin build node_modules

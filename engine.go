@@ -1,0 +1,559 @@
+package edgelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Header names edgelimit reads and writes.
+const (
+	HeaderRateLimitPolicy = "RateLimit-Policy"
+	HeaderRateLimit       = "RateLimit"
+	HeaderRetryAfter      = "Retry-After"
+	HeaderLegacyLimit     = "X-RateLimit-Limit"
+	HeaderLegacyRemaining = "X-RateLimit-Remaining"
+	HeaderLegacyReset     = "X-RateLimit-Reset"
+	HeaderToken           = "Edgelimit-Token"
+	HeaderChallenge       = "Edgelimit-Challenge"
+	HeaderProof           = "Edgelimit-Proof"
+	HeaderContentType     = "Content-Type"
+)
+
+// Limits on client input; larger values are treated as bad input or absent.
+const (
+	MaxTokenHeader = 4096 // Edgelimit-Token; larger is ignored (absent)
+	MaxProofHeader = 1024 // Edgelimit-Proof; larger is ignored (absent)
+	MaxPathLength  = 8192
+	maxMethodLen   = 16
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Policies is the loaded policy file. Required.
+	Policies *PolicyFile
+	// Limiters builds each policy's Limiter. Required; setup.Factory knows
+	// every strategy.
+	Limiters Factory
+	// HashSecret keys the hash that replaces raw client keys in storage. At
+	// least 32 bytes, and the same on every instance sharing a store. Nil
+	// generates a random one, which is only right for a single process.
+	HashSecret []byte
+	// Logger receives store errors and rejected input; default slog.Default().
+	Logger *slog.Logger
+	// Observe, if set, is called once per policy decision (for metrics).
+	Observe func(Event)
+	// Now is the clock used to time store calls; default time.Now.
+	Now func() time.Time
+}
+
+// Event describes one policy decision, for metrics.
+type Event struct {
+	Route    string
+	Policy   string
+	Strategy string
+	Allowed  bool
+	Shadow   bool
+	// Degraded: the store failed and on_store_error decided.
+	Degraded bool
+	// StoreError is the backend's error, if any (already logged).
+	StoreError error
+	// Latency is how long the limiter took.
+	Latency time.Duration
+}
+
+// Engine decides requests against a policy file. It is the one core behind
+// every adapter: adapters translate their event into an Input, call Decide
+// and render the Verdict.
+type Engine struct {
+	file     *PolicyFile
+	policies []*compiled
+	routes   []routeRef
+	hasher   *KeyHasher
+	log      *slog.Logger
+	observe  func(Event)
+	now      func() time.Time
+	legacy   bool
+	sets     sync.Map // uint64 mask -> *routeSet
+	bigSets  sync.Map // string mask -> *routeSet, for files with > 64 policies
+}
+
+type compiled struct {
+	*Policy
+	index   int
+	limiter Limiter
+	batch   BatchLimiter
+	refund  Refunder
+	// item is this policy's RateLimit-Policy list member.
+	item     string
+	limitStr string
+}
+
+type routeRef struct {
+	route  Route
+	policy int
+}
+
+type routeSet struct {
+	label    string
+	policies []*compiled
+	// policyHeader is the RateLimit-Policy value (non-shadow policies).
+	policyHeader string
+	// phases: plain limiters first, then each batch group (atomic), so a
+	// denial never spends an exact quota and soft ones are refunded.
+	plain  []*compiled
+	groups [][]*compiled
+}
+
+// New validates cfg and builds every policy's limiter.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Policies == nil {
+		return nil, errors.New("edgelimit: Config.Policies is required")
+	}
+	if cfg.Limiters == nil {
+		return nil, errors.New("edgelimit: Config.Limiters is required")
+	}
+	secret := cfg.HashSecret
+	if secret == nil {
+		secret = RandomSecret()
+	}
+	hasher, err := NewKeyHasher(secret)
+	if err != nil {
+		return nil, fmt.Errorf("edgelimit: HashSecret: %w", err)
+	}
+	e := &Engine{
+		file:    cfg.Policies,
+		hasher:  hasher,
+		log:     cfg.Logger,
+		observe: cfg.Observe,
+		now:     cfg.Now,
+		legacy:  cfg.Policies.LegacyHeaders,
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	for i, p := range cfg.Policies.Policies {
+		l, err := cfg.Limiters(p)
+		if err != nil {
+			return nil, fmt.Errorf("edgelimit: policy %q: %w", p.Name, err)
+		}
+		if l == nil {
+			return nil, fmt.Errorf("edgelimit: policy %q: factory returned no limiter", p.Name)
+		}
+		c := &compiled{Policy: p, index: i, limiter: l}
+		if b, ok := l.(BatchLimiter); ok && b.BatchKey() != "" {
+			c.batch = b
+		}
+		c.refund, _ = l.(Refunder)
+		c.item = policyItem(p)
+		c.limitStr = strconv.FormatInt(p.Limit, 10)
+		e.policies = append(e.policies, c)
+		for _, r := range p.Routes {
+			e.routes = append(e.routes, routeRef{route: r, policy: i})
+		}
+	}
+	return e, nil
+}
+
+// Policies returns the engine's policy file.
+func (e *Engine) Policies() *PolicyFile { return e.file }
+
+// Limiter returns the limiter built for the named policy, or nil.
+func (e *Engine) Limiter(policy string) Limiter {
+	for _, c := range e.policies {
+		if c.Name == policy {
+			return c.limiter
+		}
+	}
+	return nil
+}
+
+func policyItem(p *Policy) string {
+	w := int64((p.Window + time.Second - 1) / time.Second)
+	return strconv.Quote(p.Name) + ";q=" + strconv.FormatInt(p.Limit, 10) + ";w=" + strconv.FormatInt(w, 10)
+}
+
+// Field is one response header.
+type Field struct{ Name, Value string }
+
+// Verdict is the engine's answer for one request.
+type Verdict struct {
+	// Allowed: run the handler and add Header() to its response.
+	Allowed bool
+	// Status is 0 when Allowed, else the status to answer with (400, 429, 503).
+	Status int
+	// Route labels the matched policies for logs and metrics ("" if none).
+	Route string
+	// Decisions has one entry per evaluated policy, in file order.
+	Decisions []Decision
+	// Body is the problem+json body when !Allowed.
+	Body   []byte
+	fields [8]Field
+	n      int
+	more   []Field
+}
+
+// Header returns the header fields to send, in order.
+func (v *Verdict) Header() []Field {
+	if v.more != nil {
+		return v.more
+	}
+	return v.fields[:v.n]
+}
+
+func (v *Verdict) add(name, value string) {
+	if v.more == nil && v.n < len(v.fields) {
+		v.fields[v.n] = Field{name, value}
+		v.n++
+		return
+	}
+	if v.more == nil {
+		v.more = append(make([]Field, 0, 2*len(v.fields)), v.fields[:v.n]...)
+	}
+	v.more = append(v.more, Field{name, value})
+}
+
+// Decide evaluates every policy guarding the request's route. It never
+// panics on client input and never returns a 5xx for it: malformed input is
+// a 400, a store failure follows each policy's on_store_error.
+func (e *Engine) Decide(ctx context.Context, in *Input) *Verdict {
+	v := &Verdict{}
+	e.decide(ctx, in, v)
+	return v
+}
+
+func (e *Engine) decide(ctx context.Context, in *Input, v *Verdict) {
+	method := in.Method
+	if reason := checkRequestLine(method, in.Path); reason != "" {
+		e.log.LogAttrs(ctx, slog.LevelInfo, "edgelimit: rejected malformed request", slog.String("reason", reason))
+		e.badRequest(v, "The request line is malformed.")
+		return
+	}
+	path := CleanPath(in.Path)
+	if path == "" {
+		e.log.LogAttrs(ctx, slog.LevelInfo, "edgelimit: rejected malformed request", slog.String("reason", "path does not decode"))
+		e.badRequest(v, "The request path is malformed.")
+		return
+	}
+	rs := e.match(method, path)
+	if rs == nil {
+		v.Allowed = true
+		return
+	}
+	v.Route = rs.label
+	reqs, ok := e.requests(ctx, rs, in, v)
+	if !ok {
+		return
+	}
+	e.evaluate(ctx, rs, reqs, v)
+}
+
+func checkRequestLine(method, path string) string {
+	if method == "" || len(method) > maxMethodLen {
+		return "method is empty or too long"
+	}
+	for i := 0; i < len(method); i++ {
+		if c := method[i]; c < 'A' || c > 'Z' {
+			return "method is not an upper-case token"
+		}
+	}
+	if path == "" || path[0] != '/' {
+		return "path does not start with /"
+	}
+	if len(path) > MaxPathLength {
+		return "path is too long"
+	}
+	if !utf8.ValidString(path) {
+		return "path is not UTF-8"
+	}
+	return ""
+}
+
+// match returns the set of policies whose routes match, or nil.
+func (e *Engine) match(method, path string) *routeSet {
+	if len(e.policies) <= 64 {
+		var mask uint64
+		for _, r := range e.routes {
+			if r.route.Matches(method, path) {
+				mask |= 1 << uint(r.policy)
+			}
+		}
+		if mask == 0 {
+			return nil
+		}
+		if rs, ok := e.sets.Load(mask); ok {
+			return rs.(*routeSet)
+		}
+		rs := e.newRouteSet(method, path)
+		e.sets.Store(mask, rs)
+		return rs
+	}
+	var key []byte
+	for _, r := range e.routes {
+		if r.route.Matches(method, path) {
+			key = strconv.AppendInt(key, int64(r.policy), 36)
+			key = append(key, ',')
+		}
+	}
+	if key == nil {
+		return nil
+	}
+	if rs, ok := e.bigSets.Load(string(key)); ok {
+		return rs.(*routeSet)
+	}
+	rs := e.newRouteSet(method, path)
+	e.bigSets.Store(string(key), rs)
+	return rs
+}
+
+func (e *Engine) newRouteSet(method, path string) *routeSet {
+	rs := &routeSet{}
+	var best Route
+	bestScore := -1
+	seen := map[int]bool{}
+	for _, r := range e.routes {
+		if !r.route.Matches(method, path) {
+			continue
+		}
+		if s := r.route.specificity(); s > bestScore {
+			best, bestScore = r.route, s
+		}
+		if !seen[r.policy] {
+			seen[r.policy] = true
+			rs.policies = append(rs.policies, e.policies[r.policy])
+		}
+	}
+	slices.SortFunc(rs.policies, func(a, b *compiled) int { return a.index - b.index })
+	rs.label = best.String()
+	var items []string
+	groups := map[string]int{}
+	for _, c := range rs.policies {
+		if !c.Shadow {
+			items = append(items, c.item)
+		}
+		if c.batch != nil && !c.Shadow {
+			k := c.batch.BatchKey()
+			gi, ok := groups[k]
+			if !ok {
+				gi = len(rs.groups)
+				groups[k] = gi
+				rs.groups = append(rs.groups, nil)
+			}
+			rs.groups[gi] = append(rs.groups[gi], c)
+			continue
+		}
+		rs.plain = append(rs.plain, c)
+	}
+	rs.policyHeader = strings.Join(items, ", ")
+	return rs
+}
+
+// requests builds each policy's Request, or renders a 400 for a missing or
+// unusable key.
+func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdict) ([]Request, bool) {
+	var token, proof string
+	if in.Header != nil {
+		if t := in.Header.Get(HeaderToken); len(t) <= MaxTokenHeader {
+			token = t
+		}
+		if p := in.Header.Get(HeaderProof); len(p) <= MaxProofHeader {
+			proof = p
+		}
+	}
+	reqs := make([]Request, len(e.policies))
+	var buf [96]byte
+	for _, c := range rs.policies {
+		raw, err := rawKey(c.Policy, in, buf[:0])
+		if err != nil {
+			if c.Shadow {
+				continue // never block for a shadow policy
+			}
+			e.log.LogAttrs(ctx, slog.LevelInfo, "edgelimit: request without a usable key",
+				slog.String("policy", c.Name), slog.String("route", rs.label), slog.String("reason", err.Error()))
+			what := "a usable client key"
+			switch {
+			case c.Key.Kind == KeyHeader:
+				what = "the " + c.Key.Name + " header"
+			case c.Key.Kind == KeyClaim:
+				what = "an authorizer claim " + strconv.Quote(c.Key.Name)
+			case c.Key.Kind == KeyIP:
+				what = "a valid source address"
+			}
+			if errors.Is(err, errBadKey) && c.Key.Kind != KeyIP {
+				e.badRequest(v, "This endpoint requires "+what+" of at most "+strconv.Itoa(MaxKeyLength)+" bytes of UTF-8.")
+			} else {
+				e.badRequest(v, "This endpoint requires "+what+".")
+			}
+			return nil, false
+		}
+		reqs[c.index] = Request{Key: e.hasher.Hash(c.Name, raw), Cost: c.Cost, Token: token, Proof: proof}
+	}
+	return reqs, true
+}
+
+type outcome uint8
+
+const (
+	notEvaluated outcome = iota
+	allowed
+	denied
+	failedClosed
+)
+
+func (e *Engine) evaluate(ctx context.Context, rs *routeSet, reqs []Request, v *Verdict) {
+	v.Decisions = make([]Decision, len(e.policies))
+	out := make([]outcome, len(e.policies))
+	blocked := false
+	for _, c := range rs.plain {
+		if reqs[c.index].Key == "" {
+			continue // shadow policy without a key
+		}
+		d, o := e.allowOne(ctx, rs, c, reqs[c.index])
+		v.Decisions[c.index], out[c.index] = d, o
+		if o != allowed && !c.Shadow {
+			blocked = true
+		}
+	}
+	var spentGroups [][]*compiled
+	for _, g := range rs.groups {
+		if blocked {
+			break
+		}
+		if len(g) == 1 {
+			c := g[0]
+			d, o := e.allowOne(ctx, rs, c, reqs[c.index])
+			v.Decisions[c.index], out[c.index] = d, o
+			blocked = o != allowed
+		} else {
+			blocked = e.allowGroup(ctx, rs, g, reqs, v.Decisions, out)
+		}
+		if !blocked {
+			spentGroups = append(spentGroups, g)
+		}
+	}
+	if blocked {
+		e.refund(ctx, rs.plain, reqs, v.Decisions, out)
+		for _, g := range spentGroups {
+			e.refund(ctx, g, reqs, v.Decisions, out)
+		}
+	}
+	e.render(rs, v, out, blocked)
+}
+
+// allowOne asks one limiter within the policy's time budget and applies
+// on_store_error to a failure.
+func (e *Engine) allowOne(ctx context.Context, rs *routeSet, c *compiled, req Request) (Decision, outcome) {
+	cctx, cancel := context.WithTimeout(ctx, c.StoreTimeout)
+	start := e.now()
+	d, err := c.limiter.Allow(cctx, req)
+	lat := e.now().Sub(start)
+	cancel()
+	if err != nil {
+		d = e.storeFailed(ctx, rs, c, err, lat)
+	} else {
+		d.Policy = c.Name
+		e.emit(rs, c, d, nil, lat)
+	}
+	return d, decisionOutcome(c, d)
+}
+
+func (e *Engine) allowGroup(ctx context.Context, rs *routeSet, g []*compiled, reqs []Request, ds []Decision, out []outcome) (blocked bool) {
+	items := make([]BatchItem, len(g))
+	budget := time.Duration(0)
+	for i, c := range g {
+		items[i] = BatchItem{Limiter: c.batch, Request: reqs[c.index]}
+		budget = max(budget, c.StoreTimeout)
+	}
+	cctx, cancel := context.WithTimeout(ctx, budget)
+	start := e.now()
+	got, err := g[0].batch.AllowBatch(cctx, items)
+	lat := e.now().Sub(start)
+	cancel()
+	if err == nil && len(got) != len(g) {
+		err = fmt.Errorf("edgelimit: AllowBatch returned %d decisions for %d requests", len(got), len(g))
+	}
+	for i, c := range g {
+		var d Decision
+		if err != nil {
+			d = e.storeFailed(ctx, rs, c, err, lat)
+		} else {
+			d = got[i]
+			d.Policy = c.Name
+			e.emit(rs, c, d, nil, lat)
+		}
+		ds[c.index], out[c.index] = d, decisionOutcome(c, d)
+		if out[c.index] != allowed {
+			blocked = true
+		}
+	}
+	if err == nil && blocked {
+		// Nothing in the batch was spent: mark allowed members as not to refund.
+		for _, c := range g {
+			if out[c.index] == allowed {
+				out[c.index] = notEvaluated
+				ds[c.index].Policy = c.Name
+			}
+		}
+	}
+	return blocked
+}
+
+func decisionOutcome(c *compiled, d Decision) outcome {
+	switch {
+	case d.Allowed:
+		return allowed
+	case d.Degraded:
+		return failedClosed
+	}
+	return denied
+}
+
+func (e *Engine) storeFailed(ctx context.Context, rs *routeSet, c *compiled, err error, lat time.Duration) Decision {
+	d := Decision{Policy: c.Name, Limit: c.Limit, Window: c.Window, Degraded: true}
+	if c.OnStoreError == FailOpen {
+		d.Allowed = true
+		d.Remaining = c.Limit
+	} else {
+		d.RetryAfter = time.Second
+	}
+	level := slog.LevelWarn
+	e.log.LogAttrs(ctx, level, "edgelimit: store failed",
+		slog.String("policy", c.Name), slog.String("route", rs.label), slog.String("strategy", c.Strategy),
+		slog.String("on_store_error", c.OnStoreError), slog.Duration("latency", lat), slog.String("error", err.Error()))
+	e.emit(rs, c, d, err, lat)
+	return d
+}
+
+func (e *Engine) emit(rs *routeSet, c *compiled, d Decision, err error, lat time.Duration) {
+	if e.observe == nil {
+		return
+	}
+	e.observe(Event{Route: rs.label, Policy: c.Name, Strategy: c.Strategy, Allowed: d.Allowed, Shadow: c.Shadow,
+		Degraded: d.Degraded, StoreError: err, Latency: lat})
+}
+
+// refund gives back what allowed policies spent on a request that another
+// policy blocked. Degraded decisions spent nothing.
+func (e *Engine) refund(ctx context.Context, cs []*compiled, reqs []Request, ds []Decision, out []outcome) {
+	for _, c := range cs {
+		if out[c.index] != allowed || c.refund == nil || ds[c.index].Degraded {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, c.StoreTimeout)
+		if err := c.refund.Refund(cctx, reqs[c.index]); err != nil {
+			e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: refund failed",
+				slog.String("policy", c.Name), slog.String("error", err.Error()))
+		}
+		cancel()
+	}
+}

@@ -1,0 +1,170 @@
+// Package ddbtest connects integration tests to the real DynamoDB-API
+// servers that `make test` starts (dynalite and moto), gives each test its
+// own table, and counts the calls the SDK makes.
+package ddbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/edgelimit/edgelimit/internal/ddb"
+)
+
+// Environment variables set by the test-server runner (internal/tools/testservers).
+const (
+	EnvDynalite = "EDGELIMIT_DYNALITE_ENDPOINT"
+	EnvMoto     = "EDGELIMIT_MOTO_ENDPOINT"
+)
+
+// Server is one local DynamoDB-API server and what it implements.
+type Server struct {
+	Name     string
+	Endpoint string
+	// Transactions: TransactWriteItems works (moto yes, dynalite no).
+	Transactions bool
+	// OldOnConditionFailure: ReturnValuesOnConditionCheckFailure=ALL_OLD is
+	// honoured (moto yes, dynalite silently ignores it).
+	OldOnConditionFailure bool
+	// TTL: UpdateTimeToLive works (moto yes, dynalite no).
+	TTL bool
+}
+
+// Servers returns the servers the environment provides. A missing server is
+// a skip on a developer's machine and a failure in CI (CI=true), where the
+// runner must have started both.
+func Servers(t testing.TB) []Server {
+	t.Helper()
+	var out []Server
+	for _, s := range []Server{
+		{Name: "dynalite", Endpoint: os.Getenv(EnvDynalite)},
+		{Name: "moto", Endpoint: os.Getenv(EnvMoto), Transactions: true, OldOnConditionFailure: true, TTL: true},
+	} {
+		if s.Endpoint == "" {
+			env := EnvDynalite
+			if s.Name == "moto" {
+				env = EnvMoto
+			}
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is not set: in CI the %s server must run (make test starts it)", env, s.Name)
+			}
+			t.Logf("%s not set: skipping %s (run `make test` to start it)", env, s.Name)
+			continue
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		t.Skip("no DynamoDB-API server: run `make test`, which starts dynalite and moto")
+	}
+	return out
+}
+
+// ForEach runs f as a subtest against each available server.
+func ForEach(t *testing.T, f func(t *testing.T, s Server)) {
+	t.Helper()
+	for _, s := range Servers(t) {
+		t.Run(s.Name, func(t *testing.T) { f(t, s) })
+	}
+}
+
+// Counter counts the HTTP requests an SDK client sends, by operation
+// (the X-Amz-Target header, e.g. "UpdateItem").
+type Counter struct {
+	inner aws.HTTPClient
+	mu    sync.Mutex
+	ops   map[string]int
+	total atomic.Int64
+}
+
+// Do forwards the request and counts it.
+func (c *Counter) Do(r *http.Request) (*http.Response, error) {
+	op := r.Header.Get("X-Amz-Target")
+	if i := strings.LastIndexByte(op, '.'); i >= 0 {
+		op = op[i+1:]
+	}
+	c.mu.Lock()
+	c.ops[op]++
+	c.mu.Unlock()
+	c.total.Add(1)
+	return c.inner.Do(r)
+}
+
+// Total returns all requests counted so far.
+func (c *Counter) Total() int64 { return c.total.Load() }
+
+// Op returns the requests counted for one operation.
+func (c *Counter) Op(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ops[name]
+}
+
+// Snapshot returns a copy of the per-operation counts.
+func (c *Counter) Snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := make(map[string]int, len(c.ops))
+	for k, v := range c.ops {
+		m[k] = v
+	}
+	return m
+}
+
+// Reset zeroes the counts.
+func (c *Counter) Reset() {
+	c.mu.Lock()
+	c.ops = map[string]int{}
+	c.mu.Unlock()
+	c.total.Store(0)
+}
+
+// Client returns a client for s and a Counter of its requests.
+func Client(t testing.TB, s Server) (*dynamodb.Client, *Counter) {
+	t.Helper()
+	counter := &Counter{inner: awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		tr.MaxIdleConns = 256
+		tr.MaxIdleConnsPerHost = 256
+	}), ops: map[string]int{}}
+	c, err := ddb.NewClient(context.Background(), ddb.ClientOptions{Endpoint: s.Endpoint, HTTPClient: counter})
+	if err != nil {
+		t.Fatalf("ddb.NewClient(%s): %v", s.Endpoint, err)
+	}
+	return c, counter
+}
+
+// Table creates a fresh edgelimit table on s for this test, deleted when
+// the test ends, and returns a counting client and the table name.
+func Table(t testing.TB, s Server) (*dynamodb.Client, string, *Counter) {
+	t.Helper()
+	c, counter := Client(t, s)
+	name := "edgelimit-test-" + randomHex(6)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := ddb.CreateTable(ctx, c, name); err != nil {
+		t.Fatalf("create table on %s: %v", s.Name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = c.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+	})
+	counter.Reset()
+	return c, name, counter
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
