@@ -80,9 +80,12 @@ type Engine struct {
 	log      *slog.Logger
 	observe  func(Event)
 	now      func() time.Time
-	legacy   bool
-	sets     sync.Map // uint64 mask -> *routeSet
-	bigSets  sync.Map // string mask -> *routeSet, for files with > 64 policies
+	// realClock: now is time.Now, so a store call's deadline can be
+	// computed from the reading that times it.
+	realClock bool
+	legacy    bool
+	sets      sync.Map // uint64 mask -> *routeSet
+	bigSets   sync.Map // string mask -> *routeSet, for files with > 64 policies
 }
 
 type compiled struct {
@@ -110,6 +113,10 @@ type routeSet struct {
 	// denial never spends an exact quota and soft ones are refunded.
 	plain  []*compiled
 	groups [][]*compiled
+	// clientState: some policy reads the Edgelimit-Token and
+	// Edgelimit-Proof headers (only the signed strategy does), so they are
+	// looked up; other routes skip the two header lookups.
+	clientState bool
 }
 
 // New validates cfg and builds every policy's limiter.
@@ -140,7 +147,7 @@ func New(cfg Config) (*Engine, error) {
 		e.log = slog.Default()
 	}
 	if e.now == nil {
-		e.now = time.Now
+		e.now, e.realClock = time.Now, true
 	}
 	for i, p := range cfg.Policies.Policies {
 		l, err := cfg.Limiters(p)
@@ -194,13 +201,17 @@ type Verdict struct {
 	Status int
 	// Route labels the matched policies for logs and metrics ("" if none).
 	Route string
-	// Decisions has one entry per evaluated policy, in file order.
+	// Decisions is indexed like the policy file's policies: the entry of a
+	// policy that guards this route and was evaluated has its Policy set;
+	// the others are zero.
 	Decisions []Decision
 	// Body is the problem+json body when !Allowed.
 	Body   []byte
 	fields [8]Field
 	n      int
 	more   []Field
+	// decBuf, allocated with the Verdict, backs Decisions.
+	decBuf []Decision
 }
 
 // Header returns the header fields to send, in order.
@@ -227,9 +238,42 @@ func (v *Verdict) add(name, value string) {
 // panics on client input and never returns a 5xx for it: malformed input is
 // a 400, a store failure follows each policy's on_store_error.
 func (e *Engine) Decide(ctx context.Context, in *Input) *Verdict {
-	v := &Verdict{}
+	v := newVerdict(len(e.policies))
 	e.decide(ctx, in, v)
 	return v
+}
+
+// newVerdict allocates a Verdict together with room for n Decisions, in
+// one allocation, for files of up to 16 policies.
+func newVerdict(n int) *Verdict {
+	switch {
+	case n <= 1:
+		return verdictWith(func(d *[1]Decision) []Decision { return d[:] })
+	case n <= 2:
+		return verdictWith(func(d *[2]Decision) []Decision { return d[:] })
+	case n <= 3:
+		return verdictWith(func(d *[3]Decision) []Decision { return d[:] })
+	case n <= 4:
+		return verdictWith(func(d *[4]Decision) []Decision { return d[:] })
+	case n <= 6:
+		return verdictWith(func(d *[6]Decision) []Decision { return d[:] })
+	case n <= 8:
+		return verdictWith(func(d *[8]Decision) []Decision { return d[:] })
+	case n <= 12:
+		return verdictWith(func(d *[12]Decision) []Decision { return d[:] })
+	case n <= 16:
+		return verdictWith(func(d *[16]Decision) []Decision { return d[:] })
+	}
+	return &Verdict{}
+}
+
+func verdictWith[A any](slice func(*A) []Decision) *Verdict {
+	b := new(struct {
+		v Verdict
+		d A
+	})
+	b.v.decBuf = slice(&b.d)
+	return &b.v
 }
 
 func (e *Engine) decide(ctx context.Context, in *Input, v *Verdict) {
@@ -251,12 +295,26 @@ func (e *Engine) decide(ctx context.Context, in *Input, v *Verdict) {
 		return
 	}
 	v.Route = rs.label
-	reqs, ok := e.requests(ctx, rs, in, v)
-	if !ok {
+	// Per-request scratch lives on the stack for files of up to
+	// stackPolicies policies.
+	var reqBuf [stackPolicies]Request
+	var outBuf [stackPolicies]outcome
+	var reqs []Request
+	var out []outcome
+	if n := len(e.policies); n <= stackPolicies {
+		reqs, out = reqBuf[:n], outBuf[:n]
+	} else {
+		reqs, out = make([]Request, n), make([]outcome, n)
+	}
+	if !e.requests(ctx, rs, in, v, reqs) {
 		return
 	}
-	e.evaluate(ctx, rs, reqs, v)
+	e.evaluate(ctx, rs, reqs, out, v)
 }
+
+// stackPolicies is the largest policy file whose per-request scratch is
+// kept on the stack.
+const stackPolicies = 16
 
 func checkRequestLine(method, path string) string {
 	if method == "" || len(method) > maxMethodLen {
@@ -338,6 +396,9 @@ func (e *Engine) newRouteSet(method, path string) *routeSet {
 	var items []string
 	groups := map[string]int{}
 	for _, c := range rs.policies {
+		if c.Strategy == StrategySigned {
+			rs.clientState = true
+		}
 		if !c.Shadow {
 			items = append(items, c.item)
 		}
@@ -358,11 +419,11 @@ func (e *Engine) newRouteSet(method, path string) *routeSet {
 	return rs
 }
 
-// requests builds each policy's Request, or renders a 400 for a missing or
-// unusable key.
-func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdict) ([]Request, bool) {
+// requests fills each policy's Request in reqs, or renders a 400 for a
+// missing or unusable key and reports false.
+func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdict, reqs []Request) bool {
 	var token, proof string
-	if in.Header != nil {
+	if rs.clientState && in.Header != nil {
 		if t := in.Header.Get(HeaderToken); len(t) <= MaxTokenHeader {
 			token = t
 		}
@@ -370,7 +431,6 @@ func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdi
 			proof = p
 		}
 	}
-	reqs := make([]Request, len(e.policies))
 	var buf [96]byte
 	for _, c := range rs.policies {
 		raw, err := rawKey(c.Policy, in, buf[:0])
@@ -394,11 +454,11 @@ func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdi
 			} else {
 				e.badRequest(v, "This endpoint requires "+what+".")
 			}
-			return nil, false
+			return false
 		}
 		reqs[c.index] = Request{Key: e.hasher.Hash(c.Name, raw), Cost: c.Cost, Token: token, Proof: proof}
 	}
-	return reqs, true
+	return true
 }
 
 type outcome uint8
@@ -410,9 +470,12 @@ const (
 	failedClosed
 )
 
-func (e *Engine) evaluate(ctx context.Context, rs *routeSet, reqs []Request, v *Verdict) {
-	v.Decisions = make([]Decision, len(e.policies))
-	out := make([]outcome, len(e.policies))
+func (e *Engine) evaluate(ctx context.Context, rs *routeSet, reqs []Request, out []outcome, v *Verdict) {
+	if n := len(e.policies); n <= len(v.decBuf) {
+		v.Decisions = v.decBuf[:n:n]
+	} else {
+		v.Decisions = make([]Decision, n)
+	}
 	blocked := false
 	for _, c := range rs.plain {
 		if reqs[c.index].Key == "" {
@@ -453,11 +516,11 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, reqs []Request, v *
 // allowOne asks one limiter within the policy's time budget and applies
 // on_store_error to a failure.
 func (e *Engine) allowOne(ctx context.Context, rs *routeSet, c *compiled, req Request) (Decision, outcome) {
-	cctx, cancel := context.WithTimeout(ctx, c.StoreTimeout)
 	start := e.now()
+	cctx := e.budget(ctx, start, c.StoreTimeout)
 	d, err := c.limiter.Allow(cctx, req)
-	lat := e.now().Sub(start)
-	cancel()
+	lat := e.since(start, err)
+	cctx.stop()
 	if err != nil {
 		d = e.storeFailed(ctx, rs, c, err, lat)
 	} else {
@@ -474,14 +537,14 @@ func (e *Engine) allowGroup(ctx context.Context, rs *routeSet, g []*compiled, re
 		items[i] = BatchItem{Limiter: c.batch, Request: reqs[c.index]}
 		budget = max(budget, c.StoreTimeout)
 	}
-	cctx, cancel := context.WithTimeout(ctx, budget)
 	start := e.now()
+	cctx := e.budget(ctx, start, budget)
 	got, err := g[0].batch.AllowBatch(cctx, items)
-	lat := e.now().Sub(start)
-	cancel()
 	if err == nil && len(got) != len(g) {
 		err = fmt.Errorf("edgelimit: AllowBatch returned %d decisions for %d requests", len(got), len(g))
 	}
+	lat := e.since(start, err)
+	cctx.stop()
 	for i, c := range g {
 		var d Decision
 		if err != nil {
@@ -549,11 +612,99 @@ func (e *Engine) refund(ctx context.Context, cs []*compiled, reqs []Request, ds 
 		if out[c.index] != allowed || c.refund == nil || ds[c.index].Degraded {
 			continue
 		}
-		cctx, cancel := context.WithTimeout(ctx, c.StoreTimeout)
+		cctx := e.budget(ctx, time.Time{}, c.StoreTimeout)
 		if err := c.refund.Refund(cctx, reqs[c.index]); err != nil {
 			e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: refund failed",
 				slog.String("policy", c.Name), slog.String("error", err.Error()))
 		}
+		cctx.stop()
+	}
+}
+
+// since returns the latency of a store call that started at start. Only
+// metrics (Observe) and the store-failure log use it, so without either the
+// clock is not read again.
+func (e *Engine) since(start time.Time, err error) time.Duration {
+	if err == nil && e.observe == nil {
+		return 0
+	}
+	return e.now().Sub(start)
+}
+
+// budgetCtx is what context.WithTimeout(parent, d) gives a limiter, without
+// the timer until the limiter needs one: the timer starts on the first call
+// of Done or Value (so the SDK and anything that waits or derives a context
+// get a real one), while Deadline and Err answer from the clock until then.
+// A limiter that answers from memory never starts it, which saves three
+// allocations and a timer-heap insert and delete per decision.
+type budgetCtx struct {
+	parent   context.Context
+	deadline time.Time
+
+	mu       sync.Mutex
+	inner    context.Context // context.WithDeadline(parent, deadline), once started
+	cancel   context.CancelFunc
+	canceled bool
+}
+
+// budget returns a context that expires d from now. start is the engine
+// clock's reading just taken, reused as now when that clock is time.Now.
+func (e *Engine) budget(parent context.Context, start time.Time, d time.Duration) *budgetCtx {
+	if !e.realClock || start.IsZero() {
+		start = time.Now()
+	}
+	deadline := start.Add(d)
+	if pd, ok := parent.Deadline(); ok && pd.Before(deadline) {
+		deadline = pd
+	}
+	return &budgetCtx{parent: parent, deadline: deadline}
+}
+
+// started returns the real context, creating it on first use.
+func (c *budgetCtx) started() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inner == nil {
+		c.inner, c.cancel = context.WithDeadline(c.parent, c.deadline)
+		if c.canceled {
+			c.cancel()
+		}
+	}
+	return c.inner
+}
+
+// stop releases the context, as the CancelFunc of WithTimeout does.
+func (c *budgetCtx) stop() {
+	c.mu.Lock()
+	c.canceled = true
+	cancel := c.cancel
+	c.mu.Unlock()
+	if cancel != nil {
 		cancel()
 	}
+}
+
+func (c *budgetCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *budgetCtx) Done() <-chan struct{} { return c.started().Done() }
+
+func (c *budgetCtx) Value(key any) any { return c.started().Value(key) }
+
+func (c *budgetCtx) Err() error {
+	c.mu.Lock()
+	inner, canceled := c.inner, c.canceled
+	c.mu.Unlock()
+	if inner != nil {
+		return inner.Err()
+	}
+	if err := c.parent.Err(); err != nil {
+		return err
+	}
+	if canceled {
+		return context.Canceled
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }

@@ -39,7 +39,12 @@ func (m MapHeaders) Get(name string) string {
 	if v, ok := m[name]; ok {
 		return v
 	}
-	if v, ok := m[strings.ToLower(name)]; ok {
+	var buf [maxLowerName]byte
+	if lower, ok := lowerASCII(&buf, name); ok {
+		if v, ok := m[string(lower)]; ok { // no allocation: the key is only looked up
+			return v
+		}
+	} else if v, ok := m[strings.ToLower(name)]; ok {
 		return v
 	}
 	for k, v := range m {
@@ -50,6 +55,30 @@ func (m MapHeaders) Get(name string) string {
 	return ""
 }
 
+// maxLowerName is the longest header name lowerASCII lowers on the stack.
+const maxLowerName = 64
+
+// lowerASCII writes name in lower case into buf and returns it, without
+// allocating. It reports false for a name that is too long or not ASCII,
+// which the caller lowers with strings.ToLower as before.
+func lowerASCII(buf *[maxLowerName]byte, name string) ([]byte, bool) {
+	if len(name) > len(buf) {
+		return nil, false
+	}
+	b := buf[:len(name)]
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 0x80 {
+			return nil, false
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+	}
+	return b, true
+}
+
 // MultiMapHeaders adapts a multi-value header map (API Gateway v1, ALB with
 // multi-value headers). Repeated values are joined with ", ".
 type MultiMapHeaders map[string][]string
@@ -58,7 +87,12 @@ type MultiMapHeaders map[string][]string
 func (m MultiMapHeaders) Get(name string) string {
 	vs, ok := m[name]
 	if !ok {
-		vs, ok = m[strings.ToLower(name)]
+		var buf [maxLowerName]byte
+		if lower, ascii := lowerASCII(&buf, name); ascii {
+			vs, ok = m[string(lower)]
+		} else {
+			vs, ok = m[strings.ToLower(name)]
+		}
 	}
 	if !ok {
 		for k, v := range m {

@@ -170,14 +170,24 @@ func prefixBits(ip netip.Addr, v6 int) int {
 
 // ClientIP returns the client's address: the request context's source IP,
 // or, when trustedProxies > 0, the address that many hops from the right of
-// X-Forwarded-For (the one our nearest trusted proxy saw). A list shorter
-// than that means the request bypassed the proxies, so the source IP is the
-// client. IPv4-mapped IPv6 addresses are unmapped.
+// X-Forwarded-For, not counting the entry the API's own entry point appended
+// (API Gateway and ALB append the peer they saw, which is the source IP).
+// So trustedProxies is the number of proxies in front of the API: 1 for
+// CloudFront before API Gateway. A list too short for that means the
+// request bypassed the proxies, and the source IP is the client.
+// IPv4-mapped IPv6 addresses are unmapped.
 func ClientIP(sourceIP string, h HeaderGetter, trustedProxies int) (netip.Addr, bool) {
 	s := sourceIP
 	if trustedProxies > 0 && h != nil {
 		if xff := h.Get("X-Forwarded-For"); xff != "" && len(xff) <= 8192 {
-			if hop, ok := nthFromRight(xff, trustedProxies); ok {
+			if i := strings.LastIndexByte(xff, ','); strings.TrimSpace(xff[i+1:]) == sourceIP {
+				if i < 0 {
+					xff = ""
+				} else {
+					xff = xff[:i]
+				}
+			}
+			if hop, ok := nthFromRight(xff, trustedProxies); ok && xff != "" {
 				s = hop
 			}
 		}
@@ -223,8 +233,18 @@ func NewKeyHasher(secret []byte) (*KeyHasher, error) {
 	}
 	k := append([]byte(nil), secret...)
 	h := &KeyHasher{}
-	h.pool.New = func() any { return hmac.New(sha256.New, k) }
+	h.pool.New = func() any { return &hashState{mac: hmac.New(sha256.New, k)} }
 	return h, nil
+}
+
+// maxPooledHashBuf bounds the scratch buffer a pooled hashState keeps.
+const maxPooledHashBuf = 4096
+
+// hashState is one pooled HMAC with a scratch buffer, so that Hash hands the
+// MAC one slice it owns and nothing of the caller's escapes to the heap.
+type hashState struct {
+	mac hash.Hash
+	buf []byte
 }
 
 // RandomSecret returns 32 fresh random bytes.
@@ -241,15 +261,20 @@ const HashedKeyLength = 22
 // The policy is mixed in so one client's items cannot be linked across
 // policies.
 func (h *KeyHasher) Hash(policy string, raw []byte) string {
-	m := h.pool.Get().(hash.Hash)
-	m.Reset()
-	m.Write([]byte(policy))
-	m.Write([]byte{0})
-	m.Write(raw)
-	var sum [sha256.Size]byte
-	m.Sum(sum[:0])
-	h.pool.Put(m)
+	s := h.pool.Get().(*hashState)
+	b := append(s.buf[:0], policy...)
+	b = append(b, 0)
+	b = append(b, raw...)
+	s.mac.Reset()
+	s.mac.Write(b)
+	b = s.mac.Sum(b[:0]) // the input is consumed; reuse its space for the sum
 	var out [HashedKeyLength]byte
-	base64.RawURLEncoding.Encode(out[:], sum[:16])
+	base64.RawURLEncoding.Encode(out[:], b[:16])
+	if cap(b) <= maxPooledHashBuf {
+		s.buf = b[:0]
+	} else {
+		s.buf = nil // do not keep a huge caller's key alive in the pool
+	}
+	h.pool.Put(s)
 	return string(out[:])
 }

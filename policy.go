@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -166,7 +167,7 @@ func ParsePolicies(name string, data []byte) (*PolicyFile, error) {
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		p.errorf(yamlErrLine(err), "", "not valid YAML: %s", yamlErrMsg(err))
 		return nil, p.err()
 	}
@@ -690,6 +691,9 @@ func nameOf(n *yaml.Node) string {
 func suggest(got string, known []string) string {
 	best, bestD := "", 3
 	for _, k := range known {
+		if l := commonPrefix(got, k); l >= 4 && l >= len(got)-2 {
+			return fmt.Sprintf(" (did you mean %q?)", k)
+		}
 		if d := editDistance(got, k); d < bestD {
 			best, bestD = k, d
 		}
@@ -721,4 +725,12 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+func commonPrefix(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }

@@ -2,9 +2,11 @@ package edgelimit
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Problem types (RFC 9457) used in bodies.
@@ -47,17 +49,21 @@ func RetryAfterSeconds(d time.Duration) int64 {
 func (e *Engine) badRequest(v *Verdict, detail string) {
 	v.Allowed = false
 	v.Status = 400
-	v.Body = mustJSON(Problem{Type: ProblemBadRequest, Title: titleBadRequest, Status: 400, Detail: detail})
+	v.Body = problemJSON(&Problem{Type: ProblemBadRequest, Title: titleBadRequest, Status: 400, Detail: detail})
 	v.add(HeaderContentType, ContentTypeProblemJSON)
 }
 
 func (e *Engine) render(rs *routeSet, v *Verdict, out []outcome, blocked bool) {
+	// Every computed header value is appended to one buffer, which becomes
+	// one string that the values are sliced from: one allocation for all.
 	// RateLimit lists every non-shadow policy that was evaluated.
-	var rl []byte
+	var stack [192]byte
+	rl := stack[:0]
 	var legacy *Decision
 	var legacyLimit string
 	var retry time.Duration
-	var violated, failed []string
+	var violatedBuf, failedBuf [8]string
+	violated, failed := violatedBuf[:0], failedBuf[:0]
 	var challenge *Challenge
 	var tokens []string
 	for _, c := range rs.policies {
@@ -91,16 +97,30 @@ func (e *Engine) render(rs *routeSet, v *Verdict, out []outcome, blocked bool) {
 			tokens = append(tokens, d.Token)
 		}
 	}
+	buf, rlEnd := rl, len(rl)
+	var remEnd, resetEnd int
+	if e.legacy && legacy != nil {
+		buf = strconv.AppendInt(buf, max(legacy.Remaining, 0), 10)
+		remEnd = len(buf)
+		buf = strconv.AppendInt(buf, Seconds(legacy.Reset), 10)
+		resetEnd = len(buf)
+	}
+	var secs int64
+	if blocked {
+		secs = RetryAfterSeconds(retry)
+		buf = strconv.AppendInt(buf, secs, 10)
+	}
+	vals := string(buf)
 	if rs.policyHeader != "" {
 		v.add(HeaderRateLimitPolicy, rs.policyHeader)
 	}
-	if len(rl) > 0 {
-		v.add(HeaderRateLimit, string(rl))
+	if rlEnd > 0 {
+		v.add(HeaderRateLimit, vals[:rlEnd])
 	}
 	if e.legacy && legacy != nil {
 		v.add(HeaderLegacyLimit, legacyLimit)
-		v.add(HeaderLegacyRemaining, strconv.FormatInt(max(legacy.Remaining, 0), 10))
-		v.add(HeaderLegacyReset, strconv.FormatInt(Seconds(legacy.Reset), 10))
+		v.add(HeaderLegacyRemaining, vals[rlEnd:remEnd])
+		v.add(HeaderLegacyReset, vals[remEnd:resetEnd])
 	}
 	if !blocked {
 		v.Allowed = true
@@ -110,47 +130,163 @@ func (e *Engine) render(rs *routeSet, v *Verdict, out []outcome, blocked bool) {
 		return
 	}
 	v.Allowed = false
-	secs := RetryAfterSeconds(retry)
-	v.add(HeaderRetryAfter, strconv.FormatInt(secs, 10))
+	v.add(HeaderRetryAfter, vals[max(rlEnd, resetEnd):])
 	v.add(HeaderContentType, ContentTypeProblemJSON)
+	var detail [256]byte
 	if len(failed) > 0 && len(violated) == 0 {
 		v.Status = 503
-		v.Body = mustJSON(Problem{
+		d := append(detail[:0], "The rate-limit store is unavailable and this endpoint fails closed. Retry in "...)
+		d = appendPlural(d, secs, "second")
+		d = append(d, '.')
+		v.Body = appendProblem(make([]byte, 0, 384), &Problem{
 			Type: ProblemReducedCapacity, Title: titleReducedCapacity, Status: 503,
-			Detail:           "The rate-limit store is unavailable and this endpoint fails closed. Retry in " + plural(secs, "second") + ".",
 			ViolatedPolicies: failed, RetryAfter: secs,
-		})
+		}, d)
 		return
 	}
 	v.Status = 429
-	p := Problem{Type: ProblemQuotaExceeded, Title: titleQuotaExceeded, Status: 429, ViolatedPolicies: violated, RetryAfter: secs}
 	if challenge != nil {
 		v.add(HeaderChallenge, challenge.Value)
-		p.Challenge = challenge
-		p.Detail = detailProofOfWorkNeeded
-	} else {
-		p.Detail = "Quota exceeded for " + quoteList(violated) + ". Retry in " + plural(secs, "second") + "."
+		v.Body = mustJSON(Problem{Type: ProblemQuotaExceeded, Title: titleQuotaExceeded, Status: 429,
+			Detail: detailProofOfWorkNeeded, ViolatedPolicies: slices.Clone(violated), RetryAfter: secs, Challenge: challenge})
+		return
 	}
-	v.Body = mustJSON(p)
+	d := append(detail[:0], "Quota exceeded for "...)
+	d = appendQuoteList(d, violated)
+	d = append(d, ". Retry in "...)
+	d = appendPlural(d, secs, "second")
+	d = append(d, '.')
+	v.Body = appendProblem(make([]byte, 0, 384), &Problem{Type: ProblemQuotaExceeded, Title: titleQuotaExceeded, Status: 429,
+		ViolatedPolicies: violated, RetryAfter: secs}, d)
 }
 
-func quoteList(names []string) string {
+// appendQuoteList appends `policy "a"` or `policies "a", "b"`.
+func appendQuoteList(b []byte, names []string) []byte {
 	if len(names) == 1 {
-		return "policy " + strconv.Quote(names[0])
+		return strconv.AppendQuote(append(b, "policy "...), names[0])
 	}
-	q := make([]string, len(names))
+	b = append(b, "policies "...)
 	for i, n := range names {
-		q[i] = strconv.Quote(n)
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendQuote(b, n)
 	}
-	return "policies " + strings.Join(q, ", ")
+	return b
 }
 
-func plural(n int64, unit string) string {
-	s := strconv.FormatInt(n, 10) + " " + unit
+// appendPlural appends "1 second" or "n seconds".
+func appendPlural(b []byte, n int64, unit string) []byte {
+	b = strconv.AppendInt(b, n, 10)
+	b = append(b, ' ')
+	b = append(b, unit...)
 	if n != 1 {
-		s += "s"
+		b = append(b, 's')
 	}
-	return s
+	return b
+}
+
+// problemJSON returns p as JSON, as encoding/json would write it.
+func problemJSON(p *Problem) []byte {
+	if p.Challenge != nil {
+		return mustJSON(*p)
+	}
+	return appendProblem(make([]byte, 0, 384), p, nil)
+}
+
+// appendProblem appends p as JSON, byte for byte what encoding/json writes
+// for it (same field order, omitempty and escaping), without reflection.
+// detail, if not nil, is used in place of p.Detail. p.Challenge is not
+// written: bodies with a challenge go through encoding/json.
+func appendProblem(b []byte, p *Problem, detail []byte) []byte {
+	b = append(b, `{"type":`...)
+	b = appendJSONString(b, p.Type)
+	b = append(b, `,"title":`...)
+	b = appendJSONString(b, p.Title)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(p.Status), 10)
+	if detail != nil {
+		if len(detail) > 0 {
+			b = append(b, `,"detail":`...)
+			b = appendJSONString(b, detail)
+		}
+	} else if p.Detail != "" {
+		b = append(b, `,"detail":`...)
+		b = appendJSONString(b, p.Detail)
+	}
+	if len(p.ViolatedPolicies) > 0 {
+		b = append(b, `,"violated-policies":[`...)
+		for i, n := range p.ViolatedPolicies {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, n)
+		}
+		b = append(b, ']')
+	}
+	if p.RetryAfter != 0 {
+		b = append(b, `,"retry-after":`...)
+		b = strconv.AppendInt(b, p.RetryAfter, 10)
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string escaped as encoding/json
+// escapes it by default: quotes, backslashes and control characters, the
+// HTML-significant <, > and &, U+2028 and U+2029, and invalid UTF-8 as
+// U+FFFD.
+func appendJSONString[T []byte | string](b []byte, s T) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		// A short string conversion, as encoding/json does: it stays on
+		// the stack.
+		r, size := utf8.DecodeRuneInString(string(s[i : i+min(len(s)-i, utf8.UTFMax)]))
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 func mustJSON(v any) []byte {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/edgelimit/edgelimit/internal/ddb"
@@ -129,17 +128,20 @@ func (c *Counter) Reset() {
 	c.total.Store(0)
 }
 
-// Client returns a client for s and a Counter of its requests.
+// Client returns a client for s and a Counter of its requests. The counter
+// wraps the SDK's own buildable HTTP client: with AWS_CA_BUNDLE set, the
+// SDK's config loader refuses any other.
 func Client(t testing.TB, s Server) (*dynamodb.Client, *Counter) {
 	t.Helper()
-	counter := &Counter{inner: awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
-		tr.MaxIdleConns = 256
-		tr.MaxIdleConnsPerHost = 256
-	}), ops: map[string]int{}}
-	c, err := ddb.NewClient(context.Background(), ddb.ClientOptions{Endpoint: s.Endpoint, HTTPClient: counter})
+	base, err := ddb.NewClient(context.Background(), ddb.ClientOptions{Endpoint: s.Endpoint})
 	if err != nil {
 		t.Fatalf("ddb.NewClient(%s): %v", s.Endpoint, err)
 	}
+	counter := &Counter{ops: map[string]int{}}
+	c := dynamodb.New(base.Options(), func(o *dynamodb.Options) {
+		counter.inner = o.HTTPClient
+		o.HTTPClient = counter
+	})
 	return c, counter
 }
 

@@ -47,8 +47,10 @@ func main() {
 			return []string{"node_modules/.bin/dynalite", "--host", "127.0.0.1", "--port", fmt.Sprint(p),
 				"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"}
 		}},
+		// moto runs behind a lock (see moto_serialized.py): its DynamoDB
+		// backend is not atomic per item under concurrent requests.
 		{name: "moto", env: "EDGELIMIT_MOTO_ENDPOINT", argv: func(p int) []string {
-			return []string{"moto_server", "-H", "127.0.0.1", "-p", fmt.Sprint(p)}
+			return []string{"python3", motoLauncher(), "127.0.0.1", fmt.Sprint(p)}
 		}},
 	}
 	env := os.Environ()
@@ -180,6 +182,17 @@ func stop(s *server) {
 		<-done
 	}
 	s.log.Close()
+}
+
+// motoLauncher is the path of moto_serialized.py next to this source file,
+// found from the working directory (make runs from the repository root).
+func motoLauncher() string {
+	for _, p := range []string{"internal/tools/testservers/moto_serialized.py", "moto_serialized.py"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "internal/tools/testservers/moto_serialized.py"
 }
 
 func freePort() (int, error) {

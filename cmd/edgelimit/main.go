@@ -1,0 +1,66 @@
+// Command edgelimit is the toolkit's CLI:
+//
+//	edgelimit serve   [--addr 127.0.0.1:8080] [--policies FILE] [--store memory|dynamodb] ...
+//	edgelimit check   FILE
+//	edgelimit get     [-X METHOD] [-H 'Name: value'] [-d BODY] [-n N] [-i] [-v] URL
+//	edgelimit solve   CHALLENGE
+//	edgelimit keygen
+//
+// serve runs every route of a policy file locally, translating each HTTP
+// request into an API Gateway HTTP API event and passing it through the same
+// Lambda middleware that runs in production. check validates a policy file
+// and prints which policies guard which routes. get is the reference client of
+// the signed strategy; solve and keygen are its small tools.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `edgelimit — rate limits for serverless APIs without Redis.
+
+Usage:
+  edgelimit serve [flags]     serve a policy file's routes locally (API Gateway v2 emulation)
+  edgelimit check FILE        validate a policy file and print its routes -> policies table
+  edgelimit get [flags] URL   a curl-like client that keeps tokens, solves challenges and retries
+  edgelimit solve CHALLENGE   solve a proof-of-work challenge and print the proof
+  edgelimit keygen            print a new key ring entry for EDGELIMIT_SECRETS
+
+Run 'edgelimit COMMAND -h' for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return runServe(ctx, args[1:], stdout, stderr)
+	case "check":
+		return runCheck(args[1:], stdout, stderr)
+	case "keygen":
+		return runKeygen(args[1:], stdout, stderr)
+	case "solve":
+		return runSolve(ctx, args[1:], stdout, stderr)
+	case "get":
+		return runGet(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "edgelimit: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

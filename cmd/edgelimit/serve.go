@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/apigwlocal"
+	"github.com/edgelimit/edgelimit/internal/ddb"
+	"github.com/edgelimit/edgelimit/middleware"
+	"github.com/edgelimit/edgelimit/pow"
+	"github.com/edgelimit/edgelimit/setup"
+)
+
+type serveFlags struct {
+	addr        string
+	policies    string
+	store       string
+	endpoint    string
+	table       string
+	createTable bool
+	logFormat   string
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f serveFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
+	fs.StringVar(&f.policies, "policies", "", "policy file (default: the embedded example policies.yaml)")
+	fs.StringVar(&f.store, "store", "memory", "where counters live: memory (in-process) or dynamodb")
+	fs.StringVar(&f.endpoint, "dynamodb-endpoint", "", "DynamoDB endpoint URL for a local server, e.g. http://127.0.0.1:8000 (default: AWS)")
+	fs.StringVar(&f.table, "table", "edgelimit", "DynamoDB table (with --store dynamodb)")
+	fs.BoolVar(&f.createTable, "create-table", false, "create the DynamoDB table if it does not exist")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: edgelimit serve [flags]\n\nServes every route of a policy file, running each request through the API Gateway v2\nLambda middleware around a demo handler that echoes the route and the decision.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return 2
+	}
+	log := newLogger(stderr, f.logFormat)
+	srv, err := newServer(ctx, f, log, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "edgelimit serve: %v\n", err)
+		return 1
+	}
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "edgelimit serve: %s\n", listenError(f.addr, err))
+		return 1
+	}
+	fmt.Fprintf(stdout, "edgelimit serve: listening on http://%s (store %s, %s from %s)\n",
+		ln.Addr(), f.store, countOf(len(srv.policies.Policies), "policy", "policies"), srv.policies.Source)
+	printTable(stdout, srv.policies)
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 1 << 20}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		fmt.Fprintf(stderr, "edgelimit serve: %v\n", err)
+		return 1
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	return 0
+}
+
+func newLogger(w io.Writer, format string) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// listenError turns the common listen failures into one clear line.
+func listenError(addr string, err error) string {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Sprintf("cannot listen on %s: the port is already in use (another edgelimit serve?); choose another with --addr", addr)
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Sprintf("cannot listen on %s: permission denied; use a port above 1023", addr)
+	}
+	return fmt.Sprintf("cannot listen on %s: %v", addr, err)
+}
+
+type server struct {
+	policies *edgelimit.PolicyFile
+	mux      *http.ServeMux
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Writer) (*server, error) {
+	var pf *edgelimit.PolicyFile
+	var err error
+	if f.policies == "" {
+		pf, err = edgelimit.ParsePolicies("policies.yaml (embedded)", edgelimit.ExamplePolicies)
+	} else {
+		pf, err = edgelimit.LoadPolicies(f.policies)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg := setup.Config{Logger: log}
+	if usesStrategy(pf, edgelimit.StrategySigned) {
+		if cfg.Keys, err = keyRing(stderr); err != nil {
+			return nil, err
+		}
+	}
+	switch f.store {
+	case "memory":
+	case "dynamodb":
+		client, err := ddb.NewClient(ctx, ddb.ClientOptions{Endpoint: f.endpoint})
+		if err != nil {
+			return nil, err
+		}
+		if err := prepareTable(ctx, client, f); err != nil {
+			return nil, err
+		}
+		cfg.DynamoDB, cfg.Table = client, f.table
+	default:
+		return nil, fmt.Errorf("--store %q is not one of memory, dynamodb", f.store)
+	}
+	secret, err := hashSecret(stderr)
+	if err != nil {
+		return nil, err
+	}
+	factory, err := setup.Factory(cfg)
+	if err != nil {
+		return nil, err
+	}
+	engine, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	api, err := apigwlocal.New(apigwlocal.Config{Handler: apigwlocal.Handler(middleware.HTTPAPI(engine, demoHandler)), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", api)
+	// The proof-of-work demo: a page at / that calls the first signed route
+	// with proof of work, solving its challenge in the browser.
+	if method, path, ok := demoRoute(pf); ok {
+		mux.Handle("GET /{$}", pow.DemoHandler(method, path))
+		mux.Handle("GET /pow.js", pow.ScriptHandler())
+	}
+	return &server{policies: pf, mux: mux}, nil
+}
+
+func usesStrategy(pf *edgelimit.PolicyFile, strategy string) bool {
+	for _, p := range pf.Policies {
+		if p.Strategy == strategy {
+			return true
+		}
+	}
+	return false
+}
+
+// demoRoute picks the route the demo page calls: the first exact route of a
+// signed policy with proof of work.
+func demoRoute(pf *edgelimit.PolicyFile) (method, path string, ok bool) {
+	for _, p := range pf.Policies {
+		if p.Strategy != edgelimit.StrategySigned || p.ProofOfWork == nil {
+			continue
+		}
+		for _, r := range p.Routes {
+			m := r.Method
+			if m == edgelimit.MethodAny {
+				m = "POST"
+			}
+			path := r.Path
+			if r.Prefix {
+				path += "demo"
+			}
+			return m, path, true
+		}
+	}
+	return "", "", false
+}
+
+// prepareTable creates or checks the table, with one clear line for each
+// way it can fail.
+func prepareTable(ctx context.Context, c ddb.TableAPI, f serveFlags) error {
+	where := "AWS"
+	if f.endpoint != "" {
+		where = f.endpoint
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var err error
+	if f.createTable {
+		err = ddb.CreateTable(cctx, c, f.table)
+	} else {
+		err = ddb.CheckTable(cctx, c, f.table)
+	}
+	var netErr net.Error
+	var opErr *net.OpError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ddb.ErrNoTable):
+		return fmt.Errorf("table %q does not exist at %s; create it with --create-table (or deploy template.yaml)", f.table, where)
+	case errors.As(err, &opErr), errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("cannot reach DynamoDB at %s: %v", where, rootCause(err))
+	}
+	return fmt.Errorf("DynamoDB at %s: %v", where, err)
+}
+
+func rootCause(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
+}
+
+// hashSecret reads EDGELIMIT_HASH_KEY (base64, at least 32 bytes). Without
+// it, a random key is fine for one local process; say so once.
+func hashSecret(stderr io.Writer) ([]byte, error) {
+	s := os.Getenv("EDGELIMIT_HASH_KEY")
+	if s == "" {
+		fmt.Fprintln(stderr, "edgelimit serve: EDGELIMIT_HASH_KEY not set; using a random key hash secret for this process (counters in a shared store will not match other instances)")
+		return edgelimit.RandomSecret(), nil
+	}
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, errors.New("EDGELIMIT_HASH_KEY is not base64")
+	}
+	if len(b) < edgelimit.MinSecretLength {
+		return nil, fmt.Errorf("EDGELIMIT_HASH_KEY decodes to %d bytes; it needs at least %d", len(b), edgelimit.MinSecretLength)
+	}
+	return b, nil
+}

@@ -1,0 +1,105 @@
+package durablecounter_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/durablecounter"
+)
+
+func TestNewValidates(t *testing.T) {
+	ok := func() *edgelimit.Policy {
+		return &edgelimit.Policy{Name: "p", Strategy: edgelimit.StrategyDurable, Algorithm: edgelimit.AlgorithmFixedWindow, Limit: 5, Window: time.Minute, Shards: 1}
+	}
+	for _, tc := range []struct {
+		name   string
+		policy func() *edgelimit.Policy
+		want   error
+	}{
+		{"no policy", func() *edgelimit.Policy { return nil }, durablecounter.ErrConfig},
+		{"no name", func() *edgelimit.Policy { p := ok(); p.Name = ""; return p }, durablecounter.ErrConfig},
+		{"# in name", func() *edgelimit.Policy { p := ok(); p.Name = "a#b"; return p }, durablecounter.ErrConfig},
+		{"kv strategy", func() *edgelimit.Policy { p := ok(); p.Strategy = edgelimit.StrategyKV; return p }, durablecounter.ErrConfig},
+		{"negative limit", func() *edgelimit.Policy { p := ok(); p.Limit = -1; return p }, durablecounter.ErrConfig},
+		{"no window", func() *edgelimit.Policy { p := ok(); p.Window = 0; return p }, durablecounter.ErrConfig},
+		{"sub-millisecond window", func() *edgelimit.Policy { p := ok(); p.Window = 1500 * time.Microsecond; return p }, durablecounter.ErrConfig},
+		{"shards", func() *edgelimit.Policy { p := ok(); p.Shards = 4; return p }, durablecounter.ErrConfig},
+		{"gcra", func() *edgelimit.Policy { p := ok(); p.Algorithm = edgelimit.AlgorithmGCRA; return p }, durablecounter.ErrUnsupportedAlgorithm},
+		{"sliding window", func() *edgelimit.Policy { p := ok(); p.Algorithm = edgelimit.AlgorithmSlidingWindow; return p }, durablecounter.ErrUnsupportedAlgorithm},
+		{"unknown algorithm", func() *edgelimit.Policy { p := ok(); p.Algorithm = "leaky"; return p }, durablecounter.ErrUnsupportedAlgorithm},
+		{"valid", ok, nil},
+		{"defaults", func() *edgelimit.Policy { return &edgelimit.Policy{Name: "p", Limit: 0, Window: time.Millisecond} }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := durablecounter.New(durablecounter.Config{Policy: tc.policy()})
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (c != nil) {
+				t.Errorf("New = %v, %v; want error %v", c, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNewDynamoStoreValidates(t *testing.T) {
+	f := &fakeDynamo{t: t}
+	for _, cfg := range []durablecounter.DynamoConfig{
+		{Table: "t"},
+		{Client: f},
+		{Client: f, Table: "t", ExpiryMargin: -time.Second},
+		{Client: f, Table: "t", Transactions: 9},
+	} {
+		if _, err := durablecounter.NewDynamoStore(cfg); !errors.Is(err, durablecounter.ErrConfig) {
+			t.Errorf("NewDynamoStore(%+v) = %v, want ErrConfig", cfg, err)
+		}
+	}
+}
+
+func TestEmptyKey(t *testing.T) {
+	c := newCounter(t, durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}), "p", 5, time.Minute)
+	if _, err := c.Allow(context.Background(), edgelimit.Request{}); !errors.Is(err, durablecounter.ErrNoKey) {
+		t.Errorf("Allow(no key) = %v, want ErrNoKey", err)
+	}
+	if err := c.Refund(context.Background(), edgelimit.Request{}); !errors.Is(err, durablecounter.ErrNoKey) {
+		t.Errorf("Refund(no key) = %v, want ErrNoKey", err)
+	}
+}
+
+func TestBatchMisuse(t *testing.T) {
+	s1 := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	s2 := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	a, b, other := newCounter(t, s1, "a", 5, time.Minute), newCounter(t, s1, "b", 5, time.Minute), newCounter(t, s2, "c", 5, time.Minute)
+	if a.BatchKey() != b.BatchKey() || a.BatchKey() == other.BatchKey() || a.BatchKey() == "" {
+		t.Errorf("BatchKeys %q, %q, %q: want equal for one store, different for another", a.BatchKey(), b.BatchKey(), other.BatchKey())
+	}
+	req := edgelimit.Request{Key: "k"}
+	for name, tc := range map[string]struct {
+		items []edgelimit.BatchItem
+		want  error
+	}{
+		"another store": {[]edgelimit.BatchItem{{Limiter: a, Request: req}, {Limiter: other, Request: req}}, durablecounter.ErrBatch},
+		"policy twice":  {[]edgelimit.BatchItem{{Limiter: a, Request: req}, {Limiter: a, Request: req}}, durablecounter.ErrBatch},
+		"not a Counter": {[]edgelimit.BatchItem{{Limiter: a, Request: req}, {Limiter: fakeBatcher{}, Request: req}}, durablecounter.ErrBatch},
+		"no key":        {[]edgelimit.BatchItem{{Limiter: a, Request: req}, {Limiter: b}}, durablecounter.ErrNoKey},
+	} {
+		if ds, err := a.AllowBatch(context.Background(), tc.items); !errors.Is(err, tc.want) {
+			t.Errorf("%s: AllowBatch = %+v, %v; want %v", name, ds, err, tc.want)
+		}
+	}
+	if ds, err := a.AllowBatch(context.Background(), nil); ds != nil || err != nil {
+		t.Errorf("AllowBatch(nil) = %v, %v; want nil, nil", ds, err)
+	}
+	// Nothing above spent anything.
+	if d, _ := a.Allow(context.Background(), req); d.Remaining != 4 {
+		t.Errorf("a.Allow after refused batches: Remaining %d, want 4", d.Remaining)
+	}
+}
+
+type fakeBatcher struct{ edgelimit.LimiterFunc }
+
+func (fakeBatcher) BatchKey() string { return "x" }
+
+func (fakeBatcher) AllowBatch(context.Context, []edgelimit.BatchItem) ([]edgelimit.Decision, error) {
+	return nil, nil
+}

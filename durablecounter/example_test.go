@@ -1,0 +1,103 @@
+package durablecounter_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/durablecounter"
+)
+
+func ExampleNew() {
+	// One store per process; on Lambda use NewDynamoStore so that every
+	// instance shares the counts.
+	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	counter, err := durablecounter.New(durablecounter.Config{
+		Policy: &edgelimit.Policy{Name: "paid-daily", Algorithm: edgelimit.AlgorithmFixedWindow, Limit: 1000, Window: 24 * time.Hour},
+		Store:  store,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%T\n", counter)
+
+	_, err = durablecounter.New(durablecounter.Config{
+		Policy: &edgelimit.Policy{Name: "burst", Algorithm: edgelimit.AlgorithmFixedWindow, Limit: 10, Window: 0},
+	})
+	fmt.Println(err)
+	// Output:
+	// *durablecounter.Counter
+	// durablecounter: invalid config: policy "burst": window 0s must be a whole number of milliseconds, at least 1ms
+}
+
+func ExampleCounter_Allow() {
+	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	now := t0
+	counter, err := durablecounter.New(durablecounter.Config{
+		Policy: &edgelimit.Policy{Name: "login", Limit: 3, Window: time.Minute},
+		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Now:    func() time.Time { return now },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Keys arrive hashed (edgelimit.KeyHasher); any stable string works.
+	req := edgelimit.Request{Key: "client-1"}
+	for i := range 5 {
+		now = t0.Add(time.Duration(i) * 10 * time.Second)
+		d, err := counter.Allow(context.Background(), req)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("%s allowed=%v remaining=%d reset=%s retry-after=%s\n",
+			now.Format("15:04:05"), d.Allowed, d.Remaining, d.Reset, d.RetryAfter)
+	}
+	now = t0.Add(time.Minute) // a new window
+	d, _ := counter.Allow(context.Background(), req)
+	fmt.Printf("%s allowed=%v remaining=%d\n", now.Format("15:04:05"), d.Allowed, d.Remaining)
+	// Output:
+	// 12:00:00 allowed=true remaining=2 reset=1m0s retry-after=0s
+	// 12:00:10 allowed=true remaining=1 reset=50s retry-after=0s
+	// 12:00:20 allowed=true remaining=0 reset=40s retry-after=0s
+	// 12:00:30 allowed=false remaining=0 reset=30s retry-after=30s
+	// 12:00:40 allowed=false remaining=0 reset=20s retry-after=20s
+	// 12:01:00 allowed=true remaining=2
+}
+
+func ExampleCounter_AllowBatch() {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	newCounter := func(name string, limit int64, window time.Duration) *durablecounter.Counter {
+		c, err := durablecounter.New(durablecounter.Config{
+			Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: window},
+			Store:  store,
+			Now:    func() time.Time { return now },
+		})
+		if err != nil {
+			panic(err)
+		}
+		return c
+	}
+	daily, burst := newCounter("daily", 1000, 24*time.Hour), newCounter("burst", 2, time.Second)
+	items := []edgelimit.BatchItem{
+		{Limiter: daily, Request: edgelimit.Request{Key: "api-key-1"}},
+		{Limiter: burst, Request: edgelimit.Request{Key: "api-key-1"}},
+	}
+	// The third request is denied by burst and spends nothing of daily.
+	for range 3 {
+		ds, err := daily.AllowBatch(context.Background(), items)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("daily: %v %d, burst: %v %d\n", ds[0].Allowed, ds[0].Remaining, ds[1].Allowed, ds[1].Remaining)
+	}
+	// Output:
+	// daily: true 999, burst: true 1
+	// daily: true 998, burst: true 0
+	// daily: true 998, burst: false 0
+}

@@ -1,0 +1,266 @@
+package durablecounter
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"slices"
+	"sync"
+	"time"
+)
+
+// MemoryConfig configures a MemoryStore. The zero value is ready to use.
+type MemoryConfig struct {
+	// Shards is the number of independently locked parts of the store,
+	// rounded up to a power of two; default 64. One client key always lands
+	// in one shard.
+	Shards int
+	// MaxKeys bounds the live items the store holds (one per key and window
+	// in use), split evenly between the shards; default 1,048,576, about
+	// 100 MB. A new item beyond it is refused with ErrStoreFull once expired
+	// items have been swept: a live count is never evicted, because
+	// forgetting it would over-admit.
+	MaxKeys int
+	// ExpiryMargin is how long an item is kept after the end of its window;
+	// default 0. Counters sharing one process share its clock, so the
+	// margin for clock skew a DynamoStore needs is not needed here.
+	ExpiryMargin time.Duration
+}
+
+// DefaultMaxKeys is MemoryConfig.MaxKeys's default.
+const DefaultMaxKeys = 1 << 20
+
+const (
+	defaultMemoryShards = 64
+	// minSweep is the shard size below which a shard is never swept.
+	minSweep = 64
+)
+
+// MemoryStore is an in-process Store: exact, as fast as a map lookup under
+// a lock, and with the same semantics as a DynamoStore. It is the embedded
+// default of `edgelimit serve` and right for a single process; instances
+// that must share counts need a DynamoStore.
+//
+// Expired items are treated as absent when read (lazy expiry) and removed
+// by a sweep of a shard that runs when the shard has doubled in size since
+// its last sweep and some item in it has expired, so a shard holds at most
+// about twice its live items, and a sweep costs O(1) amortised per insert.
+// A decision on an existing item is one map lookup under the shard's lock
+// and allocates nothing; a key's first decision in a window allocates its
+// 16-byte count.
+type MemoryStore struct {
+	seed   maphash.Seed
+	shards []memShard
+	mask   uint64
+	margin time.Duration
+	perCap int
+	key    string
+}
+
+type memShard struct {
+	mu sync.Mutex
+	m  map[itemID]*memEntry
+	// sweepAt is the size at which the next insert sweeps.
+	sweepAt int
+	// nextExpiry is a lower bound of every entry's expiry (UnixNano): no
+	// sweep can remove anything before it.
+	nextExpiry int64
+	// cap is the shard's share of MaxKeys.
+	cap int
+	_   [64]byte // keep shards' locks off each other's cache lines
+}
+
+type memEntry struct {
+	n       int64
+	expires int64 // UnixNano
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// NewMemoryStore returns an empty MemoryStore. Zero or negative fields of
+// cfg take their defaults.
+func NewMemoryStore(cfg MemoryConfig) *MemoryStore {
+	n := cfg.Shards
+	if n <= 0 {
+		n = defaultMemoryShards
+	}
+	n = 1 << bits.Len(uint(n-1)) // round up to a power of two
+	maxKeys := cfg.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = DefaultMaxKeys
+	}
+	s := &MemoryStore{
+		seed:   maphash.MakeSeed(),
+		shards: make([]memShard, n),
+		mask:   uint64(n - 1),
+		margin: max(cfg.ExpiryMargin, 0),
+		perCap: max(1, (maxKeys+n-1)/n),
+	}
+	s.key = fmt.Sprintf("durablecounter/memory/%p", s)
+	for i := range s.shards {
+		s.shards[i].m = make(map[itemID]*memEntry)
+		s.shards[i].sweepAt = minSweep
+		s.shards[i].cap = s.perCap
+	}
+	return s
+}
+
+// Len returns the number of items held, including expired ones not yet
+// swept.
+func (s *MemoryStore) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (s *MemoryStore) batchKey() string { return s.key }
+
+func (s *MemoryStore) shardIndex(key string) int {
+	if s.mask == 0 {
+		return 0
+	}
+	return int(maphash.String(s.seed, key) & s.mask)
+}
+
+func (s *MemoryStore) apply(_ context.Context, now time.Time, o op) (result, error) {
+	sh := &s.shards[s.shardIndex(o.id.key)]
+	nowN := now.UnixNano()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	// check and commit in one: a single map lookup.
+	e := sh.m[o.id]
+	n := int64(0)
+	if e != nil && e.expires > nowN {
+		n = e.n // else absent or expired
+	}
+	if o.delta > o.limit || n > o.limit-o.delta {
+		return result{known: true, count: n}, nil
+	}
+	if e == nil {
+		if err := sh.makeRoom(nowN); err != nil {
+			return result{}, err
+		}
+		e = new(memEntry)
+		sh.m[o.id] = e
+	}
+	e.n = n + o.delta
+	e.expires = o.end.Add(s.margin).UnixNano()
+	sh.nextExpiry = min(sh.nextExpiry, e.expires)
+	return result{ok: true, known: true, count: e.n}, nil
+}
+
+func (s *MemoryStore) applyAll(_ context.Context, now time.Time, ops []op, res []result) (bool, error) {
+	var small [8]int
+	idx := small[:0]
+	for i := range ops {
+		idx = append(idx, s.shardIndex(ops[i].id.key))
+	}
+	locks := slices.Clone(idx)
+	slices.Sort(locks)
+	locks = slices.Compact(locks)
+	for _, i := range locks { // in index order, so batches never deadlock
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range locks {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+	nowN := now.UnixNano()
+	all := true
+	for i := range ops {
+		r, err := s.shards[idx[i]].check(&ops[i], nowN)
+		if err != nil {
+			return false, err
+		}
+		res[i] = r
+		all = all && r.ok
+	}
+	if !all {
+		return false, nil
+	}
+	for i := range ops {
+		res[i].count = s.shards[idx[i]].commit(&ops[i], nowN, s.margin)
+	}
+	return true, nil
+}
+
+func (s *MemoryStore) refund(_ context.Context, now time.Time, o op) error {
+	sh := &s.shards[s.shardIndex(o.id.key)]
+	nowN := now.UnixNano()
+	sh.mu.Lock()
+	if e := sh.m[o.id]; e != nil && e.expires > nowN && e.n >= o.delta {
+		e.n -= o.delta
+	}
+	sh.mu.Unlock()
+	return nil
+}
+
+// check evaluates o's condition without changing anything, making room for
+// a new item if o would create one. The shard is locked.
+func (sh *memShard) check(o *op, nowN int64) (result, error) {
+	e := sh.m[o.id]
+	n := int64(0)
+	if e != nil && e.expires > nowN {
+		n = e.n // else absent or expired
+	}
+	if o.delta > o.limit || n > o.limit-o.delta {
+		return result{known: true, count: n}, nil
+	}
+	if e == nil {
+		if err := sh.makeRoom(nowN); err != nil {
+			return result{}, err
+		}
+	}
+	return result{ok: true, known: true, count: n}, nil
+}
+
+// commit applies o, whose condition holds, and returns the new count.
+func (sh *memShard) commit(o *op, nowN int64, margin time.Duration) int64 {
+	e := sh.m[o.id]
+	if e == nil {
+		e = new(memEntry)
+		sh.m[o.id] = e
+	}
+	if e.expires <= nowN {
+		e.n = 0
+	}
+	e.n += o.delta
+	e.expires = o.end.Add(margin).UnixNano()
+	sh.nextExpiry = min(sh.nextExpiry, e.expires)
+	return e.n
+}
+
+// makeRoom runs before a new entry is added. It sweeps expired entries when
+// the shard has doubled since its last sweep (or is full) and something may
+// have expired, and refuses the entry in a shard full of live ones.
+func (sh *memShard) makeRoom(nowN int64) error {
+	if n := len(sh.m); n >= sh.sweepAt || n >= sh.cap {
+		if nowN >= sh.nextExpiry {
+			sh.sweep(nowN)
+		}
+		sh.sweepAt = max(minSweep, 2*len(sh.m))
+	}
+	if len(sh.m) >= sh.cap {
+		return ErrStoreFull
+	}
+	return nil
+}
+
+func (sh *memShard) sweep(nowN int64) {
+	next := int64(1<<63 - 1)
+	for id, e := range sh.m {
+		if e.expires <= nowN {
+			delete(sh.m, id)
+			continue
+		}
+		next = min(next, e.expires)
+	}
+	sh.nextExpiry = next
+}

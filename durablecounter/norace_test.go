@@ -1,0 +1,5 @@
+//go:build !race
+
+package durablecounter_test
+
+const raceEnabled = false

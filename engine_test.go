@@ -1,0 +1,584 @@
+package edgelimit_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgelimit/edgelimit"
+)
+
+// counter is a minimal exact limiter for engine unit tests; the real
+// backends run the conformance suite in package limitertest.
+type counter struct {
+	p        *edgelimit.Policy
+	mu       sync.Mutex
+	n        map[string]int64
+	keys     []string
+	refunds  int
+	err      error
+	block    bool // wait for the context to end, like a hung store
+	batchKey string
+	batches  int
+}
+
+func (c *counter) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+	if c.block {
+		<-ctx.Done()
+		return edgelimit.Decision{}, ctx.Err()
+	}
+	if c.err != nil {
+		return edgelimit.Decision{}, c.err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.keys = append(c.keys, r.Key)
+	return c.decide(r, true), nil
+}
+
+func (c *counter) decide(r edgelimit.Request, spend bool) edgelimit.Decision {
+	d := edgelimit.Decision{Limit: c.p.Limit, Window: c.p.Window, Reset: c.p.Window}
+	if c.n[r.Key]+r.Units() > c.p.Limit {
+		d.RetryAfter = c.p.Window / 2
+		d.Remaining = c.p.Limit - c.n[r.Key]
+		return d
+	}
+	if spend {
+		c.n[r.Key] += r.Units()
+	}
+	d.Allowed = true
+	d.Remaining = c.p.Limit - c.n[r.Key]
+	return d
+}
+
+func (c *counter) Refund(ctx context.Context, r edgelimit.Request) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refunds++
+	c.n[r.Key] -= r.Units()
+	return nil
+}
+
+// batcher is a counter that also decides atomically with its siblings.
+type batcher struct{ *counter }
+
+func (b batcher) BatchKey() string { return b.batchKey }
+
+func (b batcher) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) ([]edgelimit.Decision, error) {
+	ds := make([]edgelimit.Decision, len(items))
+	ok := true
+	for i, it := range items {
+		c := it.Limiter.(batcher).counter
+		c.mu.Lock()
+		c.batches++
+		ds[i] = c.decide(it.Request, false)
+		c.mu.Unlock()
+		ok = ok && ds[i].Allowed
+	}
+	if ok {
+		for i, it := range items {
+			c := it.Limiter.(batcher).counter
+			c.mu.Lock()
+			ds[i] = c.decide(it.Request, true)
+			c.mu.Unlock()
+		}
+	}
+	return ds, nil
+}
+
+type fixture struct {
+	t        *testing.T
+	e        *edgelimit.Engine
+	limiters map[string]*counter
+	events   []edgelimit.Event
+}
+
+func newFixture(t *testing.T, yaml string, tweak func(name string, c *counter) edgelimit.Limiter) *fixture {
+	t.Helper()
+	f, err := edgelimit.ParsePolicies("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := &fixture{t: t, limiters: map[string]*counter{}}
+	var mu sync.Mutex
+	e, err := edgelimit.New(edgelimit.Config{
+		Policies:   f,
+		HashSecret: []byte(strings.Repeat("k", 32)),
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Observe: func(ev edgelimit.Event) {
+			mu.Lock()
+			fx.events = append(fx.events, ev)
+			mu.Unlock()
+		},
+		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+			c := &counter{p: p, n: map[string]int64{}}
+			fx.limiters[p.Name] = c
+			if tweak != nil {
+				return tweak(p.Name, c), nil
+			}
+			return c, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.e = e
+	return fx
+}
+
+func (fx *fixture) do(method, path, ip string, headers map[string]string) *edgelimit.Verdict {
+	return fx.e.Decide(context.Background(), &edgelimit.Input{Method: method, Path: path, SourceIP: ip, Header: edgelimit.MapHeaders(headers)})
+}
+
+func header(v *edgelimit.Verdict, name string) string {
+	for _, f := range v.Header() {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+func problem(t *testing.T, v *edgelimit.Verdict) edgelimit.Problem {
+	t.Helper()
+	var p edgelimit.Problem
+	if err := json.Unmarshal(v.Body, &p); err != nil {
+		t.Fatalf("body %q is not a problem: %v", v.Body, err)
+	}
+	return p
+}
+
+const twoPolicies = `version: 1
+policies:
+  - {name: burst, routes: ["GET /paid/*"], key: header:X-Api-Key, strategy: kv, limit: 2, window: 10s}
+  - {name: daily, routes: ["GET /paid/*"], key: header:X-Api-Key, strategy: durable, limit: 3, window: 1d}
+  - {name: other, routes: ["POST /other"], key: ip, strategy: durable, limit: 1, window: 1m}
+`
+
+func TestEngineAllowsThenDenies(t *testing.T) {
+	fx := newFixture(t, twoPolicies, nil)
+	key := map[string]string{"X-Api-Key": "k1"}
+	v := fx.do("GET", "/paid/a", "1.2.3.4", key)
+	if !v.Allowed || v.Status != 0 {
+		t.Fatalf("first request: %+v", v)
+	}
+	if got, want := header(v, "RateLimit-Policy"), `"burst";q=2;w=10, "daily";q=3;w=86400`; got != want {
+		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+	}
+	if got, want := header(v, "RateLimit"), `"burst";r=1;t=10, "daily";r=2;t=86400`; got != want {
+		t.Errorf("RateLimit = %q, want %q", got, want)
+	}
+	// Legacy headers describe the most restrictive policy.
+	if header(v, "X-RateLimit-Limit") != "2" || header(v, "X-RateLimit-Remaining") != "1" || header(v, "X-RateLimit-Reset") != "10" {
+		t.Errorf("legacy headers = %v", v.Header())
+	}
+	fx.do("GET", "/paid/a", "1.2.3.4", key)
+	v = fx.do("GET", "/paid/b", "1.2.3.4", key)
+	if v.Allowed || v.Status != 429 {
+		t.Fatalf("third request: allowed=%v status=%d, want 429", v.Allowed, v.Status)
+	}
+	if got := header(v, "Retry-After"); got != "5" {
+		t.Errorf("Retry-After = %q, want 5", got)
+	}
+	if got := header(v, "Content-Type"); got != "application/problem+json" {
+		t.Errorf("Content-Type = %q", got)
+	}
+	p := problem(t, v)
+	if p.Type != edgelimit.ProblemQuotaExceeded || p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "burst" || p.Title == "" || p.Detail == "" {
+		t.Errorf("problem = %+v", p)
+	}
+	// The denial by burst spent nothing of daily: it was never asked.
+	if got := fx.limiters["daily"].n; len(got) != 1 || sum(got) != 2 {
+		t.Errorf("daily spent %v, want 2 units", got)
+	}
+	// Another client has its own quota.
+	if v := fx.do("GET", "/paid/a", "1.2.3.4", map[string]string{"X-Api-Key": "k2"}); !v.Allowed {
+		t.Errorf("second client denied: %s", v.Body)
+	}
+}
+
+func sum(m map[string]int64) int64 {
+	var s int64
+	for _, v := range m {
+		s += v
+	}
+	return s
+}
+
+// A denial by a later (exact) policy refunds what earlier soft policies spent.
+func TestEngineRefundsWhenLaterPolicyDenies(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: soft, routes: ["GET /x"], key: ip, strategy: kv, limit: 100, window: 1m}
+  - {name: hard, routes: ["GET /x"], key: ip, strategy: durable, limit: 1, window: 1m}
+`, nil)
+	fx.do("GET", "/x", "1.2.3.4", nil)
+	v := fx.do("GET", "/x", "1.2.3.4", nil)
+	if v.Allowed {
+		t.Fatal("second request allowed, want denied by hard")
+	}
+	if p := problem(t, v); len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "hard" {
+		t.Errorf("violated = %v, want [hard]", p.ViolatedPolicies)
+	}
+	soft := fx.limiters["soft"]
+	if soft.refunds != 1 || sum(soft.n) != 1 {
+		t.Errorf("soft: refunds=%d spent=%d, want 1 refund and 1 unit spent", soft.refunds, sum(soft.n))
+	}
+}
+
+// Batchable policies are decided in one atomic call, and a denial by one
+// member spends nobody's quota.
+func TestEngineBatchesAtomically(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: a, routes: ["GET /x"], key: ip, strategy: durable, limit: 5, window: 1m}
+  - {name: b, routes: ["GET /x"], key: ip, strategy: durable, limit: 1, window: 1m}
+`, func(name string, c *counter) edgelimit.Limiter {
+		c.batchKey = "store-1"
+		return batcher{c}
+	})
+	if v := fx.do("GET", "/x", "1.2.3.4", nil); !v.Allowed {
+		t.Fatalf("first denied: %s", v.Body)
+	}
+	v := fx.do("GET", "/x", "1.2.3.4", nil)
+	if v.Allowed || v.Status != 429 {
+		t.Fatalf("second: %+v", v)
+	}
+	a, b := fx.limiters["a"], fx.limiters["b"]
+	if sum(a.n) != 1 || sum(b.n) != 1 {
+		t.Errorf("spent a=%d b=%d, want 1 and 1 (the denied batch spends nothing)", sum(a.n), sum(b.n))
+	}
+	if a.batches != 2 || len(a.keys) != 0 {
+		t.Errorf("a: %d batches, %d single calls; want every decision batched", a.batches, len(a.keys))
+	}
+	if a.refunds+b.refunds != 0 {
+		t.Errorf("refunds = %d, want none: nothing of a denied batch is spent", a.refunds+b.refunds)
+	}
+	// The member that would have fitted still shows in RateLimit.
+	if got, want := header(v, "RateLimit"), `"a";r=4;t=60, "b";r=0;t=60`; got != want {
+		t.Errorf("RateLimit = %q, want %q", got, want)
+	}
+}
+
+func TestEngineStoreFailure(t *testing.T) {
+	broken := errors.New("connection refused")
+	yaml := `version: 1
+policies:
+  - {name: open, routes: ["GET /open"], key: ip, strategy: kv, limit: 1, window: 1m}
+  - {name: closed, routes: ["GET /closed"], key: ip, strategy: durable, limit: 1, window: 1m}
+  - {name: hung, routes: ["GET /hung"], key: ip, strategy: durable, limit: 1, window: 1m, store_timeout: 5ms}
+`
+	fx := newFixture(t, yaml, func(name string, c *counter) edgelimit.Limiter {
+		c.err = broken
+		c.block = name == "hung"
+		return c
+	})
+	for i := 0; i < 3; i++ {
+		v := fx.do("GET", "/open", "1.2.3.4", nil)
+		if !v.Allowed || !v.Decisions[0].Degraded {
+			t.Fatalf("fail-open policy: allowed=%v degraded=%v, want allowed and degraded", v.Allowed, v.Decisions[0].Degraded)
+		}
+	}
+	for _, path := range []string{"/closed", "/hung"} {
+		v := fx.do("GET", path, "1.2.3.4", nil)
+		if v.Allowed || v.Status != 503 {
+			t.Fatalf("%s: allowed=%v status=%d, want 503", path, v.Allowed, v.Status)
+		}
+		if got := header(v, "Retry-After"); got != "1" {
+			t.Errorf("%s: Retry-After = %q, want 1", path, got)
+		}
+		if p := problem(t, v); p.Type != edgelimit.ProblemReducedCapacity || p.Status != 503 || strings.Contains(string(v.Body), "refused") {
+			t.Errorf("%s: problem = %s (must not echo the store error)", path, v.Body)
+		}
+	}
+	var degraded, withErr int
+	for _, ev := range fx.events {
+		if ev.Degraded {
+			degraded++
+		}
+		if ev.StoreError != nil {
+			withErr++
+		}
+	}
+	if degraded != 5 || withErr != 5 {
+		t.Errorf("events: %d degraded, %d with errors; want 5 and 5", degraded, withErr)
+	}
+	var hungErr error
+	for _, ev := range fx.events {
+		if ev.Policy == "hung" {
+			hungErr = ev.StoreError
+		}
+	}
+	if !errors.Is(hungErr, context.DeadlineExceeded) {
+		t.Errorf("hung store error = %v, want the time budget's deadline", hungErr)
+	}
+}
+
+func TestEngineShadowNeverBlocks(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: trial, routes: ["GET /x"], key: header:X-Api-Key, strategy: durable, limit: 1, window: 1m, shadow: true}
+`, nil)
+	for i := 0; i < 3; i++ {
+		v := fx.do("GET", "/x", "1.2.3.4", map[string]string{"X-Api-Key": "k"})
+		if !v.Allowed {
+			t.Fatalf("request %d blocked by a shadow policy", i)
+		}
+		if h := header(v, "RateLimit"); h != "" {
+			t.Errorf("shadow policy shown to the client: %q", h)
+		}
+	}
+	// A shadow policy without its key does not 400 either.
+	if v := fx.do("GET", "/x", "1.2.3.4", nil); !v.Allowed {
+		t.Errorf("shadow policy without key: status %d", v.Status)
+	}
+	denied := 0
+	for _, ev := range fx.events {
+		if !ev.Allowed && ev.Shadow {
+			denied++
+		}
+	}
+	if denied != 2 {
+		t.Errorf("shadow denials reported = %d, want 2", denied)
+	}
+}
+
+func TestEngineMissingKey(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: strict, routes: ["GET /strict"], key: header:X-Api-Key, strategy: durable, limit: 1, window: 1m}
+  - {name: lenient, routes: ["GET /lenient"], key: header:X-Api-Key, on_missing_key: ip, strategy: durable, limit: 1, window: 1m}
+  - {name: claims, routes: ["GET /claims"], key: claim:sub, strategy: durable, limit: 1, window: 1m}
+`, nil)
+	v := fx.do("GET", "/strict", "1.2.3.4", nil)
+	if v.Status != 400 || !strings.Contains(problem(t, v).Detail, "X-Api-Key") {
+		t.Errorf("missing header: status %d body %s, want 400 naming the header", v.Status, v.Body)
+	}
+	v = fx.do("GET", "/strict", "1.2.3.4", map[string]string{"X-Api-Key": strings.Repeat("k", 2000)})
+	if v.Status != 400 {
+		t.Errorf("2000-byte key: status %d, want 400", v.Status)
+	}
+	v = fx.do("GET", "/strict", "1.2.3.4", map[string]string{"X-Api-Key": "\xff\xfe"})
+	if v.Status != 400 {
+		t.Errorf("invalid UTF-8 key: status %d, want 400", v.Status)
+	}
+	if v := fx.do("GET", "/lenient", "1.2.3.4", nil); !v.Allowed {
+		t.Errorf("fallback to ip: %d %s", v.Status, v.Body)
+	}
+	if v := fx.do("GET", "/lenient", "1.2.3.4", nil); v.Allowed {
+		t.Error("fallback to ip did not count by address")
+	}
+	v = fx.e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/claims", SourceIP: "1.2.3.4", Claims: edgelimit.MapClaims{"sub": "user-1"}})
+	if !v.Allowed {
+		t.Errorf("claim key: %d %s", v.Status, v.Body)
+	}
+	if v := fx.do("GET", "/claims", "1.2.3.4", nil); v.Status != 400 {
+		t.Errorf("missing claim: status %d, want 400", v.Status)
+	}
+}
+
+func TestEngineMalformedInput(t *testing.T) {
+	fx := newFixture(t, twoPolicies, nil)
+	tests := []struct {
+		name         string
+		method, path string
+		ip           string
+	}{
+		{"empty method", "", "/paid/x", "1.2.3.4"},
+		{"lower-case method", "get", "/paid/x", "1.2.3.4"},
+		{"long method", strings.Repeat("G", 100), "/paid/x", "1.2.3.4"},
+		{"empty path", "GET", "", "1.2.3.4"},
+		{"relative path", "GET", "paid/x", "1.2.3.4"},
+		{"invalid UTF-8 path", "GET", "/paid/\xff", "1.2.3.4"},
+		{"bad escape", "GET", "/paid/%zz", "1.2.3.4"},
+		{"huge path", "GET", "/" + strings.Repeat("a", 70000), "1.2.3.4"},
+	}
+	for _, tt := range tests {
+		v := fx.do(tt.method, tt.path, tt.ip, map[string]string{"X-Api-Key": "k"})
+		if v.Status != 400 || v.Allowed {
+			t.Errorf("%s: allowed=%v status=%d, want 400", tt.name, v.Allowed, v.Status)
+		}
+	}
+	// A bad source address on an ip policy is the client's problem too.
+	if v := fx.do("POST", "/other", "not-an-ip", nil); v.Status != 400 {
+		t.Errorf("bad source ip: status %d, want 400", v.Status)
+	}
+	// A request that no policy covers passes untouched.
+	if v := fx.do("GET", "/free", "1.2.3.4", nil); !v.Allowed || len(v.Header()) != 0 {
+		t.Errorf("unguarded route: %+v", v)
+	}
+}
+
+// Regression: encoded dot segments must not escape the paid route.
+func TestEngineEncodedTraversalIsLimited(t *testing.T) {
+	fx := newFixture(t, twoPolicies, nil)
+	v := fx.do("GET", "/public/%2e%2e/paid/x", "1.2.3.4", nil)
+	if v.Status != 400 || v.Route != "GET /paid/*" {
+		t.Errorf("traversal: status %d route %q, want the paid route's 400 for a missing key", v.Status, v.Route)
+	}
+}
+
+func TestEngineLegacyHeadersOff(t *testing.T) {
+	fx := newFixture(t, "legacy_headers: false\n"+twoPolicies, nil)
+	v := fx.do("GET", "/paid/a", "1.2.3.4", map[string]string{"X-Api-Key": "k"})
+	if header(v, "X-RateLimit-Limit") != "" || header(v, "RateLimit") == "" {
+		t.Errorf("headers = %v, want RateLimit without X-RateLimit-*", v.Header())
+	}
+}
+
+func TestEngineKeys(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: direct, routes: ["GET /d"], key: ip, strategy: durable, limit: 100, window: 1m}
+  - {name: proxied, routes: ["GET /p"], key: ip, trusted_proxies: 1, strategy: durable, limit: 100, window: 1m}
+  - {name: fine, routes: ["GET /f"], key: ip, ipv6_prefix: 128, strategy: durable, limit: 100, window: 1m}
+  - {name: everyone, routes: ["GET /g"], key: global, strategy: durable, limit: 100, window: 1m}
+`, nil)
+	key := func(policy, path, ip string, h map[string]string) string {
+		c := fx.limiters[policy]
+		before := len(c.keys)
+		fx.do("GET", path, ip, h)
+		if len(c.keys) != before+1 {
+			t.Fatalf("%s %s from %s: no decision", policy, path, ip)
+		}
+		return c.keys[before]
+	}
+	xff := map[string]string{"X-Forwarded-For": "6.6.6.6, 9.9.9.9"}
+	a := key("direct", "/d", "1.2.3.4", nil)
+	if len(a) != edgelimit.HashedKeyLength || strings.Contains(a, "1.2.3.4") {
+		t.Errorf("key %q is not a hash", a)
+	}
+	if b := key("direct", "/d", "1.2.3.4", xff); b != a {
+		t.Error("X-Forwarded-For changed the key of a policy that trusts no proxy")
+	}
+	if b := key("direct", "/d", "::ffff:1.2.3.4", nil); b != a {
+		t.Error("IPv4-mapped IPv6 address got a different key")
+	}
+	if b := key("direct", "/d", "1.2.3.5", nil); b == a {
+		t.Error("two IPv4 clients share a key")
+	}
+	v6a := key("direct", "/d", "2001:db8:1:2::1", nil)
+	if v6b := key("direct", "/d", "2001:db8:1:2:ffff::9", nil); v6b != v6a {
+		t.Error("two addresses of one /64 got different keys")
+	}
+	if v6c := key("direct", "/d", "2001:db8:1:3::1", nil); v6c == v6a {
+		t.Error("two /64s share a key")
+	}
+	if f1, f2 := key("fine", "/f", "2001:db8::1", nil), key("fine", "/f", "2001:db8::2", nil); f1 == f2 {
+		t.Error("ipv6_prefix: 128 still grouped addresses")
+	}
+	p1 := key("proxied", "/p", "10.0.0.1", xff)
+	if p2 := key("proxied", "/p", "10.0.0.2", map[string]string{"X-Forwarded-For": "1.1.1.1, 9.9.9.9"}); p2 != p1 {
+		t.Error("trusted_proxies: 1 did not key on the right-most X-Forwarded-For entry")
+	}
+	if p3 := key("proxied", "/p", "9.9.9.9", nil); p3 != p1 {
+		t.Error("without X-Forwarded-For the source address is the client")
+	}
+	// API Gateway appends the peer it saw (the source IP, here CloudFront's
+	// edge) to X-Forwarded-For; that entry is not one of the proxies.
+	if p4 := key("proxied", "/p", "10.9.9.9", map[string]string{"X-Forwarded-For": "9.9.9.9, 10.9.9.9"}); p4 != p1 {
+		t.Error("trusted_proxies: 1 counted the entry point's own X-Forwarded-For entry as a proxy")
+	}
+	if p5 := key("proxied", "/p", "9.9.9.9", map[string]string{"X-Forwarded-For": "9.9.9.9"}); p5 != p1 {
+		t.Error("a list holding only the entry point's entry must key on the source address")
+	}
+	if key("direct", "/d", "9.9.9.9", nil) == p1 {
+		t.Error("two policies share a client's hash (keys must be per policy)")
+	}
+	if g1, g2 := key("everyone", "/g", "1.1.1.1", nil), key("everyone", "/g", "2.2.2.2", nil); g1 != g2 {
+		t.Error("global key differs by client")
+	}
+}
+
+func TestEngineChallengeRendering(t *testing.T) {
+	exp := time.Unix(1_700_000_010, 0).UTC()
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: tts, routes: ["POST /tts"], key: ip, strategy: signed, limit: 10, window: 1m, proof_of_work: {bits: 8}}
+`, func(name string, c *counter) edgelimit.Limiter {
+		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+			return edgelimit.Decision{Limit: 10, Window: time.Minute, RetryAfter: time.Second,
+				Challenge: &edgelimit.Challenge{Value: "v1.abc", Bits: 8, Expires: exp}}, nil
+		})
+	})
+	v := fx.do("POST", "/tts", "1.2.3.4", nil)
+	if v.Status != 429 || header(v, "Edgelimit-Challenge") != "v1.abc" {
+		t.Fatalf("status %d, headers %v", v.Status, v.Header())
+	}
+	p := problem(t, v)
+	if p.Challenge == nil || p.Challenge.Value != "v1.abc" || p.Challenge.Bits != 8 || !p.Challenge.Expires.Equal(exp) {
+		t.Errorf("problem challenge = %+v", p.Challenge)
+	}
+}
+
+func TestEngineTokensOnlyWhenAllowed(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: win, routes: ["POST /t"], key: ip, strategy: signed, limit: 10, window: 1m}
+  - {name: hard, routes: ["POST /t"], key: ip, strategy: durable, limit: 1, window: 1m}
+`, func(name string, c *counter) edgelimit.Limiter {
+		if name == "hard" {
+			return c
+		}
+		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+			return edgelimit.Decision{Allowed: true, Limit: 10, Window: time.Minute, Remaining: 9, Token: "tok"}, nil
+		})
+	})
+	if v := fx.do("POST", "/t", "1.2.3.4", nil); header(v, "Edgelimit-Token") != "tok" {
+		t.Errorf("allowed: Edgelimit-Token = %q, want tok", header(v, "Edgelimit-Token"))
+	}
+	if v := fx.do("POST", "/t", "1.2.3.4", nil); v.Allowed || header(v, "Edgelimit-Token") != "" {
+		t.Errorf("denied request handed out a token: %v", v.Header())
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	f, _ := edgelimit.ParsePolicies("p.yaml", []byte(twoPolicies))
+	build := func(p *edgelimit.Policy) (edgelimit.Limiter, error) { return &counter{p: p}, nil }
+	if _, err := edgelimit.New(edgelimit.Config{Limiters: build}); err == nil {
+		t.Error("New without policies succeeded")
+	}
+	if _, err := edgelimit.New(edgelimit.Config{Policies: f}); err == nil {
+		t.Error("New without a factory succeeded")
+	}
+	if _, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: build, HashSecret: []byte("short")}); !errors.Is(err, edgelimit.ErrShortSecret) {
+		t.Errorf("short secret: %v, want ErrShortSecret", err)
+	}
+	boom := errors.New("no such store")
+	_, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) { return nil, boom }})
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), `policy "burst"`) {
+		t.Errorf("factory error = %v, want it wrapped with the policy name", err)
+	}
+}
+
+func FuzzDecide(f *testing.F) {
+	f.Add("GET", "/paid/x", "1.2.3.4", "k", "")
+	f.Add("POST", "/other", "2001:db8::1", "", "1.1.1.1, 2.2.2.2")
+	f.Add("", "", "", "\xff", "")
+	f.Add("GET", "/public/%2e%2e/paid/x", "::ffff:10.0.0.1", "k", ",,,")
+	f.Fuzz(func(t *testing.T, method, path, ip, apiKey, xff string) {
+		fx := newFixture(t, twoPolicies, nil)
+		v := fx.do(method, path, ip, map[string]string{"X-Api-Key": apiKey, "X-Forwarded-For": xff, "Edgelimit-Token": apiKey})
+		switch {
+		case v.Allowed && v.Status == 0:
+		case !v.Allowed && (v.Status == 400 || v.Status == 429):
+			var p edgelimit.Problem
+			if err := json.Unmarshal(v.Body, &p); err != nil || p.Status != v.Status {
+				t.Fatalf("status %d with body %q", v.Status, v.Body)
+			}
+		default:
+			t.Fatalf("Decide(%q %q from %q) = allowed %v status %d", method, path, ip, v.Allowed, v.Status)
+		}
+		for _, h := range v.Header() {
+			if strings.ContainsAny(h.Value, "\r\n") {
+				t.Fatalf("header %s carries a line break: %q", h.Name, h.Value)
+			}
+		}
+	})
+}

@@ -1,0 +1,75 @@
+package middleware_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/middleware"
+)
+
+func hello(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return events.APIGatewayV2HTTPResponse{StatusCode: 200, Body: `{"hello":"world"}`}, nil
+}
+
+// Build the engine once, outside the handler, and wrap the handler for
+// lambda.Start. On Lambda, use durablecounter.NewDynamoStore so that every
+// instance shares the counts.
+func ExampleHTTPAPI() {
+	policies, err := edgelimit.LoadPolicies("policies.yaml")
+	if err != nil {
+		log.Fatal(err)
+	}
+	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	engine, err := edgelimit.New(edgelimit.Config{Policies: policies, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	lambda.Start(middleware.HTTPAPI(engine, hello))
+}
+
+// The net/http middleware answers exactly as the Lambda adapters do.
+func ExampleHandler() {
+	policies, err := edgelimit.ParsePolicies("policies.yaml", []byte(`
+version: 1
+policies:
+  - name: search
+    routes: ["GET /search"]
+    key: ip
+    strategy: durable
+    limit: 2
+    window: 1m
+`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	noon := func() time.Time { return time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC) }
+	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	engine, err := edgelimit.New(edgelimit.Config{Policies: policies, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: noon})
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	search := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "results") })
+	h := middleware.Handler(engine, search)
+	for range 3 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/search", nil))
+		fmt.Printf("%d RateLimit: %s Retry-After: %q\n", w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 RateLimit: "search";r=1;t=60 Retry-After: ""
+	// 200 RateLimit: "search";r=0;t=60 Retry-After: ""
+	// 429 RateLimit: "search";r=0;t=60 Retry-After: "60"
+}

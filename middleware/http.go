@@ -1,0 +1,154 @@
+package middleware
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+
+	"github.com/edgelimit/edgelimit"
+)
+
+// Handler wraps next so that e decides every request before next runs.
+//
+// The client address is the host part of r.RemoteAddr, the TCP peer. The
+// path is the request's escaped path, as sent. On an allowed request the
+// verdict's headers are set on the response when next first writes (or when
+// it returns without writing), replacing any of the same name next set;
+// otherwise the verdict's status, headers and problem body are written and
+// next does not run.
+func Handler(e *edgelimit.Engine, next http.Handler) http.Handler {
+	mustWrap("Handler", e, next == nil)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in := edgelimit.Input{
+			Method:   r.Method,
+			SourceIP: remoteHost(r.RemoteAddr),
+			Header:   edgelimit.HTTPHeaders(r.Header),
+		}
+		if r.URL != nil {
+			in.Path = r.URL.EscapedPath()
+		}
+		v := e.Decide(r.Context(), &in)
+		fs := v.Header()
+		if !v.Allowed {
+			setHeaders(w.Header(), fs, make([]string, len(fs)))
+			w.WriteHeader(status(v))
+			if len(v.Body) > 0 {
+				_, _ = w.Write(v.Body)
+			} else {
+				_, _ = w.Write([]byte(body(v)))
+			}
+			return
+		}
+		r = r.WithContext(edgelimit.NewContext(r.Context(), v))
+		if len(fs) == 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		lw := &limitedWriter{ResponseWriter: w, fields: fs}
+		next.ServeHTTP(lw, r)
+		lw.apply()
+	})
+}
+
+// remoteHost returns the host of a "host:port" address, or addr itself.
+func remoteHost(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
+}
+
+// Canonical forms of the header names edgelimit writes, computed once.
+var canonicalNames = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range []string{
+		edgelimit.HeaderRateLimitPolicy, edgelimit.HeaderRateLimit, edgelimit.HeaderRetryAfter,
+		edgelimit.HeaderLegacyLimit, edgelimit.HeaderLegacyRemaining, edgelimit.HeaderLegacyReset,
+		edgelimit.HeaderToken, edgelimit.HeaderChallenge, edgelimit.HeaderContentType,
+	} {
+		m[n] = http.CanonicalHeaderKey(n)
+	}
+	return m
+}()
+
+func canonical(name string) string {
+	if c, ok := canonicalNames[name]; ok {
+		return c
+	}
+	return http.CanonicalHeaderKey(name)
+}
+
+// setHeaders applies the verdict's fields to a net/http header map with the
+// same rule as the Lambda adapters: ours replace, others are only added.
+// vals, at least as long as fs, backs the one-element value slices.
+func setHeaders(h http.Header, fs []edgelimit.Field, vals []string) {
+	for i, f := range fs {
+		key := canonical(f.Name)
+		if !ours(f.Name) {
+			if _, ok := h[key]; ok {
+				continue
+			}
+		} else {
+			for k := range h {
+				if k != key && equalFold(k, key) {
+					delete(h, k) // a non-canonical key the handler set directly
+				}
+			}
+		}
+		vals[i] = f.Value
+		h[key] = vals[i : i+1 : i+1]
+	}
+}
+
+// limitedWriter sets the verdict's headers just before the wrapped handler's
+// response header is written, so they win over the handler's own.
+type limitedWriter struct {
+	http.ResponseWriter
+	fields  []edgelimit.Field
+	applied bool
+	vals    [8]string // backs the header values, in the same allocation
+}
+
+func (w *limitedWriter) apply() {
+	if w.applied {
+		return
+	}
+	w.applied = true
+	vals := w.vals[:]
+	if len(w.fields) > len(vals) {
+		vals = make([]string, len(w.fields))
+	}
+	setHeaders(w.ResponseWriter.Header(), w.fields, vals)
+}
+
+// WriteHeader sets the verdict's headers and writes the status.
+func (w *limitedWriter) WriteHeader(code int) {
+	w.apply()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write sets the verdict's headers if the status is not written yet, then
+// writes b.
+func (w *limitedWriter) Write(b []byte) (int, error) {
+	w.apply()
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap returns the underlying writer, for http.ResponseController.
+func (w *limitedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush sets the verdict's headers and flushes, if the underlying writer can.
+func (w *limitedWriter) Flush() {
+	w.apply()
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands over the connection, if the underlying writer can.
+func (w *limitedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+var _ interface {
+	http.Flusher
+	http.Hijacker
+} = (*limitedWriter)(nil)

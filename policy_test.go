@@ -1,0 +1,204 @@
+package edgelimit_test
+
+import (
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgelimit/edgelimit"
+)
+
+func TestLoadExamplePolicies(t *testing.T) {
+	f, err := edgelimit.LoadPolicies("policies.yaml")
+	if err != nil {
+		t.Fatalf("LoadPolicies(policies.yaml): %v", err)
+	}
+	if got := len(f.Policies); got < 5 {
+		t.Fatalf("policies = %d, want at least 5", got)
+	}
+	byName := map[string]*edgelimit.Policy{}
+	for _, p := range f.Policies {
+		byName[p.Name] = p
+	}
+	paid := byName["paid-daily"]
+	if paid == nil || paid.Limit != 1000 || paid.Window != 24*time.Hour || paid.OnStoreError != edgelimit.FailClosed ||
+		paid.Key.Kind != edgelimit.KeyHeader || paid.Key.Name != "X-Api-Key" {
+		t.Errorf("paid-daily = %+v", paid)
+	}
+	if b := byName["paid-burst"]; b == nil || b.Algorithm != edgelimit.AlgorithmGCRA || b.Burst != 20 {
+		t.Errorf("paid-burst = %+v", b)
+	}
+	if c := byName["contact"]; c == nil || c.OnStoreError != edgelimit.FailOpen || c.Burst != 5 || c.Algorithm != edgelimit.AlgorithmTokenBucket {
+		t.Errorf("contact defaults = %+v, want fail open, burst = limit, token-bucket", c)
+	}
+	if tts := byName["tts"]; tts == nil || tts.ProofOfWork == nil || tts.ProofOfWork.Bits != 16 || tts.ProofOfWork.TTL != 10*time.Second {
+		t.Errorf("tts = %+v", tts)
+	}
+}
+
+func TestPolicyDefaults(t *testing.T) {
+	f, err := edgelimit.ParsePolicies("p.yaml", []byte(`version: 1
+policies:
+  - name: a
+    routes: ["GET /a"]
+    key: ip
+    strategy: durable
+    limit: 3
+    window: 1d
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.Policies[0]
+	want := edgelimit.Policy{Name: "a", Strategy: "durable", Algorithm: "fixed-window", Limit: 3, Window: 24 * time.Hour,
+		Cost: 1, OnStoreError: "deny", StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64, Shards: 1, DenyCache: true,
+		OnMissingKey: "reject", Line: 3}
+	p.Routes, p.Key = nil, edgelimit.KeySource{}
+	if !reflect.DeepEqual(*p, want) {
+		t.Errorf("defaults:\n got %+v\nwant %+v", *p, want)
+	}
+	if !f.LegacyHeaders {
+		t.Error("LegacyHeaders default = false, want true")
+	}
+}
+
+// Each bad file must fail at load with the file, line, policy and field named.
+func TestParsePoliciesErrors(t *testing.T) {
+	head := "version: 1\npolicies:\n"
+	pol := func(extra string) string {
+		return head + "  - name: paid\n    routes: [\"GET /paid/*\"]\n    key: header:X-Api-Key\n    strategy: durable\n    limit: 10\n" + extra
+	}
+	tests := []struct {
+		name, file string
+		want       []string
+	}{
+		{"window without unit", pol("    window: 10\n"), []string{`p.yaml:8: policy "paid": window "10" needs a unit, like 10s`}},
+		{"unknown field with hint", pol("    window: 1m\n    windw: 1m\n"), []string{`p.yaml:9: policy "paid": unknown field "windw" (did you mean "window"?)`}},
+		{"unknown top-level field", "version: 1\npolicy: []\n", []string{`p.yaml:2: unknown field "policy" (did you mean "policies"?)`}},
+		{"bad version", "version: 2\npolicies: []\n", []string{"p.yaml:1: version 2 is not supported"}},
+		{"missing version", "policies:\n  - name: a\n", []string{"missing `version: 1`"}},
+		{"not yaml", "version: [1\n", []string{"p.yaml:1: not valid YAML"}},
+		{"empty", "", []string{"file is empty"}},
+		{"bad strategy", head + "  - name: a\n    routes: [\"GET /a\"]\n    key: ip\n    strategy: durabel\n    limit: 1\n    window: 1s\n",
+			[]string{`p.yaml:6: policy "a": strategy "durabel" is not one of durable, kv, signed (did you mean "durable"?)`}},
+		{"bad algorithm", pol("    window: 1m\n    algorithm: leaky\n"), []string{`p.yaml:9: policy "paid": algorithm "leaky" is not one of`}},
+		{"bad key", head + "  - name: a\n    routes: [\"GET /a\"]\n    key: cookie:x\n    strategy: kv\n    limit: 1\n    window: 1s\n",
+			[]string{`p.yaml:5: policy "a": key "cookie:x" is not one of ip, global, header:NAME, claim:NAME`}},
+		{"bad route", head + "  - name: a\n    routes: [\"GET paid\"]\n    key: ip\n    strategy: kv\n    limit: 1\n    window: 1s\n",
+			[]string{`p.yaml:4: policy "a": route "GET paid": path must start with /`}},
+		{"star in middle", head + "  - name: a\n    routes: [\"GET /a/*/b\"]\n    key: ip\n    strategy: kv\n    limit: 1\n    window: 1s\n",
+			[]string{"may contain * only at the end"}},
+		{"bad method", head + "  - name: a\n    routes: [\"FETCH /a\"]\n    key: ip\n    strategy: kv\n    limit: 1\n    window: 1s\n",
+			[]string{`method "FETCH" is not one of`}},
+		{"duplicate name", head + "  - {name: a, routes: [\"GET /a\"], key: ip, strategy: kv, limit: 1, window: 1s}\n  - {name: a, routes: [\"GET /b\"], key: ip, strategy: kv, limit: 1, window: 1s}\n",
+			[]string{`p.yaml:4: policy "a": name already used by the policy on line 3`}},
+		{"bad name", head + "  - {name: Paid_API, routes: [\"GET /a\"], key: ip, strategy: kv, limit: 1, window: 1s}\n",
+			[]string{`name "Paid_API" must be 1-64 characters`}},
+		{"negative limit", strings.Replace(pol("    window: 1m\n"), "limit: 10", "limit: -1", 1), []string{"limit -1 must not be negative"}},
+		{"limit not a number", strings.Replace(pol("    window: 1m\n"), "limit: 10", "limit: ten", 1), []string{`limit "ten" must be a whole number`}},
+		{"burst on fixed window", pol("    window: 1m\n    burst: 5\n"), []string{"burst applies only to algorithm gcra and strategy kv"}},
+		{"cost above limit", pol("    window: 1m\n    cost: 11\n"), []string{"cost 11 is more than the limit 10"}},
+		{"bad store mode", pol("    window: 1m\n    on_store_error: maybe\n"), []string{`on_store_error "maybe" is not one of allow, deny`}},
+		{"pow on durable", pol("    window: 1m\n    proof_of_work: {bits: 8}\n"), []string{"proof_of_work applies only to strategy signed"}},
+		{"pow bits", head + "  - {name: a, routes: [\"GET /a\"], key: ip, strategy: signed, limit: 1, window: 1s, proof_of_work: {bits: 40}}\n",
+			[]string{"proof_of_work.bits 40 must be between 1 and 32"}},
+		{"trusted proxies with header key", pol("    window: 1m\n    trusted_proxies: 1\n"), []string{"trusted_proxies applies only when the key is ip"}},
+		{"missing fields", head + "  - name: a\n", []string{"missing `strategy`", "missing `routes`", "missing `key`", "missing `limit`", "missing `window`"}},
+		{"second document", head + "  - {name: a, routes: [\"GET /a\"], key: ip, strategy: kv, limit: 1, window: 1s}\n---\nversion: 1\n", []string{"more than one YAML document"}},
+		{"duration garbage", pol("    window: soon\n"), []string{`window "soon" is not a duration`}},
+		{"zero duration", pol("    window: 0s\n"), []string{`window "0s" must be positive`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := edgelimit.ParsePolicies("p.yaml", []byte(tt.file))
+			if err == nil {
+				t.Fatalf("ParsePolicies succeeded, want errors %q", tt.want)
+			}
+			if !errors.Is(err, edgelimit.ErrBadPolicyFile) {
+				t.Errorf("error does not wrap ErrBadPolicyFile: %v", err)
+			}
+			var pe *edgelimit.PolicyError
+			if !errors.As(err, &pe) {
+				t.Errorf("error has no *PolicyError: %v", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error = %v\nwant it to contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadPoliciesMissingFile(t *testing.T) {
+	_, err := edgelimit.LoadPolicies("does-not-exist.yaml")
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("LoadPolicies(missing) = %v, want os.ErrNotExist", err)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+		err  string
+	}{
+		{"10s", 10 * time.Second, ""},
+		{"1d", 24 * time.Hour, ""},
+		{"1h30m", 90 * time.Minute, ""},
+		{"10", 0, `"10" needs a unit, like 10s`},
+		{"1.5", 0, "needs a unit"},
+		{"", 0, "empty"},
+		{"-1s", 0, "must be positive"},
+		{"0d", 0, "between 1d and 3650d"},
+		{"1us", 0, "shorter than 1ms"},
+		{"xd", 0, "is not a duration"},
+	}
+	for _, tt := range tests {
+		got, err := edgelimit.ParseDuration(tt.in)
+		if tt.err == "" {
+			if err != nil || got != tt.want {
+				t.Errorf("ParseDuration(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("ParseDuration(%q) error = %v, want %q", tt.in, err, tt.err)
+		}
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{24 * time.Hour: "1d", time.Minute: "1m", 90 * time.Second: "1m30s", time.Hour: "1h", 1500 * time.Millisecond: "1.5s"} {
+		if got := edgelimit.FormatDuration(d); got != want {
+			t.Errorf("FormatDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func FuzzParsePolicies(f *testing.F) {
+	if b, err := os.ReadFile("policies.yaml"); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte("version: 1\npolicies:\n  - {name: a, routes: [\"GET /a/*\"], key: header:X, strategy: kv, limit: 1, window: 1s}\n"))
+	f.Add([]byte("version: 1\npolicies: [{name: a, proof_of_work: {bits: 8, ttl: 1s}}]\n"))
+	f.Add([]byte("{version: 1, policies: [[]], legacy_headers: false}"))
+	f.Add([]byte("&a [*a]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		pf, err := edgelimit.ParsePolicies("fuzz.yaml", data)
+		if err != nil {
+			if !errors.Is(err, edgelimit.ErrBadPolicyFile) {
+				t.Fatalf("error does not wrap ErrBadPolicyFile: %v", err)
+			}
+			return
+		}
+		for _, p := range pf.Policies {
+			if p.Name == "" || len(p.Routes) == 0 || p.Window <= 0 || p.Limit < 0 || p.Cost < 1 || p.StoreTimeout <= 0 {
+				t.Fatalf("accepted an incomplete policy: %+v", p)
+			}
+		}
+	})
+}

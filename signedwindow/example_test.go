@@ -1,0 +1,95 @@
+package signedwindow_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/pow"
+	"github.com/edgelimit/edgelimit/signedwindow"
+)
+
+func ExampleParseKeyRing() {
+	// EDGELIMIT_SECRETS: newest (signing) key first. Generate entries with
+	// signedwindow.NewKey (what `edgelimit keygen` prints).
+	keys, err := signedwindow.ParseKeyRing("k2:c2lnbmVkd2luZG93LWV4YW1wbGUtc2VjcmV0LTItMDEyMzQ1Njc4OQ==,k1:c2lnbmVkd2luZG93LWV4YW1wbGUtc2VjcmV0LTEtMDEyMzQ1Njc4OQ==")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(keys) // never shows the secrets
+	_, err = signedwindow.ParseKeyRing("k1:dG9vIHNob3J0")
+	fmt.Println(err)
+	// Output:
+	// signedwindow.KeyRing{k2 (signs), k1}
+	// signedwindow: key "k1": edgelimit: secret must be at least 32 bytes
+}
+
+func ExampleNewKey() {
+	entry := signedwindow.NewKey() // like "k1f0c3a9b:3q2+7w...="
+	id, secret, _ := strings.Cut(entry, ":")
+	fmt.Println(len(id), len(secret))
+	// Output: 9 44
+}
+
+// A policy without proof_of_work: the first request of a window mints a
+// token for free, and the client carries the count.
+func ExampleLimiter() {
+	t0 := time.Unix(1_700_000_000, 0)
+	now := t0
+	keys, _ := signedwindow.ParseKeyRing("k1:c2lnbmVkd2luZG93LWV4YW1wbGUtc2VjcmV0LTEtMDEyMzQ1Njc4OQ==")
+	l, err := signedwindow.New(signedwindow.Config{
+		Policy: &edgelimit.Policy{Name: "search", Strategy: edgelimit.StrategySigned, Limit: 2, Window: time.Minute},
+		Keys:   keys,
+		Now:    func() time.Time { return now },
+	})
+	if err != nil {
+		panic(err)
+	}
+	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w"} // the engine's hashed client key
+	for i := range 4 {
+		if i == 3 {
+			now = t0.Add(time.Minute) // the window ended
+		}
+		d, _ := l.Allow(context.Background(), req)
+		fmt.Printf("allowed=%v remaining=%d retry-after=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
+		if d.Token != "" {
+			req.Token = d.Token // the client sends Edgelimit-Token back
+		}
+	}
+	// Output:
+	// allowed=true remaining=1 retry-after=0s
+	// allowed=true remaining=0 retry-after=0s
+	// allowed=false remaining=0 retry-after=1m0s
+	// allowed=true remaining=1 retry-after=0s
+}
+
+// A policy with proof_of_work: no token means a challenge; a proof buys a
+// window worth the limit.
+func ExampleLimiter_proofOfWork() {
+	t0 := time.Unix(1_700_000_000, 0)
+	keys, _ := signedwindow.ParseKeyRing("k1:c2lnbmVkd2luZG93LWV4YW1wbGUtc2VjcmV0LTEtMDEyMzQ1Njc4OQ==")
+	l, _ := signedwindow.New(signedwindow.Config{
+		Policy: &edgelimit.Policy{Name: "tts", Strategy: edgelimit.StrategySigned, Limit: 3, Window: time.Minute,
+			ProofOfWork: &edgelimit.ProofOfWork{Bits: 8, TTL: 10 * time.Second}},
+		Keys: keys,
+		Now:  func() time.Time { return t0 },
+	})
+	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w"}
+	d, _ := l.Allow(context.Background(), req)
+	fmt.Println("allowed:", d.Allowed, "challenge bits:", d.Challenge.Bits)
+
+	req.Proof, _ = pow.Solve(context.Background(), d.Challenge.Value)
+	for range 4 {
+		d, _ = l.Allow(context.Background(), req)
+		fmt.Println("allowed:", d.Allowed, "remaining:", d.Remaining, "new challenge:", d.Challenge != nil)
+		req.Token = d.Token
+	}
+	// Output:
+	// allowed: false challenge bits: 8
+	// allowed: true remaining: 2 new challenge: false
+	// allowed: true remaining: 1 new challenge: false
+	// allowed: true remaining: 0 new challenge: false
+	// allowed: false remaining: 0 new challenge: true
+}

@@ -1,0 +1,145 @@
+package signedwindow
+
+import (
+	"context"
+	mrand "math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/pow"
+)
+
+var (
+	t0      = time.Unix(1_700_000_000, 0)
+	secret1 = []byte("signedwindow-test-secret-1-0123456789")
+	secret2 = []byte("signedwindow-test-secret-2-0123456789")
+)
+
+const (
+	keyA = "x4mrL0ZvN1cQ9bAqP7sT2w" // hashed client keys, as the engine makes them
+	keyB = "Yb8sQ1qN3cR0aPo7mL2kJw"
+)
+
+// clock is a settable clock for Config.Now.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock(t time.Time) *clock { return &clock{t: t} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func mustKey(t testing.TB, id string, secret []byte) Key {
+	t.Helper()
+	k, err := NewKeyFromSecret(id, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func ring(t testing.TB, keys ...Key) *KeyRing {
+	t.Helper()
+	if len(keys) == 0 {
+		keys = []Key{mustKey(t, "k1", secret1)}
+	}
+	r, err := NewKeyRing(keys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// policy returns a signed policy; bits 0 means no proof of work.
+func policy(name string, limit int64, window time.Duration, bits int) *edgelimit.Policy {
+	p := &edgelimit.Policy{Name: name, Strategy: edgelimit.StrategySigned, Limit: limit, Window: window, Cost: 1}
+	if bits > 0 {
+		p.ProofOfWork = &edgelimit.ProofOfWork{Bits: bits, TTL: 10 * time.Second}
+	}
+	return p
+}
+
+type fixture struct {
+	l     *Limiter
+	clock *clock
+	keys  *KeyRing
+}
+
+func newFixture(t testing.TB, p *edgelimit.Policy, keys *KeyRing) *fixture {
+	t.Helper()
+	if keys == nil {
+		keys = ring(t)
+	}
+	c := newClock(t0)
+	l, err := New(Config{Policy: p, Keys: keys, Now: c.Now, Rand: seeded(7)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{l: l, clock: c, keys: keys}
+}
+
+func (f *fixture) allow(t testing.TB, key, token, proof string) edgelimit.Decision {
+	t.Helper()
+	d, err := f.l.Allow(context.Background(), edgelimit.Request{Key: key, Cost: 1, Token: token, Proof: proof})
+	if err != nil {
+		t.Fatalf("Allow returned an error: %v", err)
+	}
+	return d
+}
+
+// solve answers a challenge with pow.Solve.
+func solve(t testing.TB, ch *edgelimit.Challenge) string {
+	t.Helper()
+	if ch == nil {
+		t.Fatal("no challenge to solve")
+	}
+	p, err := pow.Solve(context.Background(), ch.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// signed returns a token for arbitrary claims, signed by ring key kid.
+func signed(t testing.TB, keys *KeyRing, kid, aud, sub string, id pow.ID, nbf, exp time.Time, n int64) string {
+	t.Helper()
+	k := keys.byID[kid]
+	if k == nil {
+		t.Fatalf("no key %q", kid)
+	}
+	return k.sign(aud, sub, id, nbf.Unix(), exp.Unix(), n)
+}
+
+// lockedReader makes a deterministic reader safe for concurrent use, as
+// Config.Rand must be.
+type lockedReader struct {
+	mu sync.Mutex
+	r  *mrand.ChaCha8
+}
+
+func seeded(seed byte) *lockedReader { return &lockedReader{r: mrand.NewChaCha8([32]byte{seed})} }
+
+func (l *lockedReader) Read(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Read(p)
+}
