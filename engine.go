@@ -104,15 +104,22 @@ type routeRef struct {
 	policy int
 }
 
+// member is a policy of a route set and its slot: the index of its request,
+// outcome and Decision in this route's per-request arrays.
+type member struct {
+	*compiled
+	slot int
+}
+
 type routeSet struct {
 	label    string
-	policies []*compiled
+	policies []member
 	// policyHeader is the RateLimit-Policy value (non-shadow policies).
 	policyHeader string
 	// phases: plain limiters first, then each batch group (atomic), so a
 	// denial never spends an exact quota and soft ones are refunded.
-	plain  []*compiled
-	groups [][]*compiled
+	plain  []member
+	groups [][]member
 	// clientState: some policy reads the Edgelimit-Token and
 	// Edgelimit-Proof headers (only the signed strategy does), so they are
 	// looked up; other routes skip the two header lookups.
@@ -201,9 +208,9 @@ type Verdict struct {
 	Status int
 	// Route labels the matched policies for logs and metrics ("" if none).
 	Route string
-	// Decisions is indexed like the policy file's policies: the entry of a
-	// policy that guards this route and was evaluated has its Policy set;
-	// the others are zero.
+	// Decisions has one entry per policy guarding the route, in file order.
+	// A policy that was not evaluated (a shadow policy without its key, or
+	// one skipped because another denied first) has an empty Policy.
 	Decisions []Decision
 	// Body is the problem+json body when !Allowed.
 	Body   []byte
@@ -238,13 +245,11 @@ func (v *Verdict) add(name, value string) {
 // panics on client input and never returns a 5xx for it: malformed input is
 // a 400, a store failure follows each policy's on_store_error.
 func (e *Engine) Decide(ctx context.Context, in *Input) *Verdict {
-	v := newVerdict(len(e.policies))
-	e.decide(ctx, in, v)
-	return v
+	return e.decide(ctx, in)
 }
 
 // newVerdict allocates a Verdict together with room for n Decisions, in
-// one allocation, for files of up to 16 policies.
+// one allocation, for routes of up to 16 policies.
 func newVerdict(n int) *Verdict {
 	switch {
 	case n <= 1:
@@ -276,24 +281,29 @@ func verdictWith[A any](slice func(*A) []Decision) *Verdict {
 	return &b.v
 }
 
-func (e *Engine) decide(ctx context.Context, in *Input, v *Verdict) {
+func (e *Engine) decide(ctx context.Context, in *Input) *Verdict {
 	method := in.Method
 	if reason := checkRequestLine(method, in.Path); reason != "" {
+		v := newVerdict(0)
 		e.log.LogAttrs(ctx, slog.LevelInfo, "edgelimit: rejected malformed request", slog.String("reason", reason))
 		e.badRequest(v, "The request line is malformed.")
-		return
+		return v
 	}
 	path := CleanPath(in.Path)
 	if path == "" {
+		v := newVerdict(0)
 		e.log.LogAttrs(ctx, slog.LevelInfo, "edgelimit: rejected malformed request", slog.String("reason", "path does not decode"))
 		e.badRequest(v, "The request path is malformed.")
-		return
+		return v
 	}
 	rs := e.match(method, path)
 	if rs == nil {
+		v := newVerdict(0)
 		v.Allowed = true
-		return
+		return v
 	}
+	n := len(rs.policies)
+	v := newVerdict(n)
 	v.Route = rs.label
 	// Per-request scratch lives on the stack for files of up to
 	// stackPolicies policies.
@@ -301,19 +311,19 @@ func (e *Engine) decide(ctx context.Context, in *Input, v *Verdict) {
 	var outBuf [stackPolicies]outcome
 	var reqs []Request
 	var out []outcome
-	if n := len(e.policies); n <= stackPolicies {
+	if n <= stackPolicies {
 		reqs, out = reqBuf[:n], outBuf[:n]
 	} else {
 		reqs, out = make([]Request, n), make([]outcome, n)
 	}
-	if !e.requests(ctx, rs, in, v, reqs) {
-		return
+	if e.requests(ctx, rs, in, v, reqs) {
+		e.evaluate(ctx, rs, reqs, out, v)
 	}
-	e.evaluate(ctx, rs, reqs, out, v)
+	return v
 }
 
-// stackPolicies is the largest policy file whose per-request scratch is
-// kept on the stack.
+// stackPolicies is the largest number of policies on one route whose
+// per-request scratch is kept on the stack.
 const stackPolicies = 16
 
 func checkRequestLine(method, path string) string {
@@ -379,6 +389,7 @@ func (e *Engine) newRouteSet(method, path string) *routeSet {
 	var best Route
 	bestScore := -1
 	seen := map[int]bool{}
+	var policies []*compiled
 	for _, r := range e.routes {
 		if !r.route.Matches(method, path) {
 			continue
@@ -388,10 +399,13 @@ func (e *Engine) newRouteSet(method, path string) *routeSet {
 		}
 		if !seen[r.policy] {
 			seen[r.policy] = true
-			rs.policies = append(rs.policies, e.policies[r.policy])
+			policies = append(policies, e.policies[r.policy])
 		}
 	}
-	slices.SortFunc(rs.policies, func(a, b *compiled) int { return a.index - b.index })
+	slices.SortFunc(policies, func(a, b *compiled) int { return a.index - b.index })
+	for slot, c := range policies {
+		rs.policies = append(rs.policies, member{c, slot})
+	}
 	rs.label = best.String()
 	var items []string
 	groups := map[string]int{}
@@ -456,7 +470,7 @@ func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdi
 			}
 			return false
 		}
-		reqs[c.index] = Request{Key: e.hasher.Hash(c.Name, raw), Cost: c.Cost, Token: token, Proof: proof}
+		reqs[c.slot] = Request{Key: e.hasher.Hash(c.Name, raw), Cost: c.Cost, Token: token, Proof: proof}
 	}
 	return true
 }
@@ -471,31 +485,31 @@ const (
 )
 
 func (e *Engine) evaluate(ctx context.Context, rs *routeSet, reqs []Request, out []outcome, v *Verdict) {
-	if n := len(e.policies); n <= len(v.decBuf) {
+	if n := len(rs.policies); n <= len(v.decBuf) {
 		v.Decisions = v.decBuf[:n:n]
 	} else {
 		v.Decisions = make([]Decision, n)
 	}
 	blocked := false
 	for _, c := range rs.plain {
-		if reqs[c.index].Key == "" {
+		if reqs[c.slot].Key == "" {
 			continue // shadow policy without a key
 		}
-		d, o := e.allowOne(ctx, rs, c, reqs[c.index])
-		v.Decisions[c.index], out[c.index] = d, o
+		d, o := e.allowOne(ctx, rs, c.compiled, reqs[c.slot])
+		v.Decisions[c.slot], out[c.slot] = d, o
 		if o != allowed && !c.Shadow {
 			blocked = true
 		}
 	}
-	var spentGroups [][]*compiled
+	var spentGroups [][]member
 	for _, g := range rs.groups {
 		if blocked {
 			break
 		}
 		if len(g) == 1 {
 			c := g[0]
-			d, o := e.allowOne(ctx, rs, c, reqs[c.index])
-			v.Decisions[c.index], out[c.index] = d, o
+			d, o := e.allowOne(ctx, rs, c.compiled, reqs[c.slot])
+			v.Decisions[c.slot], out[c.slot] = d, o
 			blocked = o != allowed
 		} else {
 			blocked = e.allowGroup(ctx, rs, g, reqs, v.Decisions, out)
@@ -530,11 +544,11 @@ func (e *Engine) allowOne(ctx context.Context, rs *routeSet, c *compiled, req Re
 	return d, decisionOutcome(c, d)
 }
 
-func (e *Engine) allowGroup(ctx context.Context, rs *routeSet, g []*compiled, reqs []Request, ds []Decision, out []outcome) (blocked bool) {
+func (e *Engine) allowGroup(ctx context.Context, rs *routeSet, g []member, reqs []Request, ds []Decision, out []outcome) (blocked bool) {
 	items := make([]BatchItem, len(g))
 	budget := time.Duration(0)
 	for i, c := range g {
-		items[i] = BatchItem{Limiter: c.batch, Request: reqs[c.index]}
+		items[i] = BatchItem{Limiter: c.batch, Request: reqs[c.slot]}
 		budget = max(budget, c.StoreTimeout)
 	}
 	start := e.now()
@@ -548,23 +562,23 @@ func (e *Engine) allowGroup(ctx context.Context, rs *routeSet, g []*compiled, re
 	for i, c := range g {
 		var d Decision
 		if err != nil {
-			d = e.storeFailed(ctx, rs, c, err, lat)
+			d = e.storeFailed(ctx, rs, c.compiled, err, lat)
 		} else {
 			d = got[i]
 			d.Policy = c.Name
-			e.emit(rs, c, d, nil, lat)
+			e.emit(rs, c.compiled, d, nil, lat)
 		}
-		ds[c.index], out[c.index] = d, decisionOutcome(c, d)
-		if out[c.index] != allowed {
+		ds[c.slot], out[c.slot] = d, decisionOutcome(c.compiled, d)
+		if out[c.slot] != allowed {
 			blocked = true
 		}
 	}
 	if err == nil && blocked {
 		// Nothing in the batch was spent: mark allowed members as not to refund.
 		for _, c := range g {
-			if out[c.index] == allowed {
-				out[c.index] = notEvaluated
-				ds[c.index].Policy = c.Name
+			if out[c.slot] == allowed {
+				out[c.slot] = notEvaluated
+				ds[c.slot].Policy = c.Name
 			}
 		}
 	}
@@ -607,13 +621,13 @@ func (e *Engine) emit(rs *routeSet, c *compiled, d Decision, err error, lat time
 
 // refund gives back what allowed policies spent on a request that another
 // policy blocked. Degraded decisions spent nothing.
-func (e *Engine) refund(ctx context.Context, cs []*compiled, reqs []Request, ds []Decision, out []outcome) {
+func (e *Engine) refund(ctx context.Context, cs []member, reqs []Request, ds []Decision, out []outcome) {
 	for _, c := range cs {
-		if out[c.index] != allowed || c.refund == nil || ds[c.index].Degraded {
+		if out[c.slot] != allowed || c.refund == nil || ds[c.slot].Degraded {
 			continue
 		}
 		cctx := e.budget(ctx, time.Time{}, c.StoreTimeout)
-		if err := c.refund.Refund(cctx, reqs[c.index]); err != nil {
+		if err := c.refund.Refund(cctx, reqs[c.slot]); err != nil {
 			e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: refund failed",
 				slog.String("policy", c.Name), slog.String("error", err.Error()))
 		}

@@ -431,8 +431,12 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 			switch {
 			case c < 1:
 				p.errorf(v.Line, name, "cost %d must be at least 1", c)
-			case pol.Limit > 0 && c > max(pol.Limit, pol.Burst):
-				p.errorf(v.Line, name, "cost %d is more than the limit %d: every request would be denied", c, max(pol.Limit, pol.Burst))
+			case pol.Limit > 0 && c > pol.Capacity():
+				what := "limit"
+				if pol.Burst > 0 {
+					what = "burst"
+				}
+				p.errorf(v.Line, name, "cost %d is more than the %s %d: every request would be denied", c, what, pol.Capacity())
 			}
 			pol.Cost = c
 		}

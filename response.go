@@ -67,10 +67,10 @@ func (e *Engine) render(rs *routeSet, v *Verdict, out []outcome, blocked bool) {
 	var challenge *Challenge
 	var tokens []string
 	for _, c := range rs.policies {
-		if c.Shadow || out[c.index] == notEvaluated && v.Decisions[c.index].Policy == "" {
+		if c.Shadow || out[c.slot] == notEvaluated && v.Decisions[c.slot].Policy == "" {
 			continue
 		}
-		d := &v.Decisions[c.index]
+		d := &v.Decisions[c.slot]
 		if len(rl) > 0 {
 			rl = append(rl, ", "...)
 		}
@@ -82,7 +82,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, out []outcome, blocked bool) {
 		if legacy == nil || d.Remaining < legacy.Remaining || d.Remaining == legacy.Remaining && d.Reset > legacy.Reset {
 			legacy, legacyLimit = d, c.limitStr
 		}
-		switch out[c.index] {
+		switch out[c.slot] {
 		case denied:
 			violated = append(violated, c.Name)
 			retry = max(retry, d.RetryAfter)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
 
@@ -39,7 +40,8 @@ type Config struct {
 }
 
 // Factory returns the edgelimit.Factory for cfg. Durable policies share one
-// store, so that several on one route commit atomically.
+// store, so that several on one route commit atomically; kv policies share
+// one KV.
 func Factory(cfg Config) (edgelimit.Factory, error) {
 	if cfg.DynamoDB != nil && cfg.Table == "" {
 		return nil, errors.New("setup: Config.Table is required with DynamoDB")
@@ -48,19 +50,27 @@ func Factory(cfg Config) (edgelimit.Factory, error) {
 		cfg.Now = time.Now
 	}
 	var durable durablecounter.Store
+	var kv kvbucket.KV
 	if cfg.DynamoDB != nil {
 		s, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: cfg.DynamoDB, Table: cfg.Table})
 		if err != nil {
 			return nil, err
 		}
-		durable = s
+		k, err := kvbucket.NewDynamoDB(kvbucket.DynamoDBConfig{Client: cfg.DynamoDB, Table: cfg.Table, Now: cfg.Now})
+		if err != nil {
+			return nil, err
+		}
+		durable, kv = s, k
 	} else {
 		durable = durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+		kv = kvbucket.NewMemory(kvbucket.MemoryConfig{Now: cfg.Now})
 	}
 	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
 		switch p.Strategy {
 		case edgelimit.StrategyDurable:
 			return durablecounter.New(durablecounter.Config{Policy: p, Store: durable, Now: cfg.Now})
+		case edgelimit.StrategyKV:
+			return kvbucket.New(kvbucket.Config{Policy: p, KV: kv, Now: cfg.Now})
 		case edgelimit.StrategySigned:
 			if cfg.Keys == nil {
 				return nil, errors.New("setup: signed policies need a key ring (Config.Keys, from EDGELIMIT_SECRETS)")

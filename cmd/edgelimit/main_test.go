@@ -95,6 +95,12 @@ policies:
     strategy: durable
     limit: 3
     window: 1d
+  - name: contact
+    routes: ["GET /contact"]
+    key: ip
+    strategy: kv
+    limit: 4
+    window: 1m
 `
 
 func writePolicies(t *testing.T, yaml string) string {
@@ -154,6 +160,7 @@ func TestServeBurstMemory(t *testing.T) {
 	url := startServe(t, "--policies", writePolicies(t, demoPolicies))
 	burst(t, url+"/demo/x", 8, 5, nil, "demo")
 	burst(t, url+"/paid/report", 5, 3, map[string]string{"X-Api-Key": "key-1"}, "paid")
+	burst(t, url+"/contact", 6, 4, nil, "contact")
 	// A missing key is the client's 400, not a 5xx.
 	resp, err := http.Get(url + "/paid/report")
 	if err != nil {
@@ -180,6 +187,7 @@ func TestServeBurstDynamoDB(t *testing.T) {
 		url := startServe(t, "--policies", writePolicies(t, demoPolicies), "--store", "dynamodb",
 			"--dynamodb-endpoint", s.Endpoint, "--table", table, "--create-table")
 		burst(t, url+"/demo", 7, 5, nil, "demo")
+		burst(t, url+"/contact", 6, 4, nil, "contact")
 	})
 }
 

@@ -1,0 +1,130 @@
+package kvbucket
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/edgelimit/edgelimit"
+)
+
+// benchKeys are 100,000 distinct keys as the engine hands them over:
+// keyed hashes, 22 bytes of base64url.
+var benchKeys = func() []string {
+	h, err := edgelimit.NewKeyHasher(make([]byte, edgelimit.MinSecretLength))
+	if err != nil {
+		panic(err)
+	}
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = h.Hash("bench", fmt.Appendf(nil, "192.0.2.%d/%d", i%256, i))
+	}
+	return keys
+}()
+
+// reqKeys are copies of benchKeys with their own bytes: as in production,
+// where every request hashes its key anew, a lookup compares against a
+// stored key it does not share memory with.
+var reqKeys = func() []string {
+	keys := make([]string, len(benchKeys))
+	for i, k := range benchKeys {
+		keys[i] = strings.Clone(k)
+	}
+	return keys
+}()
+
+// BenchmarkAllow compares a cached kvbucket decision with
+// golang.org/x/time/rate (one Limiter per key in a map behind a mutex), and
+// shows an uncached decision over the in-memory KV for scale. Every
+// goroutine walks the 100,000 keys (fresh copies, see reqKeys) from its own
+// offset.
+//
+//	go test -run '^$' -bench BenchmarkAllow -benchmem ./kvbucket/
+func BenchmarkAllow(b *testing.B) {
+	n := uint64(len(benchKeys))
+	walk := func(b *testing.B, allow func(key string) bool) {
+		b.ReportAllocs()
+		var offset atomic.Uint64
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := offset.Add(1) * 7919
+			for pb.Next() {
+				allow(reqKeys[i%n])
+				i++
+			}
+		})
+	}
+
+	b.Run("kvbucket-cached", func(b *testing.B) {
+		bucket := benchBucket(b, false)
+		before := bucket.Stats()
+		walk(b, func(key string) bool {
+			d, _ := bucket.Allow(ctx, edgelimit.Request{Key: key})
+			return d.Allowed
+		})
+		b.StopTimer()
+		if after := bucket.Stats(); after.Synced != before.Synced {
+			b.Fatalf("%d decisions read the KV; the benchmark must measure cached ones", after.Synced-before.Synced)
+		}
+	})
+
+	b.Run("x-time-rate-map", func(b *testing.B) {
+		var mu sync.Mutex
+		limiters := make(map[string]*rate.Limiter, len(benchKeys))
+		for _, k := range benchKeys {
+			limiters[k] = rate.NewLimiter(1_000_000, 1_000_000)
+		}
+		walk(b, func(key string) bool {
+			mu.Lock()
+			l := limiters[key]
+			if l == nil {
+				l = rate.NewLimiter(1_000_000, 1_000_000)
+				limiters[key] = l
+			}
+			mu.Unlock()
+			return l.Allow()
+		})
+	})
+
+	b.Run("kvbucket-uncached-memory", func(b *testing.B) {
+		bucket := benchBucket(b, true)
+		walk(b, func(key string) bool {
+			d, _ := bucket.Allow(ctx, edgelimit.Request{Key: key})
+			return d.Allowed
+		})
+	})
+}
+
+// benchBucket returns a bucket (1,000,000 per second, synced hourly) with
+// every bench key already synced once, so that cached decisions stay local.
+func benchBucket(b *testing.B, noCache bool) *Bucket {
+	b.Helper()
+	kv := NewMemory(MemoryConfig{MaxKeys: 2 * len(benchKeys)})
+	bucket := mustNew(b, Config{
+		Policy:    kvPolicy("bench", 1_000_000, 1_000_000, time.Second, time.Hour),
+		KV:        kv,
+		CacheSize: 2 * len(benchKeys),
+		NoCache:   noCache,
+	})
+	for _, k := range benchKeys {
+		if _, err := bucket.Allow(ctx, edgelimit.Request{Key: k}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return bucket
+}
+
+// BenchmarkParamsTakeAt is the pure algorithm alone.
+func BenchmarkParamsTakeAt(b *testing.B) {
+	p := Params{Capacity: 100, Limit: 100, Window: time.Second}
+	s := p.Full(t0)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		s, _ = p.TakeAt(s, t0.Add(time.Duration(i)*time.Millisecond), 1)
+	}
+}

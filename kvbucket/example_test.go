@@ -1,0 +1,123 @@
+package kvbucket_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/ddb"
+	"github.com/edgelimit/edgelimit/kvbucket"
+)
+
+// A contact form: 3 messages per minute per client, bursts of up to 3.
+// The clock is fixed so that the output is deterministic.
+func ExampleNew() {
+	t0 := time.Unix(1_700_000_000, 0)
+	now := t0
+	clock := func() time.Time { return now }
+
+	policy := &edgelimit.Policy{Name: "contact", Strategy: "kv", Limit: 3, Window: time.Minute, Burst: 3, Cost: 1}
+	bucket, err := kvbucket.New(kvbucket.Config{
+		Policy: policy,
+		KV:     kvbucket.NewMemory(kvbucket.MemoryConfig{Now: clock}),
+		Now:    clock,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	req := edgelimit.Request{Key: "hashed-client-key", Cost: policy.Cost}
+	for _, at := range []time.Duration{0, 0, 0, 0, 20 * time.Second} {
+		now = t0.Add(at)
+		d, err := bucket.Allow(context.Background(), req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("t0+%-3s allowed=%-5v remaining=%d reset=%-3s retry-after=%s\n", at, d.Allowed, d.Remaining, d.Reset, d.RetryAfter)
+	}
+	// Output:
+	// t0+0s  allowed=true  remaining=2 reset=20s retry-after=0s
+	// t0+0s  allowed=true  remaining=1 reset=40s retry-after=0s
+	// t0+0s  allowed=true  remaining=0 reset=1m0s retry-after=0s
+	// t0+0s  allowed=false remaining=0 reset=1m0s retry-after=20s
+	// t0+20s allowed=true  remaining=0 reset=1m0s retry-after=0s
+}
+
+// Two Lambda instances are two Buckets sharing a KV. Each decides a hot key
+// from its own cache and writes it back once per sync interval; at a sync
+// it merges what the other wrote, and the lower count wins.
+func ExampleBucket_AllowAt() {
+	t0 := time.Unix(1_700_000_000, 0)
+	kv := kvbucket.NewMemory(kvbucket.MemoryConfig{Now: func() time.Time { return t0 }})
+	policy := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Hour, SyncInterval: time.Second}
+	a, _ := kvbucket.New(kvbucket.Config{Policy: policy, KV: kv})
+	b, _ := kvbucket.New(kvbucket.Config{Policy: policy, KV: kv})
+	ctx, req := context.Background(), edgelimit.Request{Key: "k"}
+
+	show := func(name string, l *kvbucket.Bucket, at time.Duration) {
+		d, _ := l.AllowAt(ctx, t0.Add(at), req)
+		fmt.Printf("%s at t0+%s: remaining %d\n", name, at, d.Remaining)
+	}
+	show("A", a, 0)                     // reads the KV (empty: full), writes 9
+	show("A", a, 0)                     // cached: no KV call
+	show("A", a, 0)                     // cached
+	show("B", b, 0)                     // reads A's 9 (A's last two are unwritten), writes 8
+	show("B", b, 500*time.Millisecond)  // cached
+	show("A", a, time.Second)           // sync: B's 8 less A's own 2 unwritten = 6; spends 1, writes 5
+	show("B", b, 1500*time.Millisecond) // sync: A's 5 less B's own 1 unwritten = 4; spends 1, writes 3
+	// Output:
+	// A at t0+0s: remaining 9
+	// A at t0+0s: remaining 8
+	// A at t0+0s: remaining 7
+	// B at t0+0s: remaining 8
+	// B at t0+500ms: remaining 7
+	// A at t0+1s: remaining 5
+	// B at t0+1.5s: remaining 3
+}
+
+// The pure algorithm: no clock, no storage.
+func ExampleParams_TakeAt() {
+	t0 := time.Unix(1_700_000_000, 0)
+	p := kvbucket.Params{Capacity: 2, Limit: 1, Window: time.Second}
+	s := p.Full(t0)
+	for _, step := range []struct {
+		at   time.Duration
+		cost int64
+	}{{0, 2}, {500 * time.Millisecond, 1}, {time.Second, 1}, {10 * time.Second, 2}} {
+		var d edgelimit.Decision
+		s, d = p.TakeAt(s, t0.Add(step.at), step.cost)
+		fmt.Printf("t0+%s cost %d: allowed=%v remaining=%d retry-after=%s\n", step.at, step.cost, d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	// Output:
+	// t0+0s cost 2: allowed=true remaining=0 retry-after=0s
+	// t0+500ms cost 1: allowed=false remaining=0 retry-after=500ms
+	// t0+1s cost 1: allowed=true remaining=0 retry-after=0s
+	// t0+10s cost 2: allowed=true remaining=0 retry-after=0s
+}
+
+// On AWS: one table shared with the durable strategy, one Bucket per kv
+// policy, built once outside the Lambda handler.
+func ExampleNewDynamoDB() {
+	ctx := context.Background()
+	client, err := ddb.NewClient(ctx, ddb.ClientOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	kv, err := kvbucket.NewDynamoDB(kvbucket.DynamoDBConfig{Client: client, Table: os.Getenv("EDGELIMIT_TABLE")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	policies, err := edgelimit.LoadPolicies("policies.yaml")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, p := range policies.Policies {
+		if p.Strategy == edgelimit.StrategyKV {
+			if _, err := kvbucket.New(kvbucket.Config{Policy: p, KV: kv}); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+}

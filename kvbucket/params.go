@@ -1,0 +1,202 @@
+package kvbucket
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+
+	"github.com/edgelimit/edgelimit"
+)
+
+// TokenScale is the number of nanotokens in one token. A State counts its
+// tokens in nanotokens so that refill is integer arithmetic: a bucket that
+// refills Limit tokens per Window gains exactly
+// elapsed × Limit × TokenScale / Window nanotokens, rounded down.
+const TokenScale = 1_000_000_000
+
+// MaxTokens bounds Params.Capacity and Params.Limit, so that no nanotoken
+// count overflows an int64.
+const MaxTokens = 1_000_000_000
+
+// MaxClockSkew is how far in the future a State may be stamped and still be
+// honoured. A state stamped later than now (another instance's clock runs
+// ahead, or this one went back) gains nothing until the clock catches up;
+// one stamped more than MaxClockSkew ahead is re-stamped now, keeping its
+// tokens, so that a clock that once jumped forward cannot freeze a bucket.
+const MaxClockSkew = time.Minute
+
+// State is what a KV stores for one bucket: two numbers. The bucket held
+// Tokens nanotokens (TokenScale per token) at the instant At (Unix
+// nanoseconds). Refill is computed when the state is read, so an idle bucket
+// costs nothing; a missing state is a full bucket.
+type State struct {
+	Tokens int64
+	At     int64
+}
+
+// Time returns At as a time.Time.
+func (s State) Time() time.Time { return time.Unix(0, s.At) }
+
+// Params are the numbers of one token bucket: it holds at most Capacity
+// tokens and refills Limit tokens per Window, continuously. The methods are
+// the pure algorithm, with the instant passed in (like golang.org/x/time/rate's
+// AllowN(t, n)): they read no clock and touch no storage.
+type Params struct {
+	Capacity int64
+	Limit    int64
+	Window   time.Duration
+}
+
+// Validate reports whether p describes a bucket the arithmetic can hold:
+// Capacity and Limit between 1 and MaxTokens, Window positive.
+func (p Params) Validate() error {
+	switch {
+	case p.Capacity < 1 || p.Capacity > MaxTokens:
+		return fmt.Errorf("%w: capacity %d is not between 1 and %d", ErrBadConfig, p.Capacity, MaxTokens)
+	case p.Limit < 1 || p.Limit > MaxTokens:
+		return fmt.Errorf("%w: limit %d is not between 1 and %d", ErrBadConfig, p.Limit, MaxTokens)
+	case p.Window <= 0:
+		return fmt.Errorf("%w: window %s is not positive", ErrBadConfig, p.Window)
+	}
+	return nil
+}
+
+// Full returns a full bucket at now: what a missing or expired state means.
+func (p Params) Full(now time.Time) State {
+	return State{Tokens: p.Capacity * TokenScale, At: now.UnixNano()}
+}
+
+// StateAt returns s refilled up to now. Tokens outside [0, Capacity] (a
+// corrupt or foreign state) are clamped into it. A state stamped after now
+// gains nothing and keeps its stamp (see MaxClockSkew).
+func (p Params) StateAt(s State, now time.Time) State {
+	return p.refill(s, now.UnixNano())
+}
+
+// TakeAt decides a request of cost tokens against s at now. When the bucket
+// holds cost tokens they are spent and the new state is returned; otherwise
+// s is returned unchanged. The Decision carries Limit, Window, Remaining
+// (whole tokens left), Reset (time until the bucket is full again) and, when
+// denied, RetryAfter (time until cost tokens are there). A cost above
+// Capacity can never be admitted: it is denied with RetryAfter = Window.
+// A cost below 1 counts as 1. (A denial returns s re-stamped instead when
+// s was stamped beyond MaxClockSkew, so that refill can start.)
+func (p Params) TakeAt(s State, now time.Time, cost int64) (State, edgelimit.Decision) {
+	n := now.UnixNano()
+	st, d, ok := p.take(p.refill(s, n), n, cost)
+	if !ok && !restamped(s, n) {
+		return s, d
+	}
+	return st, d
+}
+
+// restamped reports whether s is stamped so far after n that reading it at
+// n re-stamps it (see MaxClockSkew).
+func restamped(s State, n int64) bool {
+	return s.At > n && s.At-n > int64(MaxClockSkew)
+}
+
+// RefundAt gives cost tokens back to s at now, never beyond Capacity. A
+// cost below 1 counts as 1.
+func (p Params) RefundAt(s State, now time.Time, cost int64) State {
+	return p.add(p.refill(s, now.UnixNano()), cost)
+}
+
+// TimeToFull returns how long s takes to refill completely, counted from
+// now: zero for a full bucket.
+func (p Params) TimeToFull(s State, now time.Time) time.Duration {
+	n := now.UnixNano()
+	r := p.refill(s, n)
+	return p.untilTokens(r, n, p.Capacity*TokenScale)
+}
+
+// refill is StateAt on Unix nanoseconds.
+func (p Params) refill(s State, n int64) State {
+	capN := p.Capacity * TokenScale
+	tokens := min(max(s.Tokens, 0), capN)
+	at := s.At
+	switch {
+	case restamped(s, n):
+		return State{Tokens: tokens, At: n}
+	case at >= n:
+		return State{Tokens: tokens, At: at}
+	}
+	if gain := p.gain(uint64(n - at)); gain >= uint64(capN-tokens) {
+		tokens = capN
+	} else {
+		tokens += int64(gain)
+	}
+	return State{Tokens: tokens, At: n}
+}
+
+// gain returns the nanotokens a bucket gains in elapsed nanoseconds,
+// rounded down (saturating).
+func (p Params) gain(elapsed uint64) uint64 {
+	return mulDiv(elapsed, uint64(p.Limit)*TokenScale, uint64(p.Window), false)
+}
+
+// untilTokens returns how long after n the (already refilled) state r holds
+// want nanotokens.
+func (p Params) untilTokens(r State, n int64, want int64) time.Duration {
+	wait := time.Duration(max(r.At-n, 0))
+	if r.Tokens >= want {
+		return wait
+	}
+	d := mulDiv(uint64(want-r.Tokens), uint64(p.Window), uint64(p.Limit)*TokenScale, true)
+	if d > math.MaxInt64-uint64(wait) {
+		return time.Duration(math.MaxInt64)
+	}
+	return wait + time.Duration(d)
+}
+
+// take decides cost against the refilled state r at n. ok reports whether
+// the tokens were spent; the returned State is then r minus cost.
+func (p Params) take(r State, n int64, cost int64) (State, edgelimit.Decision, bool) {
+	cost = max(cost, 1)
+	capN := p.Capacity * TokenScale
+	d := edgelimit.Decision{Limit: p.Limit, Window: p.Window}
+	if cost > p.Capacity {
+		d.Remaining = r.Tokens / TokenScale
+		d.Reset = p.untilTokens(r, n, capN)
+		d.RetryAfter = p.Window
+		return r, d, false
+	}
+	need := cost * TokenScale
+	if r.Tokens < need {
+		d.Remaining = r.Tokens / TokenScale
+		d.Reset = p.untilTokens(r, n, capN)
+		d.RetryAfter = max(p.untilTokens(r, n, need), time.Nanosecond)
+		return r, d, false
+	}
+	r.Tokens -= need
+	d.Allowed = true
+	d.Remaining = r.Tokens / TokenScale
+	d.Reset = p.untilTokens(r, n, capN)
+	return r, d, true
+}
+
+// add puts cost tokens (at least 1) back into r, never beyond Capacity.
+func (p Params) add(r State, cost int64) State {
+	cost = max(cost, 1)
+	capN := p.Capacity * TokenScale
+	if cost >= p.Capacity || r.Tokens >= capN-cost*TokenScale {
+		r.Tokens = capN
+		return r
+	}
+	r.Tokens += cost * TokenScale
+	return r
+}
+
+// mulDiv returns a×b/c rounded down (or up), saturating at MaxInt64. c > 0.
+func mulDiv(a, b, c uint64, up bool) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return math.MaxInt64
+	}
+	q, rem := bits.Div64(hi, lo, c)
+	if up && rem != 0 {
+		q++
+	}
+	return min(q, math.MaxInt64)
+}
