@@ -33,3 +33,6 @@ unit:
 
 clean:
 	rm -rf bin build node_modules
+
+include mk/lambda.mk
+include mk/bench.mk

@@ -94,8 +94,12 @@ type compiled struct {
 	limiter Limiter
 	batch   BatchLimiter
 	refund  Refunder
-	// item is this policy's RateLimit-Policy list member.
+	// local decides while the store fails (on_store_error: local).
+	local Limiter
+	// item is this policy's RateLimit-Policy list member; rItem the start
+	// of its RateLimit member (`"name";r=`).
 	item     string
+	rItem    string
 	limitStr string
 }
 
@@ -169,8 +173,19 @@ func New(cfg Config) (*Engine, error) {
 			c.batch = b
 		}
 		c.refund, _ = l.(Refunder)
+		if p.OnStoreError == FailLocal {
+			lz, ok := l.(Localizer)
+			if !ok {
+				return nil, fmt.Errorf("edgelimit: policy %q: on_store_error local needs a limiter with an in-process twin (edgelimit.Localizer); %T has none", p.Name, l)
+			}
+			if c.local, err = lz.Local(); err != nil {
+				return nil, fmt.Errorf("edgelimit: policy %q: in-process twin: %w", p.Name, err)
+			}
+		}
 		c.item = policyItem(p)
-		c.limitStr = strconv.FormatInt(p.Limit, 10)
+		c.rItem = strconv.Quote(p.Name) + ";r="
+		q, _ := advertised(p)
+		c.limitStr = strconv.FormatInt(q, 10)
 		e.policies = append(e.policies, c)
 		for _, r := range p.Routes {
 			e.routes = append(e.routes, routeRef{route: r, policy: i})
@@ -193,14 +208,29 @@ func (e *Engine) Limiter(policy string) Limiter {
 }
 
 func policyItem(p *Policy) string {
-	w := int64((p.Window + time.Second - 1) / time.Second)
-	return strconv.Quote(p.Name) + ";q=" + strconv.FormatInt(p.Limit, 10) + ";w=" + strconv.FormatInt(w, 10)
+	q, window := advertised(p)
+	w := int64((window + time.Second - 1) / time.Second)
+	return strconv.Quote(p.Name) + ";q=" + strconv.FormatInt(q, 10) + ";w=" + strconv.FormatInt(w, 10)
+}
+
+// advertised is the quota and window a policy announces in RateLimit-Policy
+// and X-RateLimit-Limit. A bucket (gcra, kv) holds up to its burst, so it
+// announces the burst over the time the bucket takes to fill: 10/s with
+// burst 20 is q=20;w=2. Remaining (r) then never exceeds q.
+func advertised(p *Policy) (int64, time.Duration) {
+	bucket := p.Algorithm == AlgorithmGCRA || p.Strategy == StrategyKV
+	if !bucket || p.Limit <= 0 || p.Capacity() == p.Limit {
+		return p.Limit, p.Window
+	}
+	c := p.Capacity()
+	return c, time.Duration(float64(p.Window) * float64(c) / float64(p.Limit))
 }
 
 // Field is one response header.
 type Field struct{ Name, Value string }
 
-// Verdict is the engine's answer for one request.
+// Verdict is the engine's answer for one request. It is read-only: Decide
+// may return the same Verdict for many requests (those no policy covers).
 type Verdict struct {
 	// Allowed: run the handler and add Header() to its response.
 	Allowed bool
@@ -214,7 +244,7 @@ type Verdict struct {
 	Decisions []Decision
 	// Body is the problem+json body when !Allowed.
 	Body   []byte
-	fields [8]Field
+	fields [6]Field
 	n      int
 	more   []Field
 	// decBuf, allocated with the Verdict, backs Decisions.
@@ -240,6 +270,10 @@ func (v *Verdict) add(name, value string) {
 	}
 	v.more = append(v.more, Field{name, value})
 }
+
+// unguarded is the Verdict of every request no policy covers: allowed, no
+// headers. Shared, so callers must treat Verdicts as read-only.
+var unguarded = &Verdict{Allowed: true}
 
 // Decide evaluates every policy guarding the request's route. It never
 // panics on client input and never returns a 5xx for it: malformed input is
@@ -298,9 +332,7 @@ func (e *Engine) decide(ctx context.Context, in *Input) *Verdict {
 	}
 	rs := e.match(method, path)
 	if rs == nil {
-		v := newVerdict(0)
-		v.Allowed = true
-		return v
+		return unguarded
 	}
 	n := len(rs.policies)
 	v := newVerdict(n)
@@ -536,11 +568,10 @@ func (e *Engine) allowOne(ctx context.Context, rs *routeSet, c *compiled, req Re
 	lat := e.since(start, err)
 	cctx.stop()
 	if err != nil {
-		d = e.storeFailed(ctx, rs, c, err, lat)
-	} else {
-		d.Policy = c.Name
-		e.emit(rs, c, d, nil, lat)
+		return e.storeFailed(ctx, rs, c, req, err, lat)
 	}
+	d.Policy = c.Name
+	e.emit(rs, c, d, nil, lat)
 	return d, decisionOutcome(c, d)
 }
 
@@ -560,15 +591,14 @@ func (e *Engine) allowGroup(ctx context.Context, rs *routeSet, g []member, reqs 
 	lat := e.since(start, err)
 	cctx.stop()
 	for i, c := range g {
-		var d Decision
 		if err != nil {
-			d = e.storeFailed(ctx, rs, c.compiled, err, lat)
+			ds[c.slot], out[c.slot] = e.storeFailed(ctx, rs, c.compiled, reqs[c.slot], err, lat)
 		} else {
-			d = got[i]
+			d := got[i]
 			d.Policy = c.Name
 			e.emit(rs, c.compiled, d, nil, lat)
+			ds[c.slot], out[c.slot] = d, decisionOutcome(c.compiled, d)
 		}
-		ds[c.slot], out[c.slot] = d, decisionOutcome(c.compiled, d)
 		if out[c.slot] != allowed {
 			blocked = true
 		}
@@ -586,29 +616,38 @@ func (e *Engine) allowGroup(ctx context.Context, rs *routeSet, g []member, reqs 
 }
 
 func decisionOutcome(c *compiled, d Decision) outcome {
-	switch {
-	case d.Allowed:
+	if d.Allowed {
 		return allowed
-	case d.Degraded:
-		return failedClosed
 	}
 	return denied
 }
 
-func (e *Engine) storeFailed(ctx context.Context, rs *routeSet, c *compiled, err error, lat time.Duration) Decision {
+func (e *Engine) storeFailed(ctx context.Context, rs *routeSet, c *compiled, req Request, err error, lat time.Duration) (Decision, outcome) {
 	d := Decision{Policy: c.Name, Limit: c.Limit, Window: c.Window, Degraded: true}
-	if c.OnStoreError == FailOpen {
-		d.Allowed = true
-		d.Remaining = c.Limit
-	} else {
+	o := failedClosed
+	switch {
+	case c.OnStoreError == FailOpen:
+		d.Allowed, d.Remaining, o = true, c.Limit, allowed
+	case c.OnStoreError == FailLocal && c.local != nil:
+		// The instance's own limiter decides: a denial is a real 429.
+		if ld, lerr := c.local.Allow(ctx, req); lerr == nil {
+			d = ld
+			d.Policy, d.Degraded = c.Name, true
+			o = denied
+			if d.Allowed {
+				o = allowed
+			}
+			break
+		}
+		d.RetryAfter = time.Second
+	default:
 		d.RetryAfter = time.Second
 	}
-	level := slog.LevelWarn
-	e.log.LogAttrs(ctx, level, "edgelimit: store failed",
+	e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: store failed",
 		slog.String("policy", c.Name), slog.String("route", rs.label), slog.String("strategy", c.Strategy),
-		slog.String("on_store_error", c.OnStoreError), slog.Duration("latency", lat), slog.String("error", err.Error()))
+		slog.String("on_store_error", c.OnStoreError), slog.Float64("latency_ms", float64(lat.Microseconds())/1000), slog.String("error", err.Error()))
 	e.emit(rs, c, d, err, lat)
-	return d
+	return d, o
 }
 
 func (e *Engine) emit(rs *routeSet, c *compiled, d Decision, err error, lat time.Duration) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -320,6 +321,50 @@ policies:
 	}
 }
 
+// localCounter is a counter whose store is down, with an in-process twin.
+type localCounter struct {
+	*counter
+	twins *int
+}
+
+func (l localCounter) Local() (edgelimit.Limiter, error) {
+	*l.twins++
+	return &counter{p: l.p, n: map[string]int64{}}, nil
+}
+
+// on_store_error: local keeps limiting while the store is down: the
+// limiter's in-process twin decides, and its denials are 429s, not 503s.
+func TestEngineStoreFailureLocal(t *testing.T) {
+	yaml := `version: 1
+policies:
+  - {name: search, routes: ["GET /search"], key: ip, strategy: durable, limit: 2, window: 1m, on_store_error: local}
+`
+	twins := 0
+	fx := newFixture(t, yaml, func(name string, c *counter) edgelimit.Limiter {
+		c.err = errors.New("store down")
+		return localCounter{c, &twins}
+	})
+	var statuses []int
+	for i := 0; i < 3; i++ {
+		v := fx.do("GET", "/search", "1.2.3.4", nil)
+		statuses = append(statuses, v.Status)
+		if !v.Decisions[0].Degraded {
+			t.Errorf("request %d: decision not marked degraded", i)
+		}
+	}
+	if want := []int{0, 0, 429}; !slices.Equal(statuses, want) {
+		t.Errorf("statuses = %v, want %v (two allowed by the in-process twin, then 429)", statuses, want)
+	}
+	if twins != 1 {
+		t.Errorf("twins built = %d, want 1", twins)
+	}
+	f, _ := edgelimit.ParsePolicies("p.yaml", []byte(yaml))
+	_, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) { return &counter{p: p}, nil }})
+	if err == nil || !strings.Contains(err.Error(), "Localizer") {
+		t.Errorf("New with a limiter without a twin = %v, want an error naming edgelimit.Localizer", err)
+	}
+}
+
 func TestEngineShadowNeverBlocks(t *testing.T) {
 	fx := newFixture(t, `version: 1
 policies:
@@ -535,6 +580,25 @@ policies:
 	}
 	if v := fx.do("POST", "/t", "1.2.3.4", nil); v.Allowed || header(v, "Edgelimit-Token") != "" {
 		t.Errorf("denied request handed out a token: %v", v.Header())
+	}
+}
+
+// A bucket announces its burst over the time it takes to fill, so that the
+// remaining count (up to the burst) never exceeds the announced quota.
+func TestEngineAdvertisesBurst(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: search, routes: ["GET /s"], key: ip, strategy: durable, algorithm: gcra, limit: 10, burst: 20, window: 1s}
+  - {name: form, routes: ["GET /f"], key: ip, strategy: kv, limit: 6, burst: 3, window: 1m}
+`, nil)
+	for path, want := range map[string][2]string{"/s": {`"search";q=20;w=2`, "20"}, "/f": {`"form";q=3;w=30`, "3"}} {
+		v := fx.do("GET", path, "1.2.3.4", nil)
+		if got := header(v, "RateLimit-Policy"); got != want[0] {
+			t.Errorf("%s: RateLimit-Policy = %q, want %q", path, got, want[0])
+		}
+		if got := header(v, "X-RateLimit-Limit"); got != want[1] {
+			t.Errorf("%s: X-RateLimit-Limit = %q, want %q", path, got, want[1])
+		}
 	}
 }
 

@@ -82,6 +82,15 @@ type Refunder interface {
 	Refund(ctx context.Context, req Request) error
 }
 
+// Localizer is an optional ability: a limiter backed by a shared store that
+// can build an in-process twin of itself (the same policy, its state in this
+// process only). For a policy with on_store_error: local, the engine asks
+// the twin while the store fails, so each instance still holds the limit on
+// its own instead of admitting everything (allow) or nothing (deny).
+type Localizer interface {
+	Local() (Limiter, error)
+}
+
 // BatchLimiter is an optional ability: limiters that share a backend and can
 // decide several requests atomically, all spent or none.
 type BatchLimiter interface {

@@ -36,6 +36,9 @@ const (
 const (
 	FailOpen   = "allow"
 	FailClosed = "deny"
+	// FailLocal decides with an in-process limiter of the same policy while
+	// the store fails: each instance still enforces the limit on its own.
+	FailLocal = "local"
 )
 
 // Missing-key modes.
@@ -77,7 +80,9 @@ type Policy struct {
 	Burst int64
 	// Cost is the units every request on the policy spends; default 1.
 	Cost int64
-	// OnStoreError is "allow" (fail open) or "deny" (fail closed: 503).
+	// OnStoreError is "allow" (fail open), "deny" (fail closed: 503) or
+	// "local" (an in-process limiter of the same policy decides, so each
+	// instance still holds the limit; see Config.Fallback).
 	// Default deny for durable, allow for kv and signed.
 	OnStoreError string
 	// StoreTimeout is the budget of one store call; default 100ms.
@@ -451,8 +456,13 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 			switch s {
 			case FailOpen, FailClosed:
 				pol.OnStoreError = s
+			case FailLocal:
+				pol.OnStoreError = s
+				if pol.Strategy == StrategySigned {
+					p.errorf(v.Line, name, "on_store_error local needs a store to fall back from; strategy signed has none")
+				}
 			default:
-				p.errorf(v.Line, name, "on_store_error %q is not one of allow, deny", s)
+				p.errorf(v.Line, name, "on_store_error %q is not one of allow, deny, local", s)
 			}
 		}
 	}

@@ -6,7 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/edgelimit/edgelimit/internal/jsonenc"
 )
 
 // Problem types (RFC 9457) used in bodies.
@@ -74,8 +75,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, out []outcome, blocked bool) {
 		if len(rl) > 0 {
 			rl = append(rl, ", "...)
 		}
-		rl = strconv.AppendQuote(rl, c.Name)
-		rl = append(rl, ";r="...)
+		rl = append(rl, c.rItem...)
 		rl = strconv.AppendInt(rl, max(d.Remaining, 0), 10)
 		rl = append(rl, ";t="...)
 		rl = strconv.AppendInt(rl, Seconds(d.Reset), 10)
@@ -200,19 +200,19 @@ func problemJSON(p *Problem) []byte {
 // written: bodies with a challenge go through encoding/json.
 func appendProblem(b []byte, p *Problem, detail []byte) []byte {
 	b = append(b, `{"type":`...)
-	b = appendJSONString(b, p.Type)
+	b = jsonenc.AppendString(b, p.Type)
 	b = append(b, `,"title":`...)
-	b = appendJSONString(b, p.Title)
+	b = jsonenc.AppendString(b, p.Title)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(p.Status), 10)
 	if detail != nil {
 		if len(detail) > 0 {
 			b = append(b, `,"detail":`...)
-			b = appendJSONString(b, detail)
+			b = jsonenc.AppendString(b, detail)
 		}
 	} else if p.Detail != "" {
 		b = append(b, `,"detail":`...)
-		b = appendJSONString(b, p.Detail)
+		b = jsonenc.AppendString(b, p.Detail)
 	}
 	if len(p.ViolatedPolicies) > 0 {
 		b = append(b, `,"violated-policies":[`...)
@@ -220,7 +220,7 @@ func appendProblem(b []byte, p *Problem, detail []byte) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, n)
+			b = jsonenc.AppendString(b, n)
 		}
 		b = append(b, ']')
 	}
@@ -229,64 +229,6 @@ func appendProblem(b []byte, p *Problem, detail []byte) []byte {
 		b = strconv.AppendInt(b, p.RetryAfter, 10)
 	}
 	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string escaped as encoding/json
-// escapes it by default: quotes, backslashes and control characters, the
-// HTML-significant <, > and &, U+2028 and U+2029, and invalid UTF-8 as
-// U+FFFD.
-func appendJSONString[T []byte | string](b []byte, s T) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		// A short string conversion, as encoding/json does: it stays on
-		// the stack.
-		r, size := utf8.DecodeRuneInString(string(s[i : i+min(len(s)-i, utf8.UTFMax)]))
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 func mustJSON(v any) []byte {

@@ -28,50 +28,131 @@ var benchKeys = func() []string {
 	return keys
 }()
 
-// BenchmarkAllowMemory measures Counter.Allow on the memory store over
-// 100,000 keys, in parallel. "fixed clock" injects a constant time (the
-// counter alone); "time.Now" is what `edgelimit serve` runs. The limit is
-// high enough that every decision is an admission that writes.
+// benchPolicy is a policy of alg whose limit no benchmark reaches, so that
+// every decision is an admission that writes (the sliding log, whose limit
+// is bounded, gets its largest; gcra one unit a second with a burst of a
+// billion, so that its TAT stays ahead of the clock and its items live).
+func benchPolicy(name, alg string, window time.Duration) *edgelimit.Policy {
+	p := &edgelimit.Policy{Name: name, Algorithm: alg, Limit: 1 << 50, Window: window}
+	switch alg {
+	case edgelimit.AlgorithmSlidingLog:
+		p.Limit = durablecounter.MaxSlidingLogLimit
+	case edgelimit.AlgorithmGCRA:
+		p.Limit, p.Window, p.Burst = 3600, time.Hour, 1e9
+	}
+	return p
+}
+
+// runParallel calls allow from every benchmark goroutine, each starting
+// elsewhere in benchKeys.
+func runParallel(b *testing.B, allow func(key string) error) {
+	var worker atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(worker.Add(1)) * 7919
+		for pb.Next() {
+			i = (i + 1) % len(benchKeys)
+			if err := allow(benchKeys[i]); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkAllowMemory measures Counter.Allow of every algorithm on the
+// memory store over 100,000 keys, in parallel. "fixed-clock" injects a
+// constant time (the counter alone); "time.Now" is what `edgelimit serve`
+// runs (the sliding log then gets a 1 s window, so that its buckets stay
+// few). Every decision is an admission that writes.
+//
+//	go test -run '^$' -bench 'BenchmarkAllowMemory$' -benchmem ./durablecounter/
 func BenchmarkAllowMemory(b *testing.B) {
-	for _, bc := range []struct {
-		name   string
-		shards int
-		now    func() time.Time
-	}{
-		{"fixed-clock/shards=1", 1, func() time.Time { return time.Unix(1_700_000_000, 0) }},
-		{"fixed-clock/shards=16", 16, func() time.Time { return time.Unix(1_700_000_000, 0) }},
-		{"fixed-clock/shards=64", 64, func() time.Time { return time.Unix(1_700_000_000, 0) }},
-		{"fixed-clock/shards=256", 256, func() time.Time { return time.Unix(1_700_000_000, 0) }},
-		{"time.Now/shards=64", 64, time.Now},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{Shards: bc.shards})
+	for _, alg := range allAlgorithms {
+		for _, clock := range []string{"fixed-clock", "time.Now"} {
+			b.Run(alg+"/"+clock, func(b *testing.B) {
+				now, window := func() time.Time { return time.Unix(1_700_000_000, 0) }, time.Hour
+				if clock == "time.Now" {
+					now = time.Now
+					if alg == edgelimit.AlgorithmSlidingLog {
+						window = time.Second
+					}
+				}
+				c, err := durablecounter.New(durablecounter.Config{
+					Policy: benchPolicy("bench", alg, window),
+					Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+					Now:    now,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				for _, k := range benchKeys { // every key exists: measure steady state
+					if _, err := c.Allow(ctx, edgelimit.Request{Key: k}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runParallel(b, func(key string) error {
+					_, err := c.Allow(ctx, edgelimit.Request{Key: key})
+					return err
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkAllowMemoryShards measures the fixed window on memory stores of
+// 1 to 256 independently locked shards (MemoryConfig.Shards).
+func BenchmarkAllowMemoryShards(b *testing.B) {
+	for _, shards := range []int{1, 16, 64, 256} {
+		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "bench", Limit: 1 << 50, Window: time.Hour},
-				Store:  store,
-				Now:    bc.now,
+				Policy: benchPolicy("bench", edgelimit.AlgorithmFixedWindow, time.Hour),
+				Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{Shards: shards}),
+				Now:    func() time.Time { return time.Unix(1_700_000_000, 0) },
 			})
 			if err != nil {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			for _, k := range benchKeys { // every key exists: measure steady state
-				if _, err := c.Allow(ctx, edgelimit.Request{Key: k}); err != nil {
-					b.Fatal(err)
-				}
+			runParallel(b, func(key string) error {
+				_, err := c.Allow(ctx, edgelimit.Request{Key: key})
+				return err
+			})
+		})
+	}
+}
+
+// BenchmarkDenyCache measures a repeat denial answered by the deny cache
+// (no store call), for 100,000 keys that have spent their limit.
+func BenchmarkDenyCache(b *testing.B) {
+	for _, alg := range allAlgorithms {
+		b.Run(alg, func(b *testing.B) {
+			c, err := durablecounter.New(durablecounter.Config{
+				Policy: &edgelimit.Policy{Name: "deny", Algorithm: alg, Limit: 1, Window: time.Hour, DenyCache: true},
+				Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+				Now:    func() time.Time { return time.Unix(1_700_000_000, 0) },
+				// room for every key
+				DenyCacheSize: 2 * len(benchKeys),
+			})
+			if err != nil {
+				b.Fatal(err)
 			}
-			var worker atomic.Int64
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(worker.Add(1)) * 7919 // each goroutine starts elsewhere
-				for pb.Next() {
-					i = (i + 1) % len(benchKeys)
-					if _, err := c.Allow(ctx, edgelimit.Request{Key: benchKeys[i]}); err != nil {
-						b.Error(err)
-						return
+			ctx := context.Background()
+			for _, k := range benchKeys {
+				for range 2 { // spend, then the first denial fills the cache
+					if _, err := c.Allow(ctx, edgelimit.Request{Key: k}); err != nil {
+						b.Fatal(err)
 					}
 				}
+			}
+			runParallel(b, func(key string) error {
+				d, err := c.Allow(ctx, edgelimit.Request{Key: key})
+				if err == nil && d.Allowed {
+					err = fmt.Errorf("key %s allowed", key)
+				}
+				return err
 			})
 		})
 	}

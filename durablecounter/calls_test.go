@@ -2,6 +2,11 @@ package durablecounter_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,14 +17,132 @@ import (
 )
 
 // TestDynamoCallsPerDecision counts the HTTP requests the SDK sends to each
-// real server: one UpdateItem per decision, allowed or denied, for cost 1;
-// a denial of cost > 1 adds one consistent GetItem on dynalite only (it
-// ignores ReturnValuesOnConditionCheckFailure); a refund is one UpdateItem;
-// a batch is one TransactWriteItems plus one BatchGetItem (the counts for
-// the headers) on moto, and on dynalite, after one detecting
-// TransactWriteItems, one UpdateItem per member.
+// real server, per decision, for every algorithm and for the two-round-trip
+// read-then-write baseline, in the same run, and logs the table that
+// docs/durable.md shows:
+//
+//   - allowed, in the steady state: one UpdateItem, no read before it;
+//   - the first denial an instance meets: one UpdateItem whose failure
+//     carries the item (ALL_OLD); on dynalite, which ignores ALL_OLD, one
+//     consistent GetItem more, except for a fixed window of cost 1;
+//   - repeat denials, and the denial after an instance's own admission
+//     took the last unit: none, from the deny cache (one each without it);
+//   - the baseline: a GetItem and a conditional write per admission, a
+//     GetItem per denial.
 func TestDynamoCallsPerDecision(t *testing.T) {
+	t.Parallel()
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
+		t.Parallel()
+		client, table, calls := ddbtest.Table(t, s)
+		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock := limitertest.NewClock(limitertest.T0)
+		ctx := context.Background()
+		measure := func(n int, f func(i int)) float64 {
+			t.Helper()
+			calls.Reset()
+			for i := range n {
+				f(i)
+			}
+			return float64(calls.Total()) / float64(n)
+		}
+		const limit = 10
+		var tab strings.Builder
+		fmt.Fprintf(&tab, "%-15s %8s %16s %12s %14s %17s %18s\n", s.Name, "allowed", "after own last", "1st denial", "repeat denial", "repeat, no cache", "new window/refill")
+		for _, alg := range allAlgorithms {
+			newCounter := func(name string, denyCache bool) *durablecounter.Counter {
+				c, err := durablecounter.New(durablecounter.Config{
+					Policy: &edgelimit.Policy{Name: name, Algorithm: alg, Limit: limit, Window: time.Hour, DenyCache: denyCache},
+					Store:  store, Now: clock.Now,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			// c spends the quota; other is another instance (its own deny
+			// cache) that meets the first denial; noCache has no deny cache.
+			c, other, noCache := newCounter(alg+"-calls", true), newCounter(alg+"-calls", true), newCounter(alg+"-calls", false)
+			clock.Set(limitertest.WindowStart(limitertest.T0, time.Hour).Add(30 * time.Minute))
+			allow := func(c *durablecounter.Counter, what string, allowed bool) {
+				t.Helper()
+				d, err := c.Allow(ctx, edgelimit.Request{Key: "k"})
+				if err != nil {
+					t.Fatalf("%s %s: %v", alg, what, err)
+				}
+				if d.Allowed != allowed {
+					t.Fatalf("%s %s: %+v, want allowed %v", alg, what, d, allowed)
+				}
+			}
+			allow(c, "first decision on a new key", true) // also a single call
+			allowed := measure(limit-1, func(int) { allow(c, "allowed", true) })
+			// The admission that took the last unit left its state in c's
+			// deny cache: c's next request is denied without a call.
+			afterOwn := measure(1, func(int) { allow(c, "denial after its own last admission", false) })
+			first := measure(1, func(int) { allow(other, "first denial", false) })
+			repeat := measure(100, func(int) { allow(other, "repeat denial", false) })
+			repeatNoCache := measure(5, func(int) { allow(noCache, "repeat denial without the cache", false) })
+			// The next window (sliding window: this instance knows the count
+			// that now weighs as the previous one) or, for gcra, a refilled
+			// unit; the sliding log once the window has moved on.
+			clock.Advance(time.Hour)
+			next := measure(1, func(int) { allow(c, "after the window moved", true) })
+			fmt.Fprintf(&tab, "%-15s %8.2f %16.2f %12.2f %14.2f %17.2f %18.2f\n", alg, allowed, afterOwn, first, repeat, repeatNoCache, next)
+
+			wantDenial := 1.0
+			if !s.OldOnConditionFailure && alg != edgelimit.AlgorithmFixedWindow {
+				wantDenial = 2 // dynalite: the UpdateItem, then a GetItem
+			}
+			for _, f := range []struct {
+				what      string
+				got, want float64
+			}{
+				{"allowed", allowed, 1},
+				{"denial after its own last admission", afterOwn, 0},
+				{"first denial", first, wantDenial},
+				{"repeat denial", repeat, 0},
+				{"repeat denial without the deny cache", repeatNoCache, wantDenial},
+				{"first decision after the window moved", next, 1},
+			} {
+				if f.got != f.want {
+					t.Errorf("%s on %s: %s: %.2f calls per decision, want %.0f", alg, s.Name, f.what, f.got, f.want)
+				}
+			}
+		}
+
+		base := &readThenWrite{client: client, table: table, limit: limit, window: time.Hour, now: clock.Now}
+		decideBase := func(allowed bool) func(int) {
+			return func(int) {
+				d, err := base.decide(ctx, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed != allowed {
+					t.Fatalf("baseline: %+v, want allowed %v", d, allowed)
+				}
+			}
+		}
+		bAllowed := measure(limit, decideBase(true))
+		bDenied := measure(5, decideBase(false))
+		fmt.Fprintf(&tab, "%-15s %8.2f %16.2f %12.2f %14.2f %17.2f %18s\n", "read-then-write", bAllowed, bDenied, bDenied, bDenied, bDenied, "-")
+		if bAllowed != 2 || bDenied != 1 {
+			t.Errorf("baseline: %.2f calls per admission and %.2f per denial, want 2 and 1", bAllowed, bDenied)
+		}
+		t.Logf("DynamoDB calls per decision (%s):\n%s", s.Name, tab.String())
+	})
+}
+
+// TestDynamoCallsRefundAndBatch pins the calls of the fixed window's
+// refund and batches: a refund is one UpdateItem; a batch is one
+// TransactWriteItems plus one BatchGetItem (the counts for the headers) on
+// moto, and on dynalite, after one detecting TransactWriteItems, one
+// UpdateItem per member.
+func TestDynamoCallsRefundAndBatch(t *testing.T) {
+	t.Parallel()
+	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
+		t.Parallel()
 		client, table, calls := ddbtest.Table(t, s)
 		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
 		if err != nil {
@@ -51,28 +174,10 @@ func TestDynamoCallsPerDecision(t *testing.T) {
 			if int(calls.Total()) != total {
 				t.Errorf("%s: %d calls in all, want %d (%v)", what, calls.Total(), total, got)
 			}
-			t.Logf("%s: %v", what, got)
 			calls.Reset()
 		}
 
 		c := counter("calls", 3)
-		allowed, denied := 0, 0
-		for range 10 {
-			d, err := c.Allow(ctx, edgelimit.Request{Key: "k"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Allowed {
-				allowed++
-			} else {
-				denied++
-			}
-		}
-		if allowed != 3 || denied != 7 {
-			t.Errorf("allowed %d, denied %d; want 3 and 7", allowed, denied)
-		}
-		expect("10 decisions of cost 1 (3 allowed, 7 denied)", map[string]int{"UpdateItem": 10})
-
 		if d, err := c.Allow(ctx, edgelimit.Request{Key: "k2", Cost: 2}); err != nil || !d.Allowed || d.Remaining != 1 {
 			t.Fatalf("Allow(cost 2) = %+v, %v", d, err)
 		}
@@ -85,7 +190,6 @@ func TestDynamoCallsPerDecision(t *testing.T) {
 		} else {
 			expect("a denial of cost 2 (ALL_OLD ignored: one consistent read)", map[string]int{"UpdateItem": 1, "GetItem": 1})
 		}
-
 		if err := c.Refund(ctx, edgelimit.Request{Key: "k2", Cost: 2}); err != nil {
 			t.Fatal(err)
 		}
@@ -114,6 +218,203 @@ func TestDynamoCallsPerDecision(t *testing.T) {
 			default:
 				// a spent, b denied, a given back.
 				expect("a denied batch of 2 (sequential fallback)", map[string]int{"UpdateItem": 3})
+			}
+		}
+	})
+}
+
+// TestReadThenWriteContention puts the baseline and ours side by side under
+// contention on dynalite, in one run: 64 goroutines send 500 requests for
+// one hot key with a limit of 125. The baseline without retries admits a
+// fraction of the limit (most requests lose the version race), with 10
+// retries it needs several calls per decision and still denies requests
+// that had room; ours admits exactly the limit with one call per decision
+// and no spurious denial. (moto answers one call at a time: a contention
+// test there measures nothing but its lock.) Ours runs with the deny cache
+// (the default of a policy file) and, for the fixed window, without.
+func TestReadThenWriteContention(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
+		if s.Name == "moto" {
+			t.Skip("moto serves one call at a time (see moto_serialized.py): no contention to measure")
+		}
+		t.Parallel()
+		client, table, calls := ddbtest.Table(t, s)
+		clock := limitertest.NewClock(limitertest.T0)
+		const limit, requests = 125, 500
+		type outcome struct {
+			name                       string
+			admitted, spurious, denied int64
+			calls                      int64
+		}
+		run := func(name string, decide func(ctx context.Context) (bool, bool, error)) outcome {
+			calls.Reset()
+			var mu sync.Mutex
+			o := outcome{name: name}
+			err := hammer(requests, func(i int) error {
+				ok, spurious, err := decide(context.Background())
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					return err
+				case ok:
+					o.admitted++
+				case spurious:
+					o.spurious++
+				default:
+					o.denied++
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.calls = calls.Total()
+			return o
+		}
+		var out []outcome
+		for _, retries := range []int{0, 10} {
+			b := &readThenWrite{client: client, table: table, limit: limit, window: time.Hour, retries: retries, now: clock.Now}
+			key := fmt.Sprintf("hot-%d", retries)
+			out = append(out, run(fmt.Sprintf("read-then-write, %d retries", retries), func(ctx context.Context) (bool, bool, error) {
+				ok, err := b.allow(ctx, key)
+				if errors.Is(err, errConflictsExhausted) {
+					return false, true, nil // denied for losing races, not for the count
+				}
+				return ok, false, err
+			}))
+		}
+		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type variant struct {
+			alg       string
+			denyCache bool
+		}
+		variants := []variant{{edgelimit.AlgorithmFixedWindow, false}}
+		for _, alg := range allAlgorithms {
+			variants = append(variants, variant{alg, true})
+		}
+		for _, v := range variants {
+			c, err := durablecounter.New(durablecounter.Config{
+				Policy: &edgelimit.Policy{Name: fmt.Sprintf("hot-%s-%v", v.alg, v.denyCache), Algorithm: v.alg, Limit: limit, Window: time.Hour, DenyCache: v.denyCache},
+				Store:  store, Now: clock.Now,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := "ours, " + v.alg
+			if !v.denyCache {
+				name += ", no deny cache"
+			}
+			o := run(name, func(ctx context.Context) (bool, bool, error) {
+				d, err := c.Allow(ctx, edgelimit.Request{Key: "hot"})
+				return d.Allowed, false, err
+			})
+			if o.admitted != limit {
+				t.Errorf("%s: admitted %d of a limit of %d", o.name, o.admitted, limit)
+			}
+			out = append(out, o)
+		}
+		var tab strings.Builder
+		fmt.Fprintf(&tab, "%-36s %9s %17s %8s %16s\n", "design (64 goroutines)", "admitted", "spurious denials", "denied", "calls/decision")
+		for _, o := range out {
+			fmt.Fprintf(&tab, "%-36s %9d %17d %8d %16.2f\n", o.name, o.admitted, o.spurious, o.denied, float64(o.calls)/requests)
+			if o.admitted > limit {
+				t.Errorf("%s admitted %d, above the limit of %d", o.name, o.admitted, limit)
+			}
+		}
+		t.Logf("%d requests for one key, limit %d, on %s:\n%s", requests, limit, s.Name, tab.String())
+	})
+}
+
+// hammer runs fn(i) for i in [0, n) on limitertest.Workers goroutines and
+// returns the first error.
+func hammer(n int, fn func(i int) error) error {
+	var next atomic.Int64
+	errs := make(chan error, limitertest.Workers)
+	var wg sync.WaitGroup
+	for range limitertest.Workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// Regression (the flood experiment, BENCHMARKS.md): when a deny-cache entry
+// expired, every request of a flooding client in flight at that moment went
+// to the store — 0.54 store calls per denied request for a gcra policy at
+// 10/s, whose entry expires ten times a second. Now one request asks and the
+// others wait for its answer. (The windowed algorithms start a new window
+// with the whole limit free, so their first requests of a window must ask;
+// gcra is the one whose denials expire while quota trickles back.)
+func TestDenyCacheExpiryAsksOnce(t *testing.T) {
+	t.Parallel()
+	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
+		t.Parallel()
+		client, table, calls := ddbtest.Table(t, s)
+		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, alg := range []string{edgelimit.AlgorithmGCRA} {
+			clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Hour).Add(time.Minute))
+			c, err := durablecounter.New(durablecounter.Config{
+				Policy: &edgelimit.Policy{Name: alg + "-expiry", Algorithm: alg, Limit: 10, Window: time.Second, Burst: 1, DenyCache: true},
+				Store:  store, Now: clock.Now,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := edgelimit.Request{Key: "flood"}
+			for range 20 { // spend the quota; the rest is cached as denied
+				if _, err := c.Allow(context.Background(), req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Past every denial's Retry-After: the entry has expired, and
+			// exactly one unit fits again in every algorithm.
+			clock.Advance(time.Second)
+			calls.Reset()
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d, err := c.Allow(context.Background(), req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			if got := calls.Total(); got > 2 {
+				t.Errorf("%s on %s: 64 requests after the deny cache expired made %d store calls, want a few (one asks, the others wait)", alg, s.Name, got)
+			}
+			if got := admitted.Load(); got != 1 {
+				t.Errorf("%s on %s: %d admitted after one unit refilled, want 1", alg, s.Name, got)
 			}
 		}
 	})

@@ -10,11 +10,16 @@ import (
 	"github.com/edgelimit/edgelimit/limitertest"
 )
 
-var allCapabilities = limitertest.Options{
-	Algorithm:   edgelimit.AlgorithmFixedWindow,
-	Batch:       true,
-	Refund:      true,
-	Concurrency: true,
+// allAlgorithms are the algorithms of strategy durable.
+var allAlgorithms = []string{
+	edgelimit.AlgorithmFixedWindow,
+	edgelimit.AlgorithmSlidingWindow,
+	edgelimit.AlgorithmSlidingLog,
+	edgelimit.AlgorithmGCRA,
+}
+
+func capabilities(alg string) limitertest.Options {
+	return limitertest.Options{Algorithm: alg, Batch: true, Refund: true, Concurrency: true}
 }
 
 func counters(store durablecounter.Store) limitertest.NewLimiter {
@@ -23,47 +28,101 @@ func counters(store durablecounter.Store) limitertest.NewLimiter {
 	}
 }
 
+// forEachAlgorithm runs f for every algorithm, one after the other.
+//
+// On scheduling: go test runs at most -parallel (default GOMAXPROCS, 2 on
+// our machines) parallel tests at once. The tests that need the servers are
+// parallel at the top level and per server, and run the algorithms one
+// after the other within a server: moto answers one call at a time, so its
+// tests make one long lane that keeps it busy, while the other lane runs
+// dynalite's and the memory store's.
+func forEachAlgorithm(t *testing.T, f func(t *testing.T, alg string)) {
+	t.Helper()
+	for _, alg := range allAlgorithms {
+		t.Run(alg, func(t *testing.T) { f(t, alg) })
+	}
+}
+
+// TestConformanceMemory runs the suite on the memory store, without and
+// with the deny cache (which must not change any decision).
 func TestConformanceMemory(t *testing.T) {
-	limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
-		return counters(durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}))
-	}, allCapabilities)
+	t.Parallel()
+	forEachAlgorithm(t, func(t *testing.T, alg string) {
+		for _, deny := range []bool{false, true} {
+			opts := capabilities(alg)
+			opts.DenyCache = deny
+			name := map[bool]string{false: "NoDenyCache", true: "DenyCache"}[deny]
+			t.Run(name, func(t *testing.T) {
+				limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
+					return counters(durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}))
+				}, opts)
+			})
+		}
+	})
 }
 
 // TestConformanceMemoryOneShard runs the suite on a single-lock store, so
 // that batches and sweeps meet every key in one shard.
 func TestConformanceMemoryOneShard(t *testing.T) {
-	limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
-		return counters(durablecounter.NewMemoryStore(durablecounter.MemoryConfig{Shards: 1}))
-	}, allCapabilities)
+	t.Parallel()
+	forEachAlgorithm(t, func(t *testing.T, alg string) {
+		limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
+			return counters(durablecounter.NewMemoryStore(durablecounter.MemoryConfig{Shards: 1}))
+		}, capabilities(alg))
+	})
 }
 
 // TestConformanceDynamo runs the suite against each real server, each test
 // on its own table, with full client concurrency. (moto's DynamoDB backend
 // is not atomic per item under concurrent requests — it admitted 1,026 of a
 // limit of 1,000 — so the test-server runner serves moto behind a lock; see
-// internal/tools/testservers/moto_serialized.py.) On dynalite batches take the sequential fallback
-// (TransactionsAuto detects the missing TransactWriteItems); on moto they
-// are transactions.
+// internal/tools/testservers/moto_serialized.py.) On dynalite batches take
+// the sequential fallback (TransactionsAuto detects the missing
+// TransactWriteItems); on moto they are transactions.
+//
+// moto answers one call at a time, in about 10 ms: the concurrency claims
+// run there in full, with the deny cache on (the default of a policy file),
+// and the randomised model comparison is shortened. dynalite runs every
+// test in full and without the deny cache, so that every denial reaches
+// the server.
 func TestConformanceDynamo(t *testing.T) {
+	t.Parallel()
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
 		t.Parallel() // the servers are separate processes
-		limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
-			return counters(dynamoStore(t, s, durablecounter.TransactionsAuto))
-		}, allCapabilities)
+		forEachAlgorithm(t, func(t *testing.T, alg string) {
+			opts := capabilities(alg)
+			if s.Name == "moto" {
+				opts.DenyCache, opts.Quick = true, true
+			}
+			limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
+				return counters(dynamoStore(t, s, durablecounter.TransactionsAuto))
+			}, opts)
+		})
 	})
 }
 
 // TestSequentialBatchDynamo shows the batch fallback all or nothing on the
 // server that has transactions too (on dynalite TestConformanceDynamo
-// already runs it).
+// already runs it, concurrent batches included).
 func TestSequentialBatchDynamo(t *testing.T) {
+	t.Parallel()
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
 		if !s.Transactions {
 			t.Skipf("%s has no transactions: TestConformanceDynamo runs the sequential fallback there", s.Name)
 		}
-		limitertest.RunBatch(t, func(t *testing.T) limitertest.NewLimiter {
-			return counters(dynamoStore(t, s, durablecounter.TransactionsOff))
-		}, allCapabilities)
+		t.Parallel()
+		// The fallback is the same protocol for every algorithm (their
+		// updates and refunds); dynalite runs it for all four, concurrent
+		// batches included. Here: the two whose refunds differ most.
+		for _, alg := range []string{edgelimit.AlgorithmFixedWindow, edgelimit.AlgorithmSlidingLog} {
+			t.Run(alg, func(t *testing.T) {
+				opts := capabilities(alg)
+				opts.Concurrency = false
+				limitertest.RunBatch(t, func(t *testing.T) limitertest.NewLimiter {
+					return counters(dynamoStore(t, s, durablecounter.TransactionsOff))
+				}, opts)
+			})
+		}
 	})
 }
 

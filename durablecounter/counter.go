@@ -3,6 +3,7 @@ package durablecounter
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -15,59 +16,80 @@ import (
 type Config struct {
 	// Policy is the policy the Counter enforces. Required. New reads its
 	// Name, Strategy (empty or durable), Algorithm (default fixed-window),
-	// Limit, Window and Shards once; later changes to it have no effect.
+	// Limit, Window, Burst (gcra; default Limit), Shards (default 1) and
+	// DenyCache once; later changes to it have no effect.
 	Policy *edgelimit.Policy
 	// Store keeps the counts; default a MemoryStore shared by every Counter
 	// in the process built without a Store (so they can be batched).
 	Store Store
 	// Now is the Counter's clock; default time.Now.
 	Now func() time.Time
+	// DenyCacheSize bounds the Counter's deny cache (when the policy's
+	// DenyCache is on): entries, plus one per sliding-log bucket they hold;
+	// default 65,536.
+	DenyCacheSize int
 }
 
+// DefaultDenyCacheSize is Config.DenyCacheSize's default.
+const DefaultDenyCacheSize = 1 << 16
+
+// MaxShards is the most shards a policy can spread a key over.
+const MaxShards = 1000
+
 // Counter is an exact rate limiter for one policy: however many instances
-// and goroutines ask at once, it admits at most Limit cost units per window
+// and goroutines ask at once, it admits at most what its algorithm allows
 // and denies nothing that fits. Every decision is one conditional write to
-// its Store. A Counter is safe for concurrent use.
+// its Store in the common case, and none for a repeat denial the deny cache
+// can answer. A Counter is safe for concurrent use.
 type Counter struct {
 	name  string
 	limit int64
 	store Store
 	now   func() time.Time
-	alg   algorithm
+	// algs has one algorithm per shard, each with its share of the limit
+	// (one for a policy that is not sharded).
+	algs []algorithm
+	// deny is the deny cache, or nil.
+	deny *stateCache
+	// refresh lets one request per item refresh an expired deny-cache entry.
+	refresh flights
+	// cfg is what New was given, for Local.
+	cfg Config
 }
 
 var (
 	_ edgelimit.Limiter      = (*Counter)(nil)
 	_ edgelimit.BatchLimiter = (*Counter)(nil)
 	_ edgelimit.Refunder     = (*Counter)(nil)
+	_ edgelimit.Localizer    = (*Counter)(nil)
 )
-
-// algorithm is one counting algorithm (one file each). It turns a request
-// into a store operation and the operation's result into a Decision; the
-// Counter and the stores do the rest.
-type algorithm interface {
-	// plan returns the operation that decides a request of cost units for
-	// key at now.
-	plan(key string, cost int64, now time.Time) op
-	// decide turns the result of o, planned at now, into a Decision. (o is
-	// passed by value: a pointer through an interface would move every
-	// decision's op to the heap.)
-	decide(o op, r result, now time.Time) edgelimit.Decision
-}
 
 // algorithms maps a policy's algorithm to its constructor.
 var algorithms = map[string]func(p params) algorithm{
-	edgelimit.AlgorithmFixedWindow: newFixedWindow,
+	edgelimit.AlgorithmFixedWindow:   newFixedWindow,
+	edgelimit.AlgorithmSlidingWindow: newSlidingWindow,
+	edgelimit.AlgorithmSlidingLog:    newSlidingLog,
+	edgelimit.AlgorithmGCRA:          newGCRA,
 }
 
-// params are the policy fields an algorithm uses.
+// params are the policy fields an algorithm uses, for one shard.
 type params struct {
 	name   string
 	limit  int64
 	window time.Duration
+	burst  int64
 }
 
 var defaultStore = sync.OnceValue(func() *MemoryStore { return NewMemoryStore(MemoryConfig{}) })
+
+// share returns shard i's part of total split over n shards.
+func share(total int64, n, i int) int64 {
+	s := total / int64(n)
+	if int64(i) < total%int64(n) {
+		s++
+	}
+	return s
+}
 
 // New validates cfg and returns a Counter.
 func New(cfg Config) (*Counter, error) {
@@ -87,27 +109,49 @@ func New(cfg Config) (*Counter, error) {
 	if p.Window < time.Millisecond || p.Window%time.Millisecond != 0 {
 		return nil, fmt.Errorf("%w: policy %q: window %s must be a whole number of milliseconds, at least 1ms", ErrConfig, p.Name, p.Window)
 	}
-	if p.Shards > 1 {
-		return nil, fmt.Errorf("%w: policy %q: shards %d: this version keeps one item per key; use shards: 1", ErrConfig, p.Name, p.Shards)
-	}
 	alg := p.Algorithm
 	if alg == "" {
 		alg = edgelimit.AlgorithmFixedWindow
 	}
 	newAlg, ok := algorithms[alg]
 	if !ok {
-		switch alg {
-		case edgelimit.AlgorithmSlidingWindow, edgelimit.AlgorithmSlidingLog, edgelimit.AlgorithmGCRA:
-			return nil, fmt.Errorf("%w: policy %q: %s is not implemented yet; use %s", ErrUnsupportedAlgorithm, p.Name, alg, edgelimit.AlgorithmFixedWindow)
-		}
 		return nil, fmt.Errorf("%w: policy %q: unknown algorithm %q", ErrUnsupportedAlgorithm, p.Name, alg)
 	}
-	c := &Counter{
-		name:  p.Name,
-		limit: p.Limit,
-		store: cfg.Store,
-		now:   cfg.Now,
-		alg:   newAlg(params{name: p.Name, limit: p.Limit, window: p.Window}),
+	shards := max(p.Shards, 1)
+	if p.Limit == 0 {
+		shards = 1 // everything is denied without a store call anyway
+	}
+	switch {
+	case shards > MaxShards:
+		return nil, fmt.Errorf("%w: policy %q: shards %d is more than %d", ErrConfig, p.Name, shards, MaxShards)
+	case int64(shards) > p.Limit && p.Limit > 0:
+		return nil, fmt.Errorf("%w: policy %q: shards %d is more than the limit %d; each shard needs at least one unit", ErrConfig, p.Name, shards, p.Limit)
+	}
+	burst := p.Limit
+	if alg == edgelimit.AlgorithmGCRA && p.Burst != 0 {
+		burst = p.Burst
+	}
+	if burst < 0 || alg == edgelimit.AlgorithmGCRA && p.Limit > 0 && burst < int64(shards) {
+		return nil, fmt.Errorf("%w: policy %q: burst %d must be at least 1 per shard (%d)", ErrConfig, p.Name, burst, shards)
+	}
+	c := &Counter{name: p.Name, limit: p.Limit, store: cfg.Store, now: cfg.Now, cfg: cfg}
+	for i := range shards {
+		sp := params{name: p.Name, limit: share(p.Limit, shards, i), window: p.Window, burst: share(burst, shards, i)}
+		switch alg {
+		case edgelimit.AlgorithmSlidingLog:
+			if sp.limit > MaxSlidingLogLimit {
+				return nil, fmt.Errorf("%w: policy %q: sliding-log keeps one attribute per admitted millisecond in one item, so its limit is at most %d per shard; use shards: %d or more, or sliding-window",
+					ErrConfig, p.Name, MaxSlidingLogLimit, (p.Limit+MaxSlidingLogLimit-1)/MaxSlidingLogLimit)
+			}
+		case edgelimit.AlgorithmGCRA:
+			if sp.limit > 0 {
+				T := (int64(p.Window) + sp.limit - 1) / sp.limit
+				if sp.burst > maxTolerance/T {
+					return nil, fmt.Errorf("%w: policy %q: burst %d at %d per %s is a tolerance of more than 36 years", ErrConfig, p.Name, burst, p.Limit, p.Window)
+				}
+			}
+		}
+		c.algs = append(c.algs, newAlg(sp))
 	}
 	if c.store == nil {
 		c.store = defaultStore()
@@ -115,7 +159,73 @@ func New(cfg Config) (*Counter, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
+	if p.DenyCache {
+		size := cfg.DenyCacheSize
+		if size <= 0 {
+			size = DefaultDenyCacheSize
+		}
+		c.deny = newStateCache(size)
+	}
 	return c, nil
+}
+
+// Local returns the Counter's in-process twin: the same policy and clock on
+// a MemoryStore of its own. The engine uses it for a policy with
+// on_store_error: local while the store fails, so that each instance still
+// holds the limit (at most the limit per instance, instead of everything).
+func (c *Counter) Local() (edgelimit.Limiter, error) {
+	cfg := c.cfg
+	cfg.Store = NewMemoryStore(MemoryConfig{})
+	return New(cfg)
+}
+
+// shardID is the itemID shard of shard i.
+func (c *Counter) shardID(i int) int32 {
+	if len(c.algs) == 1 {
+		return noShard
+	}
+	return int32(i)
+}
+
+func (c *Counter) op(shard int, key string, cost, t int64) op {
+	alg := c.algs[shard]
+	return op{alg: alg, id: alg.itemFor(key, c.shardID(shard), t), cost: cost, t: t}
+}
+
+// cached answers o from the deny cache when it proves a denial. held
+// reports an entry that does not prove it (the request may fit), expired
+// one whose time has passed.
+func (c *Counter) cached(o *op) (d edgelimit.Decision, denied, held, expired bool) {
+	if c.deny == nil {
+		return edgelimit.Decision{}, false, false, false
+	}
+	st, ok, expired := c.deny.lookup(o.id, o.t)
+	if !ok {
+		return edgelimit.Decision{}, false, false, expired
+	}
+	if o.alg.fits(st, o.t, o.cost) {
+		return edgelimit.Decision{}, false, true, false
+	}
+	return o.alg.decision(st, o.t, o.cost, false), true, true, false
+}
+
+// remember puts a state the store returned into the deny cache, a lower
+// bound of the stored state from then on: until a request of one unit
+// would fit it (a denial, or an admission that left nothing), else until
+// the denied request would fit, or (a batch member that fit, companion of
+// a denial) until the batch's denial expires.
+func (c *Counter) remember(o *op, r *result, until int64) {
+	if c.deny == nil || !r.known {
+		return
+	}
+	st := o.alg.compact(r.st, o.t)
+	switch {
+	case !o.alg.fits(st, o.t, 1):
+		until = o.t + int64(o.alg.decision(st, o.t, 1, false).RetryAfter)
+	case !r.ok:
+		until = o.t + int64(r.d.RetryAfter)
+	}
+	c.deny.put(o.id, st, o.t, until)
 }
 
 // Allow decides req: it spends req.Units() of the key's quota if they fit
@@ -125,27 +235,105 @@ func (c *Counter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.D
 	if req.Key == "" {
 		return edgelimit.Decision{}, ErrNoKey
 	}
-	now := c.now()
-	o := c.alg.plan(req.Key, req.Units(), now)
-	r := result{known: true} // limit 0: denied without asking the store
-	if c.limit > 0 {
+	t, cost := c.now().UnixNano(), req.Units()
+	var d edgelimit.Decision
+	switch {
+	case c.limit == 0: // denied without asking the store
+		d = c.algs[0].decision(state{}, t, cost, false)
+	case len(c.algs) == 1:
 		var err error
-		if r, err = c.store.apply(ctx, now, o); err != nil {
+		if d, err = c.decide(ctx, 0, req.Key, cost, t); err != nil {
+			return edgelimit.Decision{}, err
+		}
+	default:
+		var err error
+		if d, err = c.decideSharded(ctx, req.Key, cost, t); err != nil {
 			return edgelimit.Decision{}, err
 		}
 	}
-	d := c.alg.decide(o, r, now)
-	d.Policy = c.name
+	d.Policy, d.Limit = c.name, c.limit
 	return d, nil
+}
+
+func (c *Counter) decide(ctx context.Context, shard int, key string, cost, t int64) (edgelimit.Decision, error) {
+	o := c.op(shard, key, cost, t)
+	d, denied, held, expired := c.cached(&o)
+	if denied {
+		return d, nil
+	}
+	if expired {
+		// The key was denied until just now: one request asks the store,
+		// the others wait for its answer and look again, so a flood costs
+		// one store call per expiry, not one per request in flight.
+		wait, leader := c.refresh.join(o.id)
+		if !leader {
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return edgelimit.Decision{}, fmt.Errorf("durablecounter: waiting for %q: %w", o.id.pk(), ctx.Err())
+			}
+			o = c.op(shard, key, cost, max(t, c.now().UnixNano()))
+			if d, denied, held, _ = c.cached(&o); denied {
+				return d, nil
+			}
+		} else {
+			defer c.refresh.done(o.id, wait)
+		}
+	}
+	r, err := c.store.apply(ctx, o)
+	if err != nil {
+		return edgelimit.Decision{}, err
+	}
+	switch {
+	case !r.ok, r.d.Remaining == 0:
+		// A denial, or an admission that left nothing: the next request
+		// of this instance is answered from the cache.
+		c.remember(&o, &r, 0)
+	case held, expired:
+		// The entry is out of date now that this instance spent units.
+		c.deny.del(o.id)
+	}
+	return r.d, nil
+}
+
+// decideSharded tries the shards from a random one on until one admits the
+// request: a request is denied only when every shard denies it (the deny
+// cache answers for shards known to be full), so a sharded policy admits
+// exactly its limit, at the price of up to one call per shard for a denial
+// the cache does not know yet.
+func (c *Counter) decideSharded(ctx context.Context, key string, cost, t int64) (edgelimit.Decision, error) {
+	n := len(c.algs)
+	start := rand.IntN(n)
+	var worst edgelimit.Decision
+	for k := range n {
+		d, err := c.decide(ctx, (start+k)%n, key, cost, t)
+		if err != nil {
+			return edgelimit.Decision{}, err
+		}
+		if d.Allowed {
+			return d, nil
+		}
+		if k == 0 {
+			worst = d
+			continue
+		}
+		// Denied by every shard: the most any shard has left, the soonest
+		// any could take the request.
+		worst.Remaining = max(worst.Remaining, d.Remaining)
+		worst.RetryAfter = min(worst.RetryAfter, d.RetryAfter)
+		worst.Reset = max(worst.Reset, d.Reset)
+	}
+	return worst, nil
 }
 
 // Refund gives back the units an allowed req spent, as the engine does when
 // another policy on the route denies the request. It never takes a count
 // below zero, and is a no-op when nothing of req's size is left to give
-// back. It refunds the window that contains the current time: a refund that
-// arrives after the window of its Allow has ended gives nothing back to the
-// old window (which no longer matters) but may give up to the request's cost
-// to the new one.
+// back. It refunds at the current time: a refund that arrives after the
+// window of its Allow has ended gives nothing back to the old window (which
+// no longer matters) but may give up to the request's cost to the new one
+// (fixed and sliding window). On a sharded policy it gives back to the
+// first shard, from a random one on, that has that much spent.
 func (c *Counter) Refund(ctx context.Context, req edgelimit.Request) error {
 	if req.Key == "" {
 		return ErrNoKey
@@ -153,8 +341,22 @@ func (c *Counter) Refund(ctx context.Context, req edgelimit.Request) error {
 	if c.limit == 0 {
 		return nil
 	}
-	now := c.now()
-	return c.store.refund(ctx, now, c.alg.plan(req.Key, req.Units(), now))
+	t, cost := c.now().UnixNano(), req.Units()
+	n, start := len(c.algs), 0
+	if n > 1 {
+		start = rand.IntN(n)
+	}
+	for k := range n {
+		o := c.op((start+k)%n, req.Key, cost, t)
+		if c.deny != nil {
+			c.deny.del(o.id)
+		}
+		ok, err := c.store.refund(ctx, o)
+		if err != nil || ok {
+			return err
+		}
+	}
+	return nil
 }
 
 // BatchKey identifies the Counter's Store: Counters with equal keys can be
@@ -170,14 +372,16 @@ func (c *Counter) BatchKey() string { return c.store.batchKey() }
 //
 // On a MemoryStore the batch is decided under the members' shard locks; on
 // a DynamoStore with one TransactWriteItems, or, on a server without
-// transactions, as documented at TransactionMode.
+// transactions, as documented at TransactionMode. When the members' deny
+// caches prove that the batch is denied and know every member's state, the
+// batch is answered without a store call.
 func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) ([]edgelimit.Decision, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
-	now := c.now()
-	members := make([]*Counter, len(items))
-	ops := make([]op, len(items))
+	t := c.now().UnixNano()
+	n := len(items)
+	members := make([]*Counter, n)
 	for i, it := range items {
 		m, ok := it.Limiter.(*Counter)
 		if !ok || m == nil {
@@ -193,22 +397,109 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 			return nil, fmt.Errorf("policy %q: %w", m.name, ErrNoKey)
 		}
 		members[i] = m
-		ops[i] = m.alg.plan(it.Request.Key, it.Request.Units(), now)
 	}
-	res := make([]result, len(items))
-	committed, err := c.store.applyAll(ctx, now, ops, res)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]edgelimit.Decision, len(items))
-	denied := false
+	// cur is each member's shard, tried how many shards it has tried.
+	cur, tried := make([]int, n), make([]int, n)
 	for i, m := range members {
-		out[i] = m.alg.decide(ops[i], res[i], now)
-		out[i].Policy = m.name
-		denied = denied || !out[i].Allowed
+		if len(m.algs) > 1 {
+			cur[i] = rand.IntN(len(m.algs))
+		}
 	}
-	if !committed && !denied {
-		return nil, fmt.Errorf("durablecounter: batch of %d was not committed, yet no member was denied", len(items))
+	ops := make([]op, n)
+	res := make([]result, n)
+	for {
+		for i, m := range members {
+			key, cost := items[i].Request.Key, items[i].Request.Units()
+			ops[i] = m.op(cur[i], key, cost, t)
+			// A sharded member skips the shards its deny cache knows are full.
+			for len(m.algs) > 1 && tried[i] < len(m.algs)-1 {
+				if _, full, _, _ := m.cached(&ops[i]); !full {
+					break
+				}
+				cur[i], tried[i] = (cur[i]+1)%len(m.algs), tried[i]+1
+				ops[i] = m.op(cur[i], key, cost, t)
+			}
+		}
+		if out, ok := fromCaches(members, ops); ok {
+			return out, nil
+		}
+		committed, err := c.store.applyAll(ctx, ops, res)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]edgelimit.Decision, n)
+		denied, retry := false, true
+		until := t
+		for i, m := range members {
+			out[i] = res[i].d
+			out[i].Policy, out[i].Limit = m.name, m.limit
+			if !res[i].ok {
+				denied = true
+				until = max(until, t+int64(res[i].d.RetryAfter))
+				// A sharded member may fit in a shard it has not tried.
+				retry = retry && len(m.algs) > 1 && tried[i] < len(m.algs)-1
+			}
+		}
+		if committed {
+			for i, m := range members {
+				switch {
+				case m.deny == nil:
+				case res[i].d.Remaining == 0:
+					m.remember(&ops[i], &res[i], 0)
+				default:
+					m.deny.del(ops[i].id)
+				}
+			}
+			return out, nil
+		}
+		if !denied {
+			return nil, fmt.Errorf("durablecounter: batch of %d was not committed, yet no member was denied", n)
+		}
+		for i, m := range members {
+			m.remember(&ops[i], &res[i], until)
+		}
+		if !retry {
+			return out, nil
+		}
+		for i, m := range members {
+			if !res[i].ok {
+				cur[i], tried[i] = (cur[i]+1)%len(m.algs), tried[i]+1
+			}
+		}
 	}
-	return out, nil
+}
+
+// fromCaches answers a batch from its members' deny caches when one of
+// them proves a denial and every member's state is cached: no store call.
+func fromCaches(members []*Counter, ops []op) ([]edgelimit.Decision, bool) {
+	denied := false
+	sts := make([]state, len(ops))
+	for i, m := range members {
+		o := &ops[i]
+		if m.limit == 0 {
+			denied = true
+			continue
+		}
+		if m.deny == nil {
+			return nil, false
+		}
+		st, ok := m.deny.get(o.id, o.t)
+		if !ok {
+			return nil, false
+		}
+		sts[i] = st
+		if !o.alg.fits(st, o.t, o.cost) {
+			denied = true
+		}
+	}
+	if !denied {
+		return nil, false
+	}
+	out := make([]edgelimit.Decision, len(ops))
+	for i, m := range members {
+		o := &ops[i]
+		out[i] = o.alg.decision(sts[i], o.t, o.cost, m.limit > 0 && o.alg.fits(sts[i], o.t, o.cost))
+		out[i].Policy, out[i].Limit = m.name, m.limit
+	}
+	return out, true
 }

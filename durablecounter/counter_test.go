@@ -26,9 +26,38 @@ func TestNewValidates(t *testing.T) {
 		{"negative limit", func() *edgelimit.Policy { p := ok(); p.Limit = -1; return p }, durablecounter.ErrConfig},
 		{"no window", func() *edgelimit.Policy { p := ok(); p.Window = 0; return p }, durablecounter.ErrConfig},
 		{"sub-millisecond window", func() *edgelimit.Policy { p := ok(); p.Window = 1500 * time.Microsecond; return p }, durablecounter.ErrConfig},
-		{"shards", func() *edgelimit.Policy { p := ok(); p.Shards = 4; return p }, durablecounter.ErrConfig},
-		{"gcra", func() *edgelimit.Policy { p := ok(); p.Algorithm = edgelimit.AlgorithmGCRA; return p }, durablecounter.ErrUnsupportedAlgorithm},
-		{"sliding window", func() *edgelimit.Policy { p := ok(); p.Algorithm = edgelimit.AlgorithmSlidingWindow; return p }, durablecounter.ErrUnsupportedAlgorithm},
+		{"more shards than units", func() *edgelimit.Policy { p := ok(); p.Shards = 6; return p }, durablecounter.ErrConfig},
+		{"too many shards", func() *edgelimit.Policy { p := ok(); p.Limit = 5000; p.Shards = 1001; return p }, durablecounter.ErrConfig},
+		{"shards", func() *edgelimit.Policy { p := ok(); p.Shards = 5; return p }, nil},
+		{"gcra", func() *edgelimit.Policy { p := ok(); p.Algorithm = edgelimit.AlgorithmGCRA; return p }, nil},
+		{"gcra burst", func() *edgelimit.Policy { p := ok(); p.Algorithm = edgelimit.AlgorithmGCRA; p.Burst = 20; return p }, nil},
+		{"gcra burst below shards", func() *edgelimit.Policy {
+			p := ok()
+			p.Algorithm, p.Burst, p.Shards = edgelimit.AlgorithmGCRA, 2, 3
+			return p
+		}, durablecounter.ErrConfig},
+		{"gcra tolerance overflow", func() *edgelimit.Policy {
+			p := ok()
+			p.Algorithm, p.Limit, p.Window, p.Burst = edgelimit.AlgorithmGCRA, 1, 3650*24*time.Hour, 1<<40
+			return p
+		}, durablecounter.ErrConfig},
+		{"sliding window", func() *edgelimit.Policy { p := ok(); p.Algorithm = edgelimit.AlgorithmSlidingWindow; return p }, nil},
+		{"sliding log", func() *edgelimit.Policy { p := ok(); p.Algorithm = edgelimit.AlgorithmSlidingLog; return p }, nil},
+		{"sliding log at its largest limit", func() *edgelimit.Policy {
+			p := ok()
+			p.Algorithm, p.Limit = edgelimit.AlgorithmSlidingLog, durablecounter.MaxSlidingLogLimit
+			return p
+		}, nil},
+		{"sliding log above its largest limit", func() *edgelimit.Policy {
+			p := ok()
+			p.Algorithm, p.Limit = edgelimit.AlgorithmSlidingLog, durablecounter.MaxSlidingLogLimit+1
+			return p
+		}, durablecounter.ErrConfig},
+		{"sliding log above its largest limit, sharded", func() *edgelimit.Policy {
+			p := ok()
+			p.Algorithm, p.Limit, p.Shards = edgelimit.AlgorithmSlidingLog, 2*durablecounter.MaxSlidingLogLimit, 2
+			return p
+		}, nil},
 		{"unknown algorithm", func() *edgelimit.Policy { p := ok(); p.Algorithm = "leaky"; return p }, durablecounter.ErrUnsupportedAlgorithm},
 		{"valid", ok, nil},
 		{"defaults", func() *edgelimit.Policy { return &edgelimit.Policy{Name: "p", Limit: 0, Window: time.Millisecond} }, nil},

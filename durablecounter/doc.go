@@ -1,130 +1,239 @@
 // Package durablecounter enforces exact rate limits with one conditional
 // write per decision: however many Lambda instances and goroutines ask at
-// once, a Counter admits at most its policy's limit per window, and denies
-// nothing that fits. It is the `strategy: durable` of a policy file, for
-// paid quotas, login attempts and anything billed.
+// once, a Counter admits at most what its policy's algorithm allows, and
+// denies nothing that fits. It is the `strategy: durable` of a policy file,
+// for paid quotas, login attempts and anything billed.
 //
-// This version implements the fixed-window algorithm; New rejects other
-// algorithms with ErrUnsupportedAlgorithm. Algorithms plug in as one file
-// each (fixedwindow.go) over the same Counter and Stores.
+// # Algorithms
+//
+// A policy's `algorithm:` picks one of four, each on both stores with
+// identical semantics (package limitertest states them exactly and checks
+// every backend against a reference model):
+//
+//   - fixed-window: at most limit units per window, windows aligned to the
+//     Unix epoch. Allows 2x the limit around a boundary.
+//   - sliding-window: Cloudflare's weighted two-window counter: the
+//     current window's count plus the previous window's, weighted by how
+//     much of it is still inside the last window. No boundary burst; an
+//     approximation of the rolling window (see docs/durable.md for its
+//     measured error).
+//   - sliding-log: the exact rolling window, at millisecond resolution: the
+//     units admitted less than a window ago, plus the request, are at most
+//     the limit. Its item grows with the limit: at most MaxSlidingLogLimit
+//     per shard.
+//   - gcra: the generic cell rate algorithm, a token bucket of capacity
+//     burst (default limit) refilling limit units per window, kept as one
+//     theoretical arrival time. nginx limit_req with burst and nodelay.
+//
+// A Decision's Remaining is the units that would pass now, Reset the time
+// until the quota is whole again (for the fixed and sliding windows, at
+// least until the current window ends), and RetryAfter, on a denial, the
+// time until a request of the same cost would fit if nothing else arrived.
+// A request whose cost exceeds the limit (gcra: the burst) can never fit;
+// it is denied with RetryAfter one window. A policy with limit 0 is denied
+// without a store call.
 //
 // # Stores
 //
-// A Counter keeps its counts in a Store. A DynamoStore shares them through
-// a DynamoDB table between every instance; a MemoryStore keeps them in the
+// A Counter keeps its state in a Store. A DynamoStore shares it through a
+// DynamoDB table between every instance; a MemoryStore keeps it in the
 // process (the embedded default of `edgelimit serve`, right for one
-// process). Both have the same semantics and run the same conformance suite
-// (package limitertest). Counters on one Store can be decided together, all
-// or nothing (Counter.AllowBatch); the engine does that for the durable
-// policies of a route.
+// process). Counters on one Store can be decided together, all or nothing
+// (Counter.AllowBatch); the engine does that for the durable policies of a
+// route.
 //
-// # Data model
+// # Data model and the one write
 //
 // One table, partition key pk (string), TTL attribute expires_at (number,
-// epoch seconds). Windows are aligned to the Unix epoch, so every instance
-// agrees on them, and each key has one item per window:
+// epoch seconds). Keys are the engine's keyed hashes, never raw addresses
+// or API keys. Every decision is one UpdateItem, with no read before it,
+// whose condition holds exactly when the request fits the stored state
+// (or, for the algorithms that need this instance's last view of the item,
+// when it fits and the view is not out of date in a way that matters):
 //
-//	pk         = fw#<policy>#<keyhash>#<window start>   (Unix seconds; Unix milliseconds for windows that are not whole seconds)
-//	n          = cost units spent in the window
-//	expires_at = window end + ExpiryMargin (default 1 minute), rounded up to a second
+//	fixed-window    fw#<policy>#<key>#<window start>  n
+//	    ADD n :cost SET expires_at = :e
+//	    if attribute_not_exists(n) OR n <= :limit_minus_cost
+//	sliding-window  sw#<policy>#<key>                 w (newest window index), c<i> (count of window i)
+//	    ADD c<i> :cost SET w = :i, expires_at = :e [REMOVE c<j>, j < i-1]
+//	    if (attribute_not_exists(w) OR w <= :i) AND (attribute_not_exists(c<i>) OR c<i> <= :m)
+//	       AND (attribute_not_exists(c<i-1>) OR c<i-1> <= :cached_prev)
+//	sliding-log     sl#<policy>#<key>                 b<ms> (units of that millisecond), n, x, g, r
+//	    ADD n :cost, b<ms> :cost SET g = if_not_exists(g, :new_g), expires_at = :e
+//	    if attribute_not_exists(n) OR (n <= :limit_minus_cost_plus_expired
+//	       [AND g = :g when expired units are counted] [AND r = :r when expired buckets are])
+//	gcra            gcra#<policy>#<key>               tat (Unix nanoseconds)
+//	    idle: SET tat = :now_plus_cost_T   if attribute_not_exists(tat) OR tat <= :now
+//	    busy: SET tat = tat + :cost_T      if tat > :now AND tat <= :now_plus_burst_minus_cost_T
 //
-// Keys are the engine's keyed hashes, never raw addresses or API keys. A
-// new window starts from zero without any reset write.
+// (Attribute names go through ExpressionAttributeNames.) DynamoDB applies
+// writes to one item one at a time, so two requests can never both take
+// the last unit, and concurrent requests on one key do not conflict: ADD
+// commutes, and so does gcra's busy update. No version numbers, no
+// read-then-write race. Where DynamoDB's conditions cannot compute the
+// algorithm (no multiplication, no sums, no max), the Counter computes the
+// bound from its view of the item and the condition checks that the item
+// is not beyond the view: the sliding window's weight applies to the
+// previous window's count, which is final once the item has moved past it
+// and so stays cached for a whole window; the sliding log's count of
+// expired units only grows; gcra's idle/busy choice is checked by its
+// condition. The file of each algorithm details why its condition never
+// admits what the stored state does not allow.
 //
-// # One write per decision
+// A denial is a ConditionalCheckFailedException. With
+// ReturnValuesOnConditionCheckFailure=ALL_OLD it carries the item that
+// denied, from which the Decision's Remaining, Reset and RetryAfter are
+// computed without a second call. If the state returned shows that the
+// request fits (the instance's view was out of date: another instance
+// wrote since), the Counter sends the update again with that state: a
+// failed condition is a denial only when the state denies. Successful
+// writes return the item (UPDATED_NEW, or ALL_NEW where the view needs it),
+// which refreshes the view. MaxSlidingLogLimit bounds the sliding log's
+// item (about 11 bytes per millisecond with admissions in the window: 220
+// KB at the largest limit, and a write costs one write unit per KB of item,
+// denials included).
 //
-// A decision is one UpdateItem, with no read before it:
-//
-//	UpdateExpression    ADD n :cost SET expires_at = :exp
-//	ConditionExpression attribute_not_exists(n) OR n <= :limit_minus_cost
-//	ReturnValues        UPDATED_NEW     (n after the write: Remaining = limit - n)
-//	ReturnValuesOnConditionCheckFailure ALL_OLD
-//
-// DynamoDB applies writes to one item one at a time, so two requests can
-// never both take the last unit, and a request that fits is never denied:
-// no version numbers, no retries, no read-then-write race. A denial is a
-// ConditionalCheckFailedException; with ALL_OLD it carries the count that
-// denied, which gives Remaining. Reset is the time to the window's end, and
-// so is RetryAfter on a denial. A denial writes nothing. A request whose
-// cost exceeds the limit uses the condition `n <= :limit_minus_cost` alone,
-// which fails whether or not the item exists, so it too writes nothing; a
-// policy with limit 0 is denied without a call.
-//
-// A refund (Counter.Refund, used by the engine when another policy on the
-// route denies) is `ADD n :minus_cost` under `n >= :cost`, so a count never
-// goes below zero. It applies to the window the clock is in: a refund
-// issued in the milliseconds after a window boundary, for a request
-// admitted before it, gives its cost to the new window (the one exception
-// to "at most the limit per window", bounded by that cost). Batches need no
-// refunds.
-//
-// Several policies on one request (Counter.AllowBatch) are one
-// TransactWriteItems of the same updates, each with ALL_OLD. A cancelled
-// transaction's CancellationReasons name every violated policy, and a
-// BatchGetItem reads the counts the headers need (a transaction returns no
-// values), so a batch costs two calls. A transaction cancelled only by
-// conflicts with other transactions is retried up to three times within the
-// engine's time budget.
-//
-// Measured by counting the SDK's HTTP requests (TestDynamoCallsPerDecision):
-//
-//	                                    moto                               dynalite
-//	decision of cost 1, allowed/denied  1 UpdateItem                       1 UpdateItem
-//	denial of cost > 1                  1 UpdateItem                       1 UpdateItem + 1 GetItem
-//	refund                              1 UpdateItem                       1 UpdateItem
-//	batch of 2, allowed                 TransactWriteItems + BatchGetItem  2 UpdateItem
-//	batch of 2, denied by the second    TransactWriteItems + BatchGetItem  3 UpdateItem (one gives back)
-//
-// (dynalite's first batch also sends the TransactWriteItems that detects
-// the missing transactions.)
+// Measured by counting the SDK's HTTP requests (TestDynamoCallsPerDecision;
+// the numbers and the read-then-write baseline are in docs/durable.md):
+// every algorithm decides an allowed request and the first denial an
+// instance meets with one UpdateItem (dynalite: a denial of the sliding
+// window, log or gcra adds one GetItem, see below); repeat denials, and the
+// request after an instance's own admission took the last unit, with none,
+// from the deny cache.
+// An instance's first decision on an item whose state another instance
+// changed in a way its view cannot bound costs a second UpdateItem: for the
+// sliding window once per window and instance, for the sliding log when the
+// instance has not seen the item for a window, for gcra when the key went
+// from idle to busy or back since the instance last saw it.
 //
 // # Servers without the full API (dynalite)
 //
-// dynalite ignores ReturnValuesOnConditionCheckFailure: a denial arrives
-// without the old item. With cost 1 that needs nothing more, since a denial
-// means nothing is left (Remaining 0). With cost > 1 the remainder is
-// unknown, and the Counter makes one strongly consistent GetItem, only then;
-// should that read fail, the denial stands with Remaining 0. A read may see
-// a refund made after the denial, so Remaining is capped at cost-1 to stay
-// consistent with the denial.
+// dynalite ignores ReturnValuesOnConditionCheckFailure: a failure arrives
+// without the old item. A fixed window of cost 1 needs nothing more (a
+// denial means nothing is left). Otherwise the store makes one strongly
+// consistent GetItem, only then. Should that read fail, a fixed window's
+// denial stands with Remaining 0 (its condition is exact); the other
+// algorithms, whose condition may also have failed for an out-of-date view,
+// return the error, and the engine applies on_store_error.
 //
 // dynalite lacks TransactWriteItems. With TransactionsAuto (the default) a
 // DynamoStore detects that from the first batch's UnknownOperationException
 // and from then on commits batches sequentially: one conditional update per
 // member; at the first denial, the members already spent are given back with
-// a guarded decrement, and the remaining members are read to name every
+// a guarded refund, and the remaining members are read to name every
 // violated policy. That never over-admits, but it may deny a concurrent
 // request to an already spent member spuriously until the compensation
 // lands; see TransactionMode to force either protocol.
 //
+// # Several policies on one request
+//
+// Counters of any algorithms on one Store are decided together by
+// AllowBatch: one TransactWriteItems of the members' updates, each with
+// ALL_OLD, all or nothing. A cancelled transaction's CancellationReasons
+// name every violated policy (a member whose condition failed only for an
+// out-of-date view is retried, not reported), and a BatchGetItem reads the
+// states the headers need (a transaction returns no values): two calls. A
+// transaction cancelled only by conflicts with other transactions is
+// retried, within the engine's time budget and at most 4 times in all.
+//
+// # Deny cache
+//
+// With the policy's deny_cache (the default of a policy file), a Counter
+// keeps, per instance, the state that denied each key, or that an
+// admission left with nothing remaining: a lower bound of the stored state,
+// which only grows (until a refund). A later request that
+// this state certainly denies, at its own cost and time, is answered from
+// it without a store call; one that might fit (a smaller cost, or after
+// time freed units) goes to the store. The cache never admits anything.
+// During a flood from one client, store calls per denied request approach
+// zero. A batch is answered from the cache when one member's cached state
+// denies it and every member's state is cached (the store returns them all
+// with a denial). Refunds by other instances are not seen until the entry
+// expires: the one case where the cache denies what the store would admit
+// (under-admission, bounded by the denial's RetryAfter). DenyCacheSize
+// bounds it.
+//
+// # Hot keys: shards
+//
+// DynamoDB serves about 1,000 writes a second per partition; a `global`
+// policy on a busy route concentrates every write on one item. `shards: N`
+// spreads each key over N items, pk suffix ".<shard>", each with its share
+// of the limit (and of gcra's burst). A request goes to a random shard and,
+// if that one denies, to the others in turn (the deny cache skips those it
+// knows are full), so the policy still admits exactly its limit and denies
+// only when every shard is full. The trade-off: a request must fit one
+// shard's share (cost <= limit/N), the headers report the shard that
+// answered, a first denial costs up to N calls, and a refund gives back to
+// the first shard that has that much spent. Each shard of a sliding-log may
+// hold MaxSlidingLogLimit units.
+//
+// # Clock skew
+//
+// Lambda instances' clocks differ. No instance can make the stored state
+// admit more than the limit by its algorithm's own rule, evaluated at the
+// latest clock (TestClockSkew, two clocks 2 s apart):
+//
+//   - fixed-window: each instance counts in the window of its own clock;
+//     each window's item holds at most the limit, whoever wrote it. Around a
+//     boundary a lagging instance adds to the window the others left.
+//   - sliding-window: the item records its newest window, and no instance
+//     writes an older one: a lagging instance is decided at the start of the
+//     item's newest window, where the previous count weighs fully: it can
+//     only be stricter.
+//   - sliding-log: units carry the writer's clock, and a unit stamped ahead
+//     of a reader's clock counts as in its window: a lagging instance sees
+//     every unit the others admitted, and stricter. Every window-long
+//     interval of the log holds at most the limit.
+//   - gcra: the TAT only grows; a lagging instance compares it with its own
+//     earlier time, which is stricter, and an idle write moves it forward.
+//     The TAT never gets more than the tolerance ahead of any instance's
+//     clock.
+//
+// Measured in real time, a unit admitted by a lagging instance is dated s
+// earlier than it happened, so it leaves the window s early: across
+// instances s apart, up to (s / window) * limit units more may pass in a
+// real-time window (gcra: s / T), never more per the stored state. The
+// table's TTL tolerates skew up to ExpiryMargin.
+//
 // # Expiry
 //
 // DynamoDB deletes expired items lazily (often days later), so readers
-// treat an item whose expires_at has passed as absent. Writers never meet
-// one: the window start is part of the key, and an instance only writes the
-// item of the window its clock is in, which expires a margin after that
-// window ends. The margin is the clock skew between instances the table
-// tolerates before TTL could delete an item a lagging instance still counts
-// in. Under skew each instance counts requests in the window of its own
-// clock; a window's item never exceeds the limit, whichever instances
-// wrote it.
-//
-// Changing a policy's window length reuses the item of a window that starts
-// at the same second, carrying its count over: conservative (a few extra
-// denials until the window ends), never an over-admission.
+// treat an item whose expires_at has passed as absent; for the sliding
+// window, log and gcra an expired item already decides exactly as an
+// absent one. expires_at is when the item stops mattering (the end of a
+// fixed window, a sliding window's next window, the log's newest unit plus
+// a window, gcra's TAT), plus ExpiryMargin, rounded up to a second.
 //
 // The MemoryStore treats expired items as absent the same way and sweeps a
 // shard when it has doubled in size since its last sweep, so memory stays
 // within about twice the live items; MaxKeys bounds those, and a new key
 // beyond it is refused with ErrStoreFull rather than evicting a live count.
-// A decision on a key it holds allocates nothing.
+// A decision on a key it holds allocates nothing (a sliding log's, when its
+// millisecond buckets grow, does).
 //
 // # Failures
 //
 // Allow returns an error only when the store failed (a timeout, throttling,
 // an unreachable endpoint): the engine then applies the policy's
-// on_store_error. Errors name the operation and item and wrap the SDK's
-// error; throttling also wraps ErrThrottled. The context goes straight to
-// the SDK, so the engine's time budget bounds every call, the SDK's own
-// retries included.
+// on_store_error, and logs and counts it. The context goes straight to the
+// SDK, so the engine's time budget (store_timeout, default 100 ms) bounds
+// every call, the SDK's own retries included; the store caps the SDK's
+// retry back-off (DynamoConfig.RetryBackoff) so that they fit the budget.
+// The Counter retries nothing but conditional updates whose failure showed
+// an out-of-date view, at most 4 in all, and gives up with ErrContention.
+// Errors name the operation and item and wrap the SDK's error; throttling
+// (ProvisionedThroughputExceeded, ThrottlingException, RequestLimitExceeded)
+// also wraps ErrThrottled.
+//
+// # Refunds
+//
+// A refund (Counter.Refund, used by the engine when a later policy on the
+// route denies) gives back at the current time, under a guard that keeps
+// every count at or above zero: the fixed and sliding windows from the
+// current window (a refund issued just after a window boundary, for a
+// request admitted before it, gives its cost to the new window, the one
+// exception to "at most the limit per window", bounded by that cost), the
+// sliding log from its oldest units in the window (conservative: they would
+// have left first), gcra by moving the TAT back if it is that far ahead.
+// Batches need no refunds.
 package durablecounter

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -68,7 +70,28 @@ type DynamoConfig struct {
 	// Transactions says how AllowBatch commits several policies; default
 	// TransactionsAuto.
 	Transactions TransactionMode
+	// RetryBackoff caps how long the SDK waits before it retries a failed
+	// call (throttling, a dropped connection), so that its retries fit in
+	// the policy's store_timeout (default 100 ms) instead of outlasting it:
+	// the SDK's own back-off is up to seconds. Retries stay bounded by the
+	// client's attempts and by the engine's time budget. Default 10 ms;
+	// negative leaves the client's retryer as it is.
+	RetryBackoff time.Duration
+	// ViewCacheSize bounds what the store remembers of the items it wrote:
+	// the sliding window, sliding log and gcra build their one conditional
+	// update from this instance's last view of the item (see the package
+	// documentation). Each item counts 1, plus 1 per millisecond bucket of
+	// a sliding log. Default 262,144 (a few tens of MB at most); negative
+	// disables the views, which costs a second call on most decisions of
+	// those algorithms.
+	ViewCacheSize int
 }
+
+// DefaultRetryBackoff is DynamoConfig.RetryBackoff's default.
+const DefaultRetryBackoff = 10 * time.Millisecond
+
+// DefaultViewCacheSize is DynamoConfig.ViewCacheSize's default.
+const DefaultViewCacheSize = 1 << 18
 
 // DynamoStore is a Store on a DynamoDB table, shared by every instance
 // that uses the table. See the package documentation for the data model and
@@ -81,34 +104,13 @@ type DynamoStore struct {
 	// noTx: the server answered that it lacks TransactWriteItems.
 	noTx atomic.Bool
 	key  string
+	// views is this instance's last view of each item, or nil.
+	views *stateCache
+	// opts go with every call (the capped retry back-off).
+	opts []func(*dynamodb.Options)
 }
 
 var _ Store = (*DynamoStore)(nil)
-
-// Attribute names and expressions of the one-write protocol.
-const (
-	attrCount = "n"
-	// exprAdd spends :d and keeps the item until :e.
-	exprAdd = "ADD n :d SET expires_at = :e"
-	// condFits admits while the count leaves room for :d (:m = limit - d).
-	condFits = "attribute_not_exists(n) OR n <= :m"
-	// condNever is used when :d exceeds the limit (:m < 0): it fails whether
-	// or not the item exists, so the reply still carries the count.
-	condNever = "n <= :m"
-	// exprRefund gives back :d (as :r = -d) only if that leaves n >= 0.
-	exprRefund = "ADD n :r"
-	condRefund = "n >= :d"
-	// projection reads what a decision needs; batch reads also need the
-	// key, to match replies to requests.
-	projection      = "n, expires_at"
-	projectionBatch = "pk, n, expires_at"
-	// maxConflictRetries bounds the retries of a transaction cancelled only
-	// by conflicts with other transactions (never by a condition); the
-	// engine's time budget bounds them too.
-	maxConflictRetries = 3
-	// maxReadRounds bounds BatchGetItem's rounds for unprocessed keys.
-	maxReadRounds = 4
-)
 
 // NewDynamoStore validates cfg and returns a DynamoStore. It makes no call:
 // use internal/ddb.CheckTable to check the table at start-up.
@@ -130,9 +132,39 @@ func NewDynamoStore(cfg DynamoConfig) (*DynamoStore, error) {
 		margin = DefaultExpiryMargin
 	}
 	s := &DynamoStore{client: cfg.Client, table: aws.String(cfg.Table), margin: margin, mode: cfg.Transactions}
+	switch {
+	case cfg.ViewCacheSize == 0:
+		s.views = newStateCache(DefaultViewCacheSize)
+	case cfg.ViewCacheSize > 0:
+		s.views = newStateCache(cfg.ViewCacheSize)
+	}
+	backoff := cfg.RetryBackoff
+	if backoff == 0 {
+		backoff = DefaultRetryBackoff
+	}
+	if backoff > 0 {
+		s.opts = []func(*dynamodb.Options){func(o *dynamodb.Options) {
+			if o.Retryer != nil {
+				o.Retryer = retry.AddWithMaxBackoffDelay(o.Retryer, backoff)
+			}
+		}}
+	}
 	s.key = fmt.Sprintf("durablecounter/dynamodb/%s/%p", cfg.Table, s)
 	return s, nil
 }
+
+const (
+	// maxAttempts bounds the conditional updates (or transactions) of one
+	// decision: the first, and retries after a condition failed only
+	// because this instance's view of the item was out of date, or a
+	// transaction met another. The engine's time budget bounds them too.
+	maxAttempts = 4
+	// maxReadRounds bounds BatchGetItem's rounds for unprocessed keys.
+	maxReadRounds = 4
+	// viewGrace keeps a view after its item stopped mattering: a sliding
+	// log's count of expired units stays useful.
+	viewGrace = 10 * time.Minute
+)
 
 func (s *DynamoStore) batchKey() string { return s.key }
 
@@ -144,197 +176,329 @@ func num(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
 }
 
-// addExpr returns the condition and values of an opAdd.
-func (s *DynamoStore) addExpr(o *op) (cond string, values map[string]types.AttributeValue) {
-	cond = condFits
-	if o.delta > o.limit {
-		cond = condNever
+func names(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
 	}
-	exp := o.end.Add(s.margin)
-	expSec := exp.Unix()
-	if exp.Nanosecond() > 0 {
-		expSec++
+	return m
+}
+
+// view returns this instance's last view of o's item, or the zero state.
+func (s *DynamoStore) view(o *op) state {
+	if s.views == nil || !o.alg.needsView() {
+		return state{}
 	}
-	return cond, map[string]types.AttributeValue{
-		":d": num(o.delta),
-		":m": num(o.limit - o.delta),
-		":e": num(expSec),
+	st, _ := s.views.get(o.id, o.t)
+	return st
+}
+
+// remember keeps st as the view of o's item.
+func (s *DynamoStore) remember(o *op, st state) {
+	if s.views == nil || !o.alg.needsView() {
+		return
+	}
+	s.views.put(o.id, st, o.t, max(o.alg.expiry(st, o.t), o.t)+int64(s.margin)+int64(viewGrace))
+}
+
+func (s *DynamoStore) forget(o *op) {
+	if s.views != nil && o.alg.needsView() {
+		s.views.del(o.id)
 	}
 }
 
-func (s *DynamoStore) apply(ctx context.Context, now time.Time, o op) (result, error) {
+func (s *DynamoStore) apply(ctx context.Context, op1 op) (result, error) {
+	o := &op1
 	pk := o.id.pk()
-	cond, values := s.addExpr(&o)
-	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           s.table,
-		Key:                                 s.key1(pk),
-		UpdateExpression:                    aws.String(exprAdd),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeValues:           values,
-		ReturnValues:                        types.ReturnValueUpdatedNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if err == nil {
-		n, ok, perr := countAttr(out.Attributes)
-		if perr != nil {
-			return result{}, fmt.Errorf("durablecounter: update %q: reply: %w", pk, perr)
+	view := s.view(o)
+	for attempt := 1; ; attempt++ {
+		var u ddbUpdate
+		o.alg.update(view, o.t, o.cost, s.margin, &u)
+		if u.readOnly { // can never fit: read the state for the headers
+			st, err := s.read(ctx, o, pk)
+			if err != nil {
+				return result{}, err
+			}
+			return s.denied(o, st), nil
 		}
-		if !ok {
-			return result{}, fmt.Errorf("durablecounter: update %q: reply has no attribute %s", pk, attrCount)
+		out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                           s.table,
+			Key:                                 s.key1(pk),
+			UpdateExpression:                    aws.String(u.update),
+			ConditionExpression:                 aws.String(u.cond),
+			ExpressionAttributeNames:            names(u.names),
+			ExpressionAttributeValues:           u.values,
+			ReturnValues:                        u.ret,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, s.opts...)
+		if err == nil {
+			st, err := o.alg.decode(out.Attributes, o.t)
+			if err != nil {
+				return result{}, fmt.Errorf("durablecounter: update %q: reply: %w", pk, err)
+			}
+			if !st.exists {
+				return result{}, fmt.Errorf("durablecounter: update %q: reply has no state", pk)
+			}
+			s.remember(o, st)
+			return result{ok: true, known: true, st: st, d: o.alg.decision(st, o.t, o.cost, true)}, nil
 		}
-		return result{ok: true, known: true, count: n}, nil
-	}
-	var cf *types.ConditionalCheckFailedException
-	if !errors.As(err, &cf) {
-		return result{}, wrap("update", pk, err)
-	}
-	// Denied. ALL_OLD carries the count that denied, except where the
-	// server ignores it (dynalite) or there was no item (delta > limit).
-	var r result
-	if cf.Item != nil {
-		if n, err := countOf(cf.Item, now); err == nil {
-			return result{known: true, count: n}, nil
+		var cf *types.ConditionalCheckFailedException
+		if !errors.As(err, &cf) {
+			return result{}, wrap("update", pk, err)
 		}
-	}
-	if o.needOld {
-		// The denial stands whatever the read does: on a read error the
-		// count stays unknown rather than turning a denial into an error.
-		if n, err := s.read(ctx, now, pk); err == nil {
-			r.known, r.count = true, n
+		st, known, err := s.failed(ctx, o, pk, cf.Item)
+		switch {
+		case err != nil:
+			return result{}, err
+		case !known:
+			// An exact condition failed: a denial, whose state the read
+			// after it could not fetch.
+			return result{d: o.alg.unknown(o.t, o.cost, false)}, nil
+		case o.alg.exact() || !o.alg.fits(st, o.t, o.cost):
+			return s.denied(o, st), nil
 		}
+		// The request fits the state that failed the condition: only the
+		// view was out of date. Decide again with that state.
+		if attempt == maxAttempts || ctx.Err() != nil {
+			return result{}, fmt.Errorf("durablecounter: update %q: %w (%d conditional updates)", pk, ErrContention, attempt)
+		}
+		view = st
 	}
-	return r, nil
 }
 
-func (s *DynamoStore) refund(ctx context.Context, _ time.Time, o op) error {
-	pk := o.id.pk()
-	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           s.table,
-		Key:                 s.key1(pk),
-		UpdateExpression:    aws.String(exprRefund),
-		ConditionExpression: aws.String(condRefund),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":r": num(-o.delta),
-			":d": num(o.delta),
-		},
-	})
-	if err != nil && !ddb.IsConditionFailed(err) {
-		return wrap("refund", pk, err)
+// failed returns the state behind a failed condition: the old item that
+// ALL_OLD returned, a lower bound the failure alone proves (algorithm.blind),
+// or a consistent read, for servers that ignore ALL_OLD (dynalite). known is
+// false only for an exact algorithm whose read failed: the denial stands.
+func (s *DynamoStore) failed(ctx context.Context, o *op, pk string, old map[string]types.AttributeValue) (state, bool, error) {
+	if old != nil {
+		if st, err := o.alg.decode(old, o.t); err == nil {
+			s.remember(o, st)
+			return st, true, nil
+		}
 	}
-	return nil // a failed guard means there is nothing to give back
+	if lb, ok := o.alg.blind(o.t, o.cost); ok {
+		return lb, true, nil
+	}
+	st, err := s.read(ctx, o, pk)
+	if err != nil {
+		if o.alg.exact() {
+			return state{}, false, nil
+		}
+		return state{}, false, err
+	}
+	return st, true, nil
 }
 
-// read returns an item's count with a strongly consistent read; an absent
-// or expired item counts 0.
-func (s *DynamoStore) read(ctx context.Context, now time.Time, pk string) (int64, error) {
+func (s *DynamoStore) denied(o *op, st state) result {
+	return result{known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, false)}
+}
+
+// read returns the state of o's item with a strongly consistent read.
+func (s *DynamoStore) read(ctx context.Context, o *op, pk string) (state, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:            s.table,
-		Key:                  s.key1(pk),
-		ConsistentRead:       aws.Bool(true),
-		ProjectionExpression: aws.String(projection),
-	})
+		TableName:      s.table,
+		Key:            s.key1(pk),
+		ConsistentRead: aws.Bool(true),
+	}, s.opts...)
 	if err != nil {
-		return 0, wrap("read", pk, err)
+		return state{}, wrap("read", pk, err)
 	}
-	n, err := countOf(out.Item, now)
+	st, err := o.alg.decode(out.Item, o.t)
 	if err != nil {
-		return 0, fmt.Errorf("durablecounter: read %q: %w", pk, err)
+		return state{}, fmt.Errorf("durablecounter: read %q: %w", pk, err)
 	}
-	return n, nil
+	s.remember(o, st)
+	return st, nil
 }
 
-// readAll returns the counts of pks (consistent reads, one BatchGetItem per
-// 100 keys, retrying unprocessed keys a few times). Absent or expired items
-// count 0; keys it could not read are missing from the map.
-func (s *DynamoStore) readAll(ctx context.Context, now time.Time, pks []string) (map[string]int64, error) {
-	counts := make(map[string]int64, len(pks))
-	for len(pks) > 0 {
-		chunk := pks[:min(len(pks), 100)]
-		pks = pks[len(chunk):]
-		keys := make([]map[string]types.AttributeValue, len(chunk))
-		for i, pk := range chunk {
-			keys[i] = s.key1(pk)
-			counts[pk] = 0 // absent unless returned
+func (s *DynamoStore) refund(ctx context.Context, op1 op) (bool, error) {
+	o := &op1
+	pk := o.id.pk()
+	view := s.view(o)
+	for attempt := 1; ; attempt++ {
+		var u ddbUpdate
+		if !o.alg.refundUpdate(view, o.t, o.cost, &u) {
+			if attempt > 1 || !o.alg.needsView() {
+				return false, nil
+			}
+			// Nothing to give back by the view: read, and look again.
+			var err error
+			if view, err = s.read(ctx, o, pk); err != nil {
+				return false, err
+			}
+			continue
 		}
-		req := map[string]types.KeysAndAttributes{*s.table: {
-			Keys: keys, ConsistentRead: aws.Bool(true), ProjectionExpression: aws.String(projectionBatch),
-		}}
+		_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 s.table,
+			Key:                       s.key1(pk),
+			UpdateExpression:          aws.String(u.update),
+			ConditionExpression:       aws.String(u.cond),
+			ExpressionAttributeNames:  names(u.names),
+			ExpressionAttributeValues: u.values,
+		}, s.opts...)
+		if err == nil {
+			s.forget(o) // the view is out of date now
+			return true, nil
+		}
+		if !ddb.IsConditionFailed(err) {
+			return false, wrap("refund", pk, err)
+		}
+		// A failed guard means there is nothing (that much) to give back,
+		// unless the guard came from an out-of-date view.
+		if attempt > 1 || !o.alg.refundUsesView() {
+			return false, nil
+		}
+		var rerr error
+		if view, rerr = s.read(ctx, o, pk); rerr != nil {
+			return false, rerr
+		}
+	}
+}
+
+// readAll returns the states of the items of ops[i] for i in which
+// (consistent reads, one BatchGetItem per 100 items, retrying unprocessed
+// keys a few times). Items it could not read are missing from the map.
+func (s *DynamoStore) readAll(ctx context.Context, ops []op, pks []string, which []int) (map[int]state, error) {
+	out := make(map[int]state, len(which))
+	byPK := make(map[string]int, len(which))
+	for _, i := range which {
+		byPK[pks[i]] = i
+	}
+	for len(which) > 0 {
+		chunk := which[:min(len(which), 100)]
+		which = which[len(chunk):]
+		keys := make([]map[string]types.AttributeValue, len(chunk))
+		for k, i := range chunk {
+			keys[k] = s.key1(pks[i])
+			out[i] = state{} // absent unless returned
+		}
+		req := map[string]types.KeysAndAttributes{*s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
 		for round := 0; len(req) > 0; round++ {
 			if round == maxReadRounds {
 				for _, k := range req[*s.table].Keys {
 					if v, ok := k[ddb.AttrPK].(*types.AttributeValueMemberS); ok {
-						delete(counts, v.Value)
+						delete(out, byPK[v.Value])
 					}
 				}
-				return counts, fmt.Errorf("durablecounter: read %d items: still unprocessed after %d rounds", len(req[*s.table].Keys), maxReadRounds)
+				return out, fmt.Errorf("durablecounter: read %d items: still unprocessed after %d rounds", len(req[*s.table].Keys), maxReadRounds)
 			}
-			out, err := s.client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			res, err := s.client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req}, s.opts...)
 			if err != nil {
-				for _, pk := range chunk {
-					delete(counts, pk)
+				for _, i := range chunk {
+					delete(out, i)
 				}
-				return counts, wrap("read", chunk[0], err)
+				return out, wrap("read", pks[chunk[0]], err)
 			}
-			for _, item := range out.Responses[*s.table] {
+			for _, item := range res.Responses[*s.table] {
 				v, ok := item[ddb.AttrPK].(*types.AttributeValueMemberS)
 				if !ok {
 					continue
 				}
-				if n, err := countOf(item, now); err == nil {
-					counts[v.Value] = n
+				i, ok := byPK[v.Value]
+				if !ok {
+					continue
 				}
+				st, err := ops[i].alg.decode(item, ops[i].t)
+				if err != nil {
+					delete(out, i)
+					continue
+				}
+				out[i] = st
+				s.remember(&ops[i], st)
 			}
-			req = out.UnprocessedKeys
+			req = res.UnprocessedKeys
 		}
 	}
-	return counts, nil
+	return out, nil
 }
 
-func (s *DynamoStore) applyAll(ctx context.Context, now time.Time, ops []op, res []result) (bool, error) {
+func (s *DynamoStore) applyAll(ctx context.Context, ops []op, res []result) (bool, error) {
 	if len(ops) == 1 { // one conditional update is atomic already
-		r, err := s.apply(ctx, now, ops[0])
+		r, err := s.apply(ctx, ops[0])
 		res[0] = r
 		return r.ok, err
 	}
 	if s.mode == TransactionsOff || s.mode == TransactionsAuto && s.noTx.Load() {
-		return s.applySequential(ctx, now, ops, res)
+		return s.applySequential(ctx, ops, res)
 	}
-	committed, err := s.applyTransaction(ctx, now, ops, res)
+	committed, err := s.applyTransaction(ctx, ops, res)
 	if err != nil && ddb.IsUnsupported(err) {
 		if s.mode == TransactionsRequired {
 			return false, fmt.Errorf("%w: %w", ErrNoTransactions, err)
 		}
 		s.noTx.Store(true)
-		return s.applySequential(ctx, now, ops, res)
+		return s.applySequential(ctx, ops, res)
 	}
 	return committed, err
 }
 
-func (s *DynamoStore) applyTransaction(ctx context.Context, now time.Time, ops []op, res []result) (bool, error) {
-	pks := make([]string, len(ops))
-	in := &dynamodb.TransactWriteItemsInput{TransactItems: make([]types.TransactWriteItem, len(ops))}
+// memberVerdict is how a transaction's cancellation judged one member.
+type memberVerdict uint8
+
+const (
+	held     memberVerdict = iota // its condition held
+	violated                      // it does not fit: the batch is denied
+	stale                         // its condition failed, but it fits the state returned
+	unread                        // its condition failed without the old item: read it
+	conflict                      // not evaluated (another transaction): read it if needed
+)
+
+func (s *DynamoStore) applyTransaction(ctx context.Context, ops []op, res []result) (bool, error) {
+	n := len(ops)
+	pks := make([]string, n)
+	views := make([]state, n)
 	for i := range ops {
 		pks[i] = ops[i].id.pk()
-		cond, values := s.addExpr(&ops[i])
-		in.TransactItems[i] = types.TransactWriteItem{Update: &types.Update{
-			TableName:                           s.table,
-			Key:                                 s.key1(pks[i]),
-			UpdateExpression:                    aws.String(exprAdd),
-			ConditionExpression:                 aws.String(cond),
-			ExpressionAttributeValues:           values,
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}}
+		views[i] = s.view(&ops[i])
 	}
-	for attempt := 0; ; attempt++ {
-		_, err := s.client.TransactWriteItems(ctx, in)
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	verdicts := make([]memberVerdict, n)
+	states := make(map[int]state, n)
+	for attempt := 1; ; attempt++ {
+		in := &dynamodb.TransactWriteItemsInput{TransactItems: make([]types.TransactWriteItem, n)}
+		never := false
+		for i := range ops {
+			var u ddbUpdate
+			ops[i].alg.update(views[i], ops[i].t, ops[i].cost, s.margin, &u)
+			if u.readOnly {
+				never = true
+				break
+			}
+			in.TransactItems[i] = types.TransactWriteItem{Update: &types.Update{
+				TableName:                           s.table,
+				Key:                                 s.key1(pks[i]),
+				UpdateExpression:                    aws.String(u.update),
+				ConditionExpression:                 aws.String(u.cond),
+				ExpressionAttributeNames:            names(u.names),
+				ExpressionAttributeValues:           u.values,
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+			}}
+		}
+		if never {
+			// A member can never fit: the batch is denied. Read every member
+			// to report each.
+			for i := range verdicts {
+				verdicts[i] = conflict // judged by the read
+			}
+			read, _ := s.readAll(ctx, ops, pks, all)
+			s.judge(ops, verdicts, read, res)
+			return false, nil
+		}
+		_, err := s.client.TransactWriteItems(ctx, in, s.opts...)
 		if err == nil {
-			// Committed. A transaction returns no values: read the counts
+			// Committed. A transaction returns no values: read the states
 			// (one BatchGetItem). Should that fail, the decisions stand with
-			// their counts unknown.
-			counts, _ := s.readAll(ctx, now, pks)
-			for i, pk := range pks {
-				n, ok := counts[pk]
-				res[i] = result{ok: true, known: ok, count: n}
+			// their quotas unknown.
+			read, _ := s.readAll(ctx, ops, pks, all)
+			for i := range ops {
+				if st, ok := read[i]; ok && st.exists {
+					res[i] = result{ok: true, known: true, st: st, d: ops[i].alg.decision(st, ops[i].t, ops[i].cost, true)}
+				} else {
+					res[i] = result{ok: true, d: ops[i].alg.unknown(ops[i].t, ops[i].cost, true)}
+				}
 			}
 			return true, nil
 		}
@@ -342,153 +506,175 @@ func (s *DynamoStore) applyTransaction(ctx context.Context, now time.Time, ops [
 		if !errors.As(err, &tc) {
 			return false, wrap("transact", pks[0], err)
 		}
-		if len(tc.CancellationReasons) != len(ops) {
-			return false, fmt.Errorf("durablecounter: transact %q: %d cancellation reasons for %d items: %w", pks[0], len(tc.CancellationReasons), len(ops), err)
+		if len(tc.CancellationReasons) != n {
+			return false, fmt.Errorf("durablecounter: transact %q: %d cancellation reasons for %d items: %w", pks[0], len(tc.CancellationReasons), n, err)
 		}
-		denied, conflict := false, false
-		var unread, unjudged []int
+		clear(states)
+		var need []int
+		anyViolated, anyConflict := false, false
 		for i, reason := range tc.CancellationReasons {
+			o := &ops[i]
 			switch code := aws.ToString(reason.Code); code {
-			case "", "None": // its condition held
-				res[i] = result{ok: true}
-				unread = append(unread, i)
+			case "", "None":
+				verdicts[i] = held
+				need = append(need, i)
 			case "ConditionalCheckFailed":
-				denied = true
-				res[i] = result{}
 				if reason.Item != nil {
-					if n, err := countOf(reason.Item, now); err == nil {
-						res[i] = result{known: true, count: n}
+					if st, err := o.alg.decode(reason.Item, o.t); err == nil {
+						s.remember(o, st)
+						states[i] = st
+						verdicts[i] = stale
+						if o.alg.exact() || !o.alg.fits(st, o.t, o.cost) {
+							verdicts[i], anyViolated = violated, true
+						}
 						continue
 					}
 				}
-				if ops[i].needOld {
-					unread = append(unread, i)
+				if lb, ok := o.alg.blind(o.t, o.cost); ok {
+					states[i] = lb
+					verdicts[i], anyViolated = violated, true
+					continue
 				}
-			case "TransactionConflict": // not evaluated: judged by a read if denied
-				conflict = true
-				res[i] = result{ok: true}
-				unjudged = append(unjudged, i)
+				verdicts[i] = unread
+				need = append(need, i)
+			case "TransactionConflict":
+				verdicts[i], anyConflict = conflict, true
+				need = append(need, i)
 			case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
 				return false, fmt.Errorf("durablecounter: transact %q: %w: %w", pks[i], ErrThrottled, err)
 			default:
 				return false, fmt.Errorf("durablecounter: transact %q: %s: %w", pks[i], code, err)
 			}
 		}
-		if denied {
-			s.fill(ctx, now, ops, pks, res, unread, unjudged)
-			return false, nil
+		if !anyViolated && !slices.Contains(verdicts, unread) {
+			// Only out-of-date views and conflicts: try again.
+			if attempt < maxAttempts && ctx.Err() == nil {
+				for i, v := range verdicts {
+					if v == stale {
+						views[i] = states[i]
+					}
+				}
+				continue
+			}
+			if anyConflict {
+				return false, fmt.Errorf("durablecounter: transact %q: %w", pks[0], err)
+			}
+			return false, fmt.Errorf("durablecounter: transact %q: %w (%d transactions): %w", pks[0], ErrContention, attempt, err)
 		}
-		if conflict && attempt < maxConflictRetries && ctx.Err() == nil {
-			continue
+		read, _ := s.readAll(ctx, ops, pks, need)
+		for i, st := range read {
+			states[i] = st
 		}
-		return false, fmt.Errorf("durablecounter: transact %q: %w", pks[0], err)
+		if !anyViolated {
+			// Members that failed without their old item: judge them by
+			// the read.
+			for i, v := range verdicts {
+				if v != unread {
+					continue
+				}
+				st, ok := states[i]
+				if !ok {
+					return false, fmt.Errorf("durablecounter: transact %q: condition failed and the item could not be read: %w", pks[i], err)
+				}
+				if ops[i].alg.exact() || !ops[i].alg.fits(st, ops[i].t, ops[i].cost) {
+					anyViolated = true
+				}
+			}
+			if !anyViolated {
+				if attempt < maxAttempts && ctx.Err() == nil {
+					for i, v := range verdicts {
+						if v == stale || v == unread {
+							views[i] = states[i]
+						}
+					}
+					continue
+				}
+				return false, fmt.Errorf("durablecounter: transact %q: %w (%d transactions): %w", pks[0], ErrContention, attempt, err)
+			}
+		}
+		s.judge(ops, verdicts, states, res)
+		return false, nil
 	}
 }
 
-// fill reads, with one BatchGetItem, the counts of members of a batch that
-// was not committed, so that each reports its quota without the batch:
-// those in read keep their verdict, those in judge (not evaluated by the
-// server) are judged by the count read. A member that could not be read
-// reports no violation and an unknown quota.
-func (s *DynamoStore) fill(ctx context.Context, now time.Time, ops []op, pks []string, res []result, read, judge []int) {
-	if len(read)+len(judge) == 0 {
-		return
-	}
-	want := make([]string, 0, len(read)+len(judge))
-	for _, i := range read {
-		want = append(want, pks[i])
-	}
-	for _, i := range judge {
-		want = append(want, pks[i])
-	}
-	counts, _ := s.readAll(ctx, now, want)
-	for _, i := range read {
-		if n, ok := counts[pks[i]]; ok {
-			res[i].known, res[i].count = true, n
-		}
-	}
-	for _, i := range judge {
-		if n, ok := counts[pks[i]]; ok {
-			res[i] = result{ok: fits(&ops[i], n), known: true, count: n}
+// judge fills the results of a batch that was not committed from each
+// member's verdict and state: a member that does not fit is denied, the
+// others report their state without the batch. A member that could not be
+// read reports no violation and an unknown quota, unless its verdict
+// already is one.
+func (s *DynamoStore) judge(ops []op, verdicts []memberVerdict, states map[int]state, res []result) {
+	for i := range ops {
+		o := &ops[i]
+		st, ok := states[i]
+		switch {
+		case verdicts[i] == violated && ok:
+			res[i] = s.denied(o, st)
+		case verdicts[i] == violated:
+			res[i] = result{d: o.alg.unknown(o.t, o.cost, false)}
+		case !ok:
+			res[i] = result{ok: true, d: o.alg.unknown(o.t, o.cost, true)}
+		case verdicts[i] == held && !o.alg.exact():
+			// Its condition held, so it fit when the transaction ran; the
+			// read may show a later state.
+			res[i] = result{ok: true, known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, true)}
+		case verdicts[i] == held:
+			res[i] = result{ok: true, known: true, st: st, d: o.alg.decision(st, o.t, o.cost, true)}
+		case (verdicts[i] == unread || verdicts[i] == conflict) && !o.alg.fits(st, o.t, o.cost),
+			verdicts[i] == unread && o.alg.exact():
+			res[i] = s.denied(o, st)
+		default:
+			res[i] = result{ok: true, known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, true)}
 		}
 	}
 }
-
-func fits(o *op, n int64) bool { return o.delta <= o.limit && n <= o.limit-o.delta }
 
 // applySequential is the batch fallback for servers without transactions
 // (see TransactionsOff).
-func (s *DynamoStore) applySequential(ctx context.Context, now time.Time, ops []op, res []result) (bool, error) {
+func (s *DynamoStore) applySequential(ctx context.Context, ops []op, res []result) (bool, error) {
 	for i := range ops {
-		r, err := s.apply(ctx, now, ops[i])
+		r, err := s.apply(ctx, ops[i])
 		if err != nil {
-			s.compensate(ctx, now, ops[:i], res[:i])
+			s.compensate(ctx, ops[:i], res[:i])
 			return false, err
 		}
 		res[i] = r
 		if r.ok {
 			continue
 		}
-		s.compensate(ctx, now, ops[:i], res[:i])
+		s.compensate(ctx, ops[:i], res[:i])
 		// Read the members not tried yet, to name every violated policy.
 		rest := make([]int, 0, len(ops)-i-1)
+		verdicts := make([]memberVerdict, len(ops))
 		pks := make([]string, len(ops))
 		for j := i + 1; j < len(ops); j++ {
 			pks[j] = ops[j].id.pk()
-			res[j] = result{ok: true}
+			verdicts[j] = conflict // judged by the read
 			rest = append(rest, j)
 		}
-		s.fill(ctx, now, ops, pks, res, nil, rest)
+		read, _ := s.readAll(ctx, ops, pks, rest)
+		tail := make([]result, len(ops))
+		s.judge(ops, verdicts, read, tail)
+		copy(res[i+1:], tail[i+1:])
 		return false, nil
 	}
 	return true, nil
 }
 
 // compensate gives back what the members of a failed sequential batch
-// spent, and reports their counts without the batch.
-func (s *DynamoStore) compensate(ctx context.Context, now time.Time, ops []op, res []result) {
+// spent, and reports their state without the batch.
+func (s *DynamoStore) compensate(ctx context.Context, ops []op, res []result) {
 	for j := range ops {
+		o := &ops[j]
 		// A failed compensation leaves the units spent: under-admission
-		// until the window ends, never over-admission.
-		_ = s.refund(ctx, now, ops[j])
-		res[j].count = max(0, res[j].count-ops[j].delta)
-	}
-}
-
-// countOf returns an item's count; an absent or expired item counts 0.
-func countOf(item map[string]types.AttributeValue, now time.Time) (int64, error) {
-	if len(item) == 0 {
-		return 0, nil
-	}
-	if e, ok := item[ddb.AttrExpiresAt].(*types.AttributeValueMemberN); ok {
-		if sec, err := strconv.ParseInt(e.Value, 10, 64); err == nil && sec <= now.Unix() {
-			return 0, nil // expired: TTL deletion is lazy
+		// until they leave the window, never over-admission.
+		_, _ = s.refund(ctx, *o)
+		if !res[j].known {
+			continue
 		}
+		st, _ := o.alg.giveBack(o.alg.compact(res[j].st, o.t), o.t, o.cost)
+		res[j].st = st
+		res[j].d = o.alg.decision(st, o.t, o.cost, true)
 	}
-	n, ok, err := countAttr(item)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, nil
-	}
-	return n, nil
-}
-
-func countAttr(item map[string]types.AttributeValue) (int64, bool, error) {
-	v, ok := item[attrCount]
-	if !ok {
-		return 0, false, nil
-	}
-	nv, ok := v.(*types.AttributeValueMemberN)
-	if !ok {
-		return 0, false, fmt.Errorf("attribute %s is a %T, not a number", attrCount, v)
-	}
-	n, err := strconv.ParseInt(nv.Value, 10, 64)
-	if err != nil {
-		return 0, false, fmt.Errorf("attribute %s: %w", attrCount, err)
-	}
-	return n, true, nil
 }
 
 func wrap(what, pk string, err error) error {

@@ -657,3 +657,72 @@ func TestTransactionDeniedJudgesOnlyUnevaluated(t *testing.T) {
 		})
 	}
 }
+
+// TestUpdateExpressions pins each algorithm's one write, as the package
+// documentation shows it: the first decision on a new key (no view), and
+// one with a view (the reply to the first).
+func TestUpdateExpressions(t *testing.T) {
+	for _, tc := range []struct {
+		alg              string
+		reply            map[string]types.AttributeValue
+		first, firstIf   string
+		second, secondIf string
+	}{
+		{
+			alg:   edgelimit.AlgorithmSlidingWindow,
+			reply: map[string]types.AttributeValue{"w": &types.AttributeValueMemberN{Value: "472222"}, "c472222": &types.AttributeValueMemberN{Value: "1"}},
+			first: "ADD #c :d SET #w = :i, expires_at = :e REMOVE #s0", firstIf: "(attribute_not_exists(#w) OR #w <= :i) AND (attribute_not_exists(#c) OR #c <= :m) AND (attribute_not_exists(#p) OR #p <= :pg)",
+			second: "ADD #c :d SET #w = :i, expires_at = :e REMOVE #s0", secondIf: "(attribute_not_exists(#w) OR #w <= :i) AND (attribute_not_exists(#c) OR #c <= :m) AND (attribute_not_exists(#p) OR #p <= :pg)",
+		},
+		{
+			alg:   edgelimit.AlgorithmSlidingLog,
+			reply: map[string]types.AttributeValue{"n": &types.AttributeValueMemberN{Value: "1"}, "g": &types.AttributeValueMemberN{Value: "42"}, "b" + strconv.FormatInt(t0.UnixMilli()-7200_000, 36): &types.AttributeValueMemberN{Value: "1"}},
+			first: "ADD #n :d, #b :d SET #g = if_not_exists(#g, :gn), expires_at = :e", firstIf: "attribute_not_exists(#n) OR #n <= :m",
+			// The view shows an expired unit: E = 1, so the condition
+			// checks the incarnation and that no refund happened since.
+			second: "ADD #n :d, #b :d SET #g = if_not_exists(#g, :gn), expires_at = :e", secondIf: "attribute_not_exists(#n) OR (#n <= :m AND #g = :g0 AND attribute_not_exists(#r))",
+		},
+		{
+			alg:   edgelimit.AlgorithmGCRA,
+			reply: map[string]types.AttributeValue{"tat": &types.AttributeValueMemberN{Value: strconv.FormatInt(t0.UnixNano()+int64(360*time.Second), 10)}},
+			first: "SET #t = :nt, expires_at = :e", firstIf: "attribute_not_exists(#t) OR #t <= :t",
+			second: "SET #t = #t + :ct, expires_at = :e", secondIf: "#t > :t AND #t <= :lim",
+		},
+	} {
+		t.Run(tc.alg, func(t *testing.T) {
+			var got []*dynamodb.UpdateItemInput
+			f := &fakeDynamo{update: func(_ context.Context, in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+				got = append(got, in)
+				return &dynamodb.UpdateItemOutput{Attributes: tc.reply}, nil
+			}}
+			f.t = t
+			store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: f, Table: "tbl"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := durablecounter.New(durablecounter.Config{
+				Policy: &edgelimit.Policy{Name: "p", Algorithm: tc.alg, Limit: 10, Window: time.Hour},
+				Store:  store, Now: func() time.Time { return t0 },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if _, err := c.Allow(context.Background(), edgelimit.Request{Key: "k"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(got) != 2 {
+				t.Fatalf("%d UpdateItem calls, want 2", len(got))
+			}
+			for i, want := range [][2]string{{tc.first, tc.firstIf}, {tc.second, tc.secondIf}} {
+				if e, c := aws.ToString(got[i].UpdateExpression), aws.ToString(got[i].ConditionExpression); e != want[0] || c != want[1] {
+					t.Errorf("update %d: %q if %q, want %q if %q", i+1, e, c, want[0], want[1])
+				}
+				if got[i].ReturnValuesOnConditionCheckFailure != types.ReturnValuesOnConditionCheckFailureAllOld {
+					t.Errorf("update %d without ALL_OLD", i+1)
+				}
+			}
+		})
+	}
+}

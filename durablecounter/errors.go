@@ -1,6 +1,9 @@
 package durablecounter
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. Errors from this package wrap one of these (or the
 // backend's error) with %w; test for them with errors.Is.
@@ -25,7 +28,20 @@ var (
 	// ErrBatch is returned by AllowBatch for members it cannot decide
 	// together: not a *Counter, on another Store, or a policy twice.
 	ErrBatch = errors.New("durablecounter: cannot batch")
+	// ErrContention is returned when a decision's conditional updates kept
+	// failing although the state each failure returned had room: other
+	// instances changed the item between every attempt. It is a store
+	// failure for the engine (on_store_error decides), never a denial.
+	ErrContention = errors.New("durablecounter: item changed under every attempt")
 	// ErrNoTransactions is returned by AllowBatch on a DynamoStore with
 	// TransactionsRequired when the server lacks TransactWriteItems.
 	ErrNoTransactions = errors.New("durablecounter: server does not support transactions")
 )
+
+func errNotNumber(name string, v any) error {
+	return fmt.Errorf("attribute %s is a %T, not a number", name, v)
+}
+
+func errBadNumber(name string, err error) error {
+	return fmt.Errorf("attribute %s: %w", name, err)
+}

@@ -101,3 +101,92 @@ func ExampleCounter_AllowBatch() {
 	// daily: true 998, burst: true 0
 	// daily: true 998, burst: false 0
 }
+
+// A sliding window weighs the previous window's count by how much of it is
+// still inside the last window: a client that spent its limit at the end
+// of one minute gets nothing at the start of the next, and regains it
+// gradually (the fixed window's 2x boundary burst cannot happen).
+func ExampleNew_slidingWindow() {
+	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	now := start
+	counter, err := durablecounter.New(durablecounter.Config{
+		Policy: &edgelimit.Policy{Name: "search", Algorithm: edgelimit.AlgorithmSlidingWindow, Limit: 10, Window: time.Minute},
+		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Now:    func() time.Time { return now },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	req := edgelimit.Request{Key: "client-1"}
+	now = start.Add(50 * time.Second)
+	d, _ := counter.Allow(context.Background(), edgelimit.Request{Key: "client-1", Cost: 10})
+	fmt.Printf("12:00:50 cost 10: allowed=%v remaining=%d\n", d.Allowed, d.Remaining)
+	for _, at := range []time.Duration{60, 65, 66, 90} {
+		now = start.Add(at * time.Second)
+		d, _ := counter.Allow(context.Background(), req)
+		fmt.Printf("%s allowed=%v remaining=%d retry-after=%s\n", now.Format("15:04:05"), d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	// Output:
+	// 12:00:50 cost 10: allowed=true remaining=0
+	// 12:01:00 allowed=false remaining=0 retry-after=6s
+	// 12:01:05 allowed=false remaining=0 retry-after=1s
+	// 12:01:06 allowed=true remaining=0 retry-after=0s
+	// 12:01:30 allowed=true remaining=3 retry-after=0s
+}
+
+// gcra is nginx's limit_req with burst and nodelay: from idle, burst
+// requests pass at once, then one per interval (window / limit).
+func ExampleNew_gcra() {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	counter, err := durablecounter.New(durablecounter.Config{
+		Policy: &edgelimit.Policy{Name: "paid-burst", Algorithm: edgelimit.AlgorithmGCRA, Limit: 10, Window: time.Second, Burst: 3},
+		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Now:    func() time.Time { return now },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for range 4 {
+		d, _ := counter.Allow(context.Background(), edgelimit.Request{Key: "api-key-1"})
+		fmt.Printf("allowed=%v remaining=%d reset=%s retry-after=%s\n", d.Allowed, d.Remaining, d.Reset, d.RetryAfter)
+	}
+	now = now.Add(100 * time.Millisecond) // one interval: one more
+	d, _ := counter.Allow(context.Background(), edgelimit.Request{Key: "api-key-1"})
+	fmt.Printf("100ms later: allowed=%v\n", d.Allowed)
+	// Output:
+	// allowed=true remaining=2 reset=100ms retry-after=0s
+	// allowed=true remaining=1 reset=200ms retry-after=0s
+	// allowed=true remaining=0 reset=300ms retry-after=0s
+	// allowed=false remaining=0 reset=300ms retry-after=100ms
+	// 100ms later: allowed=true
+}
+
+// A sliding log counts exactly the units of the last window, each leaving
+// it a window after it was admitted.
+func ExampleNew_slidingLog() {
+	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	now := start
+	counter, err := durablecounter.New(durablecounter.Config{
+		Policy: &edgelimit.Policy{Name: "login", Algorithm: edgelimit.AlgorithmSlidingLog, Limit: 3, Window: time.Minute},
+		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Now:    func() time.Time { return now },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, at := range []time.Duration{0, 20, 40, 50, 60, 61} {
+		now = start.Add(at * time.Second)
+		d, _ := counter.Allow(context.Background(), edgelimit.Request{Key: "user-1"})
+		fmt.Printf("%s allowed=%v remaining=%d retry-after=%s\n", now.Format("15:04:05"), d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	// Output:
+	// 12:00:00 allowed=true remaining=2 retry-after=0s
+	// 12:00:20 allowed=true remaining=1 retry-after=0s
+	// 12:00:40 allowed=true remaining=0 retry-after=0s
+	// 12:00:50 allowed=false remaining=0 retry-after=10s
+	// 12:01:00 allowed=true remaining=0 retry-after=0s
+	// 12:01:01 allowed=false remaining=0 retry-after=19s
+}

@@ -3,6 +3,8 @@ package durablecounter
 import (
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/edgelimit/edgelimit"
 )
 
@@ -33,50 +35,127 @@ func newFixedWindow(p params) algorithm {
 	return &fixedWindow{prefix: "fw#" + p.name + "#", limit: p.limit, window: int64(p.window), slotUnit: unit}
 }
 
-// bounds returns the start of the window containing now, in nanoseconds.
-func (f *fixedWindow) start(now time.Time) int64 {
-	ns := now.UnixNano()
-	q := ns / f.window
-	if ns%f.window < 0 {
-		q-- // floor for instants before 1970
-	}
-	return q * f.window
+// start returns the start of the window containing t.
+func (f *fixedWindow) start(t int64) int64 { return floorDiv(t, f.window) * f.window }
+
+func (f *fixedWindow) itemFor(key string, shard int32, t int64) itemID {
+	return itemID{prefix: f.prefix, key: key, slot: f.start(t) / f.slotUnit, shard: shard}
 }
 
-func (f *fixedWindow) plan(key string, cost int64, now time.Time) op {
-	start := f.start(now)
-	return op{
-		kind:    opAdd,
-		id:      itemID{prefix: f.prefix, key: key, slot: start / f.slotUnit},
-		delta:   cost,
-		limit:   f.limit,
-		end:     time.Unix(0, start+f.window),
-		needOld: cost > 1, // with cost 1 a denial means nothing is left
-	}
+func (f *fixedWindow) capacity() int64 { return f.limit }
+
+func (f *fixedWindow) fits(s state, _, cost int64) bool {
+	return cost <= f.limit && s.n <= f.limit-cost
 }
 
-func (f *fixedWindow) decide(o op, r result, now time.Time) edgelimit.Decision {
+func (f *fixedWindow) commit(s state, _, cost int64) state {
+	s.exists = true
+	s.n += cost
+	return s
+}
+
+func (f *fixedWindow) giveBack(s state, _, cost int64) (state, bool) {
+	if !s.exists || s.n < cost {
+		return s, false
+	}
+	s.n -= cost
+	return s, true
+}
+
+func (f *fixedWindow) decision(s state, t, cost int64, allowed bool) edgelimit.Decision {
 	d := edgelimit.Decision{
-		Allowed: r.ok,
-		Limit:   f.limit,
-		Window:  time.Duration(f.window),
-		Reset:   o.end.Sub(now),
+		Allowed:   allowed,
+		Limit:     f.limit,
+		Window:    time.Duration(f.window),
+		Reset:     time.Duration(f.start(t) + f.window - t),
+		Remaining: max(0, f.limit-s.n),
 	}
-	switch {
-	case !r.known:
-		// Remaining 0: a denial of cost 1 means nothing is left; an allowed
-		// batch whose counts could not be read reports none, conservatively.
-	case r.ok:
-		d.Remaining = max(0, f.limit-r.count)
-	default:
+	if !allowed {
 		// The count that denied left less than the cost. A read after the
 		// denial may see a later refund: clamp, so the reply stays
-		// consistent with the denial.
-		d.Remaining = min(max(0, f.limit-r.count), o.delta-1)
-	}
-	if !r.ok {
-		// Nothing frees up before the window ends.
+		// consistent with the denial. Nothing frees up before the window
+		// ends.
+		d.Remaining = min(d.Remaining, cost-1)
 		d.RetryAfter = d.Reset
 	}
 	return d
 }
+
+func (f *fixedWindow) unknown(t, _ int64, allowed bool) edgelimit.Decision {
+	// Remaining 0: an allowed batch whose counts could not be read reports
+	// none, conservatively; so does a denial whose count is unknown.
+	d := edgelimit.Decision{Allowed: allowed, Limit: f.limit, Window: time.Duration(f.window),
+		Reset: time.Duration(f.start(t) + f.window - t)}
+	if !allowed {
+		d.RetryAfter = d.Reset
+	}
+	return d
+}
+
+func (f *fixedWindow) expiry(_ state, t int64) int64 { return f.start(t) + f.window }
+
+func (f *fixedWindow) compact(s state, _ int64) state { return state{exists: s.exists, n: s.n} }
+
+// Attribute names and expressions of the fixed window's one write.
+const (
+	attrCount = "n"
+	// exprAdd spends :d and keeps the item until :e.
+	exprAdd = "ADD n :d SET expires_at = :e"
+	// condFits admits while the count leaves room for :d (:m = limit - d).
+	condFits = "attribute_not_exists(n) OR n <= :m"
+	// condNever is used when :d exceeds the limit (:m < 0): it fails whether
+	// or not the item exists, so the reply still carries the count.
+	condNever = "n <= :m"
+	// exprRefund gives back :d (as :r = -d) only if that leaves n >= 0.
+	exprRefund = "ADD n :r"
+	condRefund = "n >= :d"
+)
+
+func (f *fixedWindow) update(_ state, t, cost int64, margin time.Duration, u *ddbUpdate) {
+	u.update = exprAdd
+	u.cond = condFits
+	if cost > f.limit {
+		u.cond = condNever
+	}
+	u.value(":d", cost)
+	u.value(":m", f.limit-cost)
+	u.value(":e", expSec(f.start(t)+f.window+int64(margin)))
+	u.ret = types.ReturnValueUpdatedNew // n after the write: Remaining = limit - n
+}
+
+func (f *fixedWindow) decode(item map[string]types.AttributeValue, now int64) (state, error) {
+	if len(item) == 0 {
+		return state{}, nil
+	}
+	if e, ok, _ := attrInt(item, "expires_at"); ok && e <= floorDiv(now, int64(time.Second)) {
+		return state{}, nil // expired: TTL deletion is lazy
+	}
+	n, ok, err := attrInt(item, attrCount)
+	if err != nil || !ok {
+		return state{}, err
+	}
+	return state{exists: true, n: n}, nil
+}
+
+func (f *fixedWindow) refundUpdate(_ state, _, cost int64, u *ddbUpdate) bool {
+	u.update = exprRefund
+	u.cond = condRefund
+	u.value(":r", -cost)
+	u.value(":d", cost)
+	return true
+}
+
+func (f *fixedWindow) blind(_, cost int64) (state, bool) {
+	if cost != 1 {
+		return state{}, false
+	}
+	// With cost 1 a denial means nothing is left: the count is at least
+	// the limit.
+	return state{exists: true, n: f.limit}, true
+}
+
+func (f *fixedWindow) exact() bool { return true }
+
+func (f *fixedWindow) needsView() bool { return false }
+
+func (f *fixedWindow) refundUsesView() bool { return false }

@@ -47,8 +47,8 @@ const (
 // its last sweep and some item in it has expired, so a shard holds at most
 // about twice its live items, and a sweep costs O(1) amortised per insert.
 // A decision on an existing item is one map lookup under the shard's lock
-// and allocates nothing; a key's first decision in a window allocates its
-// 16-byte count.
+// and allocates nothing (a sliding log's allocates when its buckets grow);
+// a new item allocates its 56-byte entry.
 type MemoryStore struct {
 	seed   maphash.Seed
 	shards []memShard
@@ -72,7 +72,7 @@ type memShard struct {
 }
 
 type memEntry struct {
-	n       int64
+	st      state
 	expires int64 // UnixNano
 }
 
@@ -128,34 +128,44 @@ func (s *MemoryStore) shardIndex(key string) int {
 	return int(maphash.String(s.seed, key) & s.mask)
 }
 
-func (s *MemoryStore) apply(_ context.Context, now time.Time, o op) (result, error) {
+func (s *MemoryStore) apply(_ context.Context, o op) (result, error) {
 	sh := &s.shards[s.shardIndex(o.id.key)]
-	nowN := now.UnixNano()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	// check and commit in one: a single map lookup.
 	e := sh.m[o.id]
-	n := int64(0)
-	if e != nil && e.expires > nowN {
-		n = e.n // else absent or expired
+	var st state
+	if e != nil && e.expires > o.t {
+		st = e.st // else absent or expired
 	}
-	if o.delta > o.limit || n > o.limit-o.delta {
-		return result{known: true, count: n}, nil
+	if !o.alg.fits(st, o.t, o.cost) {
+		return result{known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, false)}, nil
 	}
 	if e == nil {
-		if err := sh.makeRoom(nowN); err != nil {
+		if err := sh.makeRoom(o.t); err != nil {
 			return result{}, err
 		}
 		e = new(memEntry)
 		sh.m[o.id] = e
 	}
-	e.n = n + o.delta
-	e.expires = o.end.Add(s.margin).UnixNano()
+	st = o.alg.commit(st, o.t, o.cost)
+	e.st = st
+	e.expires = o.alg.expiry(st, o.t) + int64(s.margin)
 	sh.nextExpiry = min(sh.nextExpiry, e.expires)
-	return result{ok: true, known: true, count: e.n}, nil
+	return admitted(&o, st), nil
 }
 
-func (s *MemoryStore) applyAll(_ context.Context, now time.Time, ops []op, res []result) (bool, error) {
+// admitted reports an admission whose state after it is st (owned by the
+// store): the state itself only when nothing is left, for the deny cache.
+func admitted(o *op, st state) result {
+	r := result{ok: true, known: true, d: o.alg.decision(st, o.t, o.cost, true)}
+	if r.d.Remaining == 0 {
+		r.st = o.alg.compact(st, o.t)
+	}
+	return r
+}
+
+func (s *MemoryStore) applyAll(_ context.Context, ops []op, res []result) (bool, error) {
 	var small [8]int
 	idx := small[:0]
 	for i := range ops {
@@ -172,69 +182,62 @@ func (s *MemoryStore) applyAll(_ context.Context, now time.Time, ops []op, res [
 			s.shards[i].mu.Unlock()
 		}
 	}()
-	nowN := now.UnixNano()
 	all := true
 	for i := range ops {
-		r, err := s.shards[idx[i]].check(&ops[i], nowN)
-		if err != nil {
-			return false, err
+		o, sh := &ops[i], &s.shards[idx[i]]
+		st := sh.get(o)
+		if !o.alg.fits(st, o.t, o.cost) {
+			res[i] = result{known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, false)}
+			all = false
+			continue
 		}
-		res[i] = r
-		all = all && r.ok
+		if sh.m[o.id] == nil {
+			if err := sh.makeRoom(o.t); err != nil {
+				return false, err
+			}
+		}
+		// Fits: reported without the batch, unless it commits.
+		res[i] = result{ok: true, known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, true)}
 	}
 	if !all {
 		return false, nil
 	}
 	for i := range ops {
-		res[i].count = s.shards[idx[i]].commit(&ops[i], nowN, s.margin)
+		o, sh := &ops[i], &s.shards[idx[i]]
+		st := sh.get(o)
+		e := sh.m[o.id]
+		if e == nil {
+			e = new(memEntry)
+			sh.m[o.id] = e
+		}
+		st = o.alg.commit(st, o.t, o.cost)
+		e.st = st
+		e.expires = o.alg.expiry(st, o.t) + int64(s.margin)
+		sh.nextExpiry = min(sh.nextExpiry, e.expires)
+		res[i] = admitted(o, st)
 	}
 	return true, nil
 }
 
-func (s *MemoryStore) refund(_ context.Context, now time.Time, o op) error {
+func (s *MemoryStore) refund(_ context.Context, o op) (bool, error) {
 	sh := &s.shards[s.shardIndex(o.id.key)]
-	nowN := now.UnixNano()
 	sh.mu.Lock()
-	if e := sh.m[o.id]; e != nil && e.expires > nowN && e.n >= o.delta {
-		e.n -= o.delta
+	defer sh.mu.Unlock()
+	e := sh.m[o.id]
+	if e == nil || e.expires <= o.t {
+		return false, nil
 	}
-	sh.mu.Unlock()
-	return nil
+	st, ok := o.alg.giveBack(e.st, o.t, o.cost)
+	e.st = st
+	return ok, nil
 }
 
-// check evaluates o's condition without changing anything, making room for
-// a new item if o would create one. The shard is locked.
-func (sh *memShard) check(o *op, nowN int64) (result, error) {
-	e := sh.m[o.id]
-	n := int64(0)
-	if e != nil && e.expires > nowN {
-		n = e.n // else absent or expired
+// get returns the live state of o's item. The shard is locked.
+func (sh *memShard) get(o *op) state {
+	if e := sh.m[o.id]; e != nil && e.expires > o.t {
+		return e.st
 	}
-	if o.delta > o.limit || n > o.limit-o.delta {
-		return result{known: true, count: n}, nil
-	}
-	if e == nil {
-		if err := sh.makeRoom(nowN); err != nil {
-			return result{}, err
-		}
-	}
-	return result{ok: true, known: true, count: n}, nil
-}
-
-// commit applies o, whose condition holds, and returns the new count.
-func (sh *memShard) commit(o *op, nowN int64, margin time.Duration) int64 {
-	e := sh.m[o.id]
-	if e == nil {
-		e = new(memEntry)
-		sh.m[o.id] = e
-	}
-	if e.expires <= nowN {
-		e.n = 0
-	}
-	e.n += o.delta
-	e.expires = o.end.Add(margin).UnixNano()
-	sh.nextExpiry = min(sh.nextExpiry, e.expires)
-	return e.n
+	return state{}
 }
 
 // makeRoom runs before a new entry is added. It sweeps expired entries when

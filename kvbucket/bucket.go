@@ -61,11 +61,14 @@ type Bucket struct {
 	noCache bool
 	closed  bool // Limit 0: deny everything
 	cache   *cache
+	// cfg is what New was given, for Local.
+	cfg Config
 }
 
 var (
-	_ edgelimit.Limiter  = (*Bucket)(nil)
-	_ edgelimit.Refunder = (*Bucket)(nil)
+	_ edgelimit.Limiter   = (*Bucket)(nil)
+	_ edgelimit.Refunder  = (*Bucket)(nil)
+	_ edgelimit.Localizer = (*Bucket)(nil)
 )
 
 // New checks cfg and returns the bucket.
@@ -97,6 +100,7 @@ func New(cfg Config) (*Bucket, error) {
 		sync:    int64(pol.SyncInterval),
 		noCache: cfg.NoCache,
 		closed:  pol.Limit == 0,
+		cfg:     cfg,
 	}
 	if b.closed {
 		b.p.Capacity = 0
@@ -129,6 +133,16 @@ func (b *Bucket) Params() Params { return b.p }
 
 // SyncInterval returns how often a hot key is written back.
 func (b *Bucket) SyncInterval() time.Duration { return time.Duration(b.sync) }
+
+// Local returns the Bucket's in-process twin: the same policy, clock and
+// cache settings on a Memory KV of its own. The engine uses it for a policy
+// with on_store_error: local while the KV fails, so that each instance still
+// holds the limit on its own.
+func (b *Bucket) Local() (edgelimit.Limiter, error) {
+	cfg := b.cfg
+	cfg.KV = NewMemory(MemoryConfig{Now: cfg.Now})
+	return New(cfg)
+}
 
 // Allow decides req now. See AllowAt.
 func (b *Bucket) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {

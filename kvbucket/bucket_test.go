@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -568,5 +569,37 @@ func TestCacheHashCollisions(t *testing.T) {
 	}
 	if s.len() > 4 {
 		t.Errorf("len %d beyond the bound 4", s.len())
+	}
+}
+
+// Local is the Bucket's in-process twin for on_store_error: local: the same
+// policy and clock on a KV of its own, so it decides without the shared KV
+// and does not share its state.
+func TestBucketLocal(t *testing.T) {
+	clk := newClock(t0)
+	shared := NewMemory(MemoryConfig{Now: clk.Now})
+	b := mustNew(t, Config{Policy: kvPolicy("twin", 2, 2, time.Minute, time.Second), KV: shared, Now: clk.Now})
+	for range 2 {
+		if d, err := b.Allow(ctx, edgelimit.Request{Key: "k"}); err != nil || !d.Allowed {
+			t.Fatalf("shared bucket: %+v, %v", d, err)
+		}
+	}
+	twin, err := b.Local()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []bool
+	for range 3 {
+		d, err := twin.Allow(ctx, edgelimit.Request{Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d.Allowed)
+	}
+	if want := []bool{true, true, false}; !slices.Equal(got, want) {
+		t.Errorf("twin decisions = %v, want %v (its own full bucket of 2)", got, want)
+	}
+	if shared.Len() != 1 {
+		t.Errorf("shared KV holds %d keys, want 1: the twin must not write to it", shared.Len())
 	}
 }

@@ -1,7 +1,6 @@
 package limitertest
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -112,35 +111,5 @@ func (m *fixedModel) refund(p *edgelimit.Policy, key string, cost int64, now tim
 	k := modelKey{p.Name, key, WindowStart(now, p.Window).UnixNano()}
 	if m.counts[k] >= cost {
 		m.counts[k] -= cost
-	}
-}
-
-// testFixedWindowModel drives two policies and three keys with a fixed
-// pseudo-random sequence of steps (clock advances, costs from 0 to above
-// the limit, refunds right after admissions when the backend has them) and
-// compares every decision with the reference model.
-func (s *suite) testFixedWindowModel(t *testing.T) {
-	e := s.env(t)
-	lims := []*lim{e.limiter("model-a", 7, 10*time.Second), e.limiter("model-b", 3, 1500*time.Millisecond)}
-	keys := []string{"k1", "k2", "k3"}
-	m := &fixedModel{counts: map[modelKey]int64{}}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range 300 {
-		e.clock.Advance(time.Duration(rng.Int64N(int64(3 * time.Second))))
-		l := lims[rng.IntN(len(lims))]
-		key := keys[rng.IntN(len(keys))]
-		cost := rng.Int64N(l.p.Limit + 2) // 0 (default 1) .. limit+1
-		now := e.clock.Now()
-		units := max(cost, 1)
-		want := m.allow(l.p, key, units, now)
-		got := l.allow(key, cost)
-		got.Policy = ""
-		if got != want {
-			t.Fatalf("step %d: %s.Allow(%q, %d) at %s = %+v, want %+v", i, l.p.Name, key, cost, e.at(), got, want)
-		}
-		if s.opts.Refund && got.Allowed && rng.IntN(6) == 0 {
-			l.refund(key, cost)
-			m.refund(l.p, key, units, now)
-		}
 	}
 }

@@ -10,12 +10,13 @@ import (
 	"github.com/edgelimit/edgelimit"
 )
 
-// refLimiter is the simplest exact fixed window: one mutex-guarded map per
-// backend. It checks the suite itself (a suite no correct backend can pass
-// is as useless as one every backend passes).
+// refLimiter is the simplest exact implementation of each algorithm: its
+// reference model under one mutex per backend. It checks the suite itself
+// (a suite no correct backend can pass is as useless as one every backend
+// passes).
 type refBackend struct {
-	mu     sync.Mutex
-	counts map[modelKey]int64
+	mu sync.Mutex
+	m  model
 }
 
 type refLimiter struct {
@@ -32,8 +33,7 @@ var (
 func (l *refLimiter) Allow(_ context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
 	l.b.mu.Lock()
 	defer l.b.mu.Unlock()
-	m := fixedModel{counts: l.b.counts}
-	d := m.allow(&l.p, req.Key, req.Units(), l.now())
+	d := l.b.m.allow(&l.p, req.Key, req.Units(), l.now())
 	d.Policy = l.p.Name
 	return d, nil
 }
@@ -41,8 +41,7 @@ func (l *refLimiter) Allow(_ context.Context, req edgelimit.Request) (edgelimit.
 func (l *refLimiter) Refund(_ context.Context, req edgelimit.Request) error {
 	l.b.mu.Lock()
 	defer l.b.mu.Unlock()
-	m := fixedModel{counts: l.b.counts}
-	m.refund(&l.p, req.Key, req.Units(), l.now())
+	l.b.m.refund(&l.p, req.Key, req.Units(), l.now())
 	return nil
 }
 
@@ -54,34 +53,34 @@ func (l *refLimiter) AllowBatch(_ context.Context, items []edgelimit.BatchItem) 
 	now := l.now()
 	out := make([]edgelimit.Decision, len(items))
 	ok := true
-	for i, it := range items {
+	for _, it := range items {
 		m := it.Limiter.(*refLimiter)
-		// Decide on a scratch copy of the counts, then keep it only if all fit.
-		scratch := fixedModel{counts: map[modelKey]int64{}}
-		k := modelKey{m.p.Name, it.Request.Key, WindowStart(now, m.p.Window).UnixNano()}
-		scratch.counts[k] = l.b.counts[k]
-		out[i] = scratch.allow(&m.p, it.Request.Key, it.Request.Units(), now)
-		out[i].Policy = m.p.Name
-		ok = ok && out[i].Allowed
+		ok = ok && l.b.m.fits(&m.p, it.Request.Key, it.Request.Units(), now)
 	}
 	for i, it := range items {
 		m := it.Limiter.(*refLimiter)
 		if ok {
-			l.b.counts[modelKey{m.p.Name, it.Request.Key, WindowStart(now, m.p.Window).UnixNano()}] += it.Request.Units()
-		} else if out[i].Allowed {
-			out[i].Remaining += it.Request.Units() // state without this batch
+			out[i] = l.b.m.allow(&m.p, it.Request.Key, it.Request.Units(), now)
+		} else {
+			out[i] = l.b.m.peek(&m.p, it.Request.Key, it.Request.Units(), now)
 		}
+		out[i].Policy = m.p.Name
 	}
 	return out, nil
 }
 
 func TestReference(t *testing.T) {
-	Run(t, func(t *testing.T) NewLimiter {
-		b := &refBackend{counts: map[modelKey]int64{}}
-		return func(p *edgelimit.Policy, now func() time.Time) (edgelimit.Limiter, error) {
-			return &refLimiter{b: b, p: *p, now: now}, nil
-		}
-	}, Options{Batch: true, Refund: true, Concurrency: true})
+	for _, alg := range []string{edgelimit.AlgorithmFixedWindow, edgelimit.AlgorithmSlidingWindow, edgelimit.AlgorithmSlidingLog, edgelimit.AlgorithmGCRA} {
+		t.Run(alg, func(t *testing.T) {
+			t.Parallel()
+			Run(t, func(t *testing.T) NewLimiter {
+				b := &refBackend{m: newModel(alg)}
+				return func(p *edgelimit.Policy, now func() time.Time) (edgelimit.Limiter, error) {
+					return &refLimiter{b: b, p: *p, now: now}, nil
+				}
+			}, Options{Algorithm: alg, Batch: true, Refund: true, Concurrency: true})
+		})
+	}
 }
 
 func TestWindowStart(t *testing.T) {

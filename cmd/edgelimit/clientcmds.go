@@ -85,6 +85,7 @@ func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	data := fs.String("d", "", "request body")
 	count := fs.Int("n", 1, "send the request this many times, keeping tokens between them")
 	include := fs.Bool("i", false, "print the status line and response headers")
+	output := fs.String("o", "", "write the response body to FILE instead of stdout (the last response's, with -n)")
 	verbose := fs.Bool("v", false, "say on stderr what the client does (challenges, proofs, waits)")
 	noWait := fs.Bool("no-wait", false, "return a 429 without a challenge at once instead of waiting for Retry-After")
 	maxBits := fs.Int("max-bits", client.DefaultMaxBits, "refuse challenges harder than this")
@@ -164,9 +165,16 @@ func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintln(stdout)
 		}
-		stdout.Write(body)
-		if len(body) > 0 && body[len(body)-1] != '\n' {
-			fmt.Fprintln(stdout)
+		if *output != "" {
+			if err := os.WriteFile(*output, body, 0o644); err != nil {
+				fmt.Fprintf(stderr, "edgelimit get: %v\n", err)
+				return 1
+			}
+		} else {
+			stdout.Write(body)
+			if len(body) > 0 && body[len(body)-1] != '\n' {
+				fmt.Fprintln(stdout)
+			}
 		}
 		if resp.StatusCode >= 400 {
 			code = 1

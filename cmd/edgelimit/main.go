@@ -2,7 +2,7 @@
 //
 //	edgelimit serve   [--addr 127.0.0.1:8080] [--policies FILE] [--store memory|dynamodb] ...
 //	edgelimit check   FILE
-//	edgelimit get     [-X METHOD] [-H 'Name: value'] [-d BODY] [-n N] [-i] [-v] URL
+//	edgelimit get     [-X METHOD] [-H 'Name: value'] [-d BODY] [-n N] [-i] [-v] [-o FILE] URL
 //	edgelimit solve   CHALLENGE
 //	edgelimit keygen
 //

@@ -279,7 +279,7 @@ func TestGetSpendsExactlyLimitPerProof(t *testing.T) {
 	url := startServe(t, "--policies", writePolicies(t, signedPolicies))
 	for _, tt := range []struct{ n, proofs int }{{10, 1}, {25, 3}} {
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), []string{"get", "-v", "-i", "-X", "POST", "-n", fmt.Sprint(tt.n), url + "/tts"}, &stdout, &stderr)
+		code := run(context.Background(), []string{"get", "-v", "-i", "-X", "POST", "-H", "Content-Type: application/json", "-d", `{"text":"hello"}`, "-n", fmt.Sprint(tt.n), url + "/tts"}, &stdout, &stderr)
 		if code != 0 {
 			t.Fatalf("get -n %d: exit %d\nstderr: %s\nstdout: %s", tt.n, code, stderr.String(), stdout.String())
 		}
@@ -292,6 +292,21 @@ func TestGetSpendsExactlyLimitPerProof(t *testing.T) {
 		if !strings.Contains(stdout.String(), `Ratelimit: "tts";r=0;t=`) {
 			t.Errorf("get -n %d: no response showed the window spent:\n%s", tt.n, stdout.String())
 		}
+	}
+}
+
+// get -o writes the body (tts answers a WAV file) instead of printing it.
+func TestGetOutputFile(t *testing.T) {
+	url := startServe(t, "--policies", writePolicies(t, signedPolicies))
+	out := filepath.Join(t.TempDir(), "hello.wav")
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"get", "-X", "POST", "-H", "Content-Type: application/json", "-d", `{"text":"hello"}`, "-o", out, url + "/tts"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("get -o: exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil || !bytes.HasPrefix(b, []byte("RIFF")) || stdout.Len() != 0 {
+		t.Errorf("get -o wrote %d bytes (%v) starting %q, stdout %q; want a WAV file and nothing printed", len(b), err, b[:min(len(b), 4)], stdout.String())
 	}
 }
 
@@ -325,7 +340,8 @@ func TestSolveAndKeygen(t *testing.T) {
 	if code := run(context.Background(), []string{"solve", challenge}, &stdout, &stderr); code != 0 {
 		t.Fatalf("solve: exit %d: %s", code, stderr.String())
 	}
-	req, _ := http.NewRequest(http.MethodPost, url+"/tts", nil)
+	req, _ := http.NewRequest(http.MethodPost, url+"/tts", strings.NewReader(`{"text":"hello"}`))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Edgelimit-Proof", strings.TrimSpace(stdout.String()))
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {

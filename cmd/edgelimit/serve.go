@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/internal/apigwlocal"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 	"github.com/edgelimit/edgelimit/middleware"
@@ -151,7 +152,10 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	if err != nil {
 		return nil, err
 	}
-	api, err := apigwlocal.New(apigwlocal.Config{Handler: apigwlocal.Handler(middleware.HTTPAPI(engine, demoHandler)), Logger: log})
+	// The example functions' handlers answer their routes, exactly as they do
+	// on Lambda; every other route gets the demo echo.
+	app := handlers.Mux(handlers.Deps{Logger: log}, demoHandler)
+	api, err := apigwlocal.New(apigwlocal.Config{Handler: apigwlocal.Handler(middleware.HTTPAPI(engine, app)), Logger: log})
 	if err != nil {
 		return nil, err
 	}

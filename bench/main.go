@@ -1,0 +1,137 @@
+// Command edgelimit-bench measures edgelimit beside its alternatives and
+// writes BENCHMARKS.md and the plots in docs/bench/. `make bench` runs it
+// (see mk/bench.mk): it builds this program and runs `all` under the
+// repository's test-server runner, which starts dynalite for it.
+//
+// Subcommands, each writing its results as JSON under -out so that every
+// figure in BENCHMARKS.md is traceable to one command:
+//
+//	decisions   per-decision cost in process: every strategy vs x/time/rate,
+//	            go-limiter and throttled (ns/op, allocs/op, serial, parallel)
+//	protocol    against dynalite: one conditional write vs read-then-write
+//	flood       the flood experiment: a CPU-bound search behind the Lambda
+//	            middleware, one flooding client and one legitimate client
+//	report      BENCHMARKS.md and the PNG plots from the JSON results
+//	all         the four above, in order
+//
+// It is its own Go module (bench/go.mod) so that the main module never
+// depends on the alternatives it is compared with.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the flags every subcommand shares.
+type options struct {
+	out      string        // directory of the JSON results
+	root     string        // repository root
+	md       string        // BENCHMARKS.md to write
+	plots    string        // directory of the PNG plots
+	dynalite string        // dynalite endpoint
+	quick    bool          // short runs, for development
+	benchT   time.Duration // testing.Benchmark's benchtime
+	count    int           // repetitions of each micro-benchmark (median kept)
+	phase    time.Duration // length of one flood phase
+	step     time.Duration // length of one step of the offered-load sweep
+	cmdline  string        // how the program was invoked, for the report
+}
+
+func main() {
+	if len(os.Args) >= 2 && os.Args[1] == floodServerCmd {
+		os.Exit(runFloodServer(os.Args[2:]))
+	}
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	var o options
+	fs := flag.NewFlagSet("edgelimit-bench", flag.ContinueOnError)
+	fs.StringVar(&o.root, "root", ".", "repository root (BENCHMARKS.md and docs/bench are written there)")
+	fs.StringVar(&o.out, "out", "", "directory for the JSON results (default ROOT/bench/out)")
+	fs.StringVar(&o.md, "md", "", "report to write (default ROOT/BENCHMARKS.md)")
+	fs.StringVar(&o.plots, "plots", "", "directory for the PNG plots (default ROOT/docs/bench)")
+	fs.StringVar(&o.dynalite, "dynalite", os.Getenv("EDGELIMIT_DYNALITE_ENDPOINT"), "dynalite endpoint (default $EDGELIMIT_DYNALITE_ENDPOINT)")
+	fs.BoolVar(&o.quick, "quick", false, "short runs for development; figures are not for publishing")
+	fs.DurationVar(&o.benchT, "benchtime", 300*time.Millisecond, "benchtime of each micro-benchmark run")
+	fs.IntVar(&o.count, "count", 3, "runs of each micro-benchmark; the median is reported")
+	fs.DurationVar(&o.phase, "phase", 8*time.Second, "length of each flood phase")
+	fs.DurationVar(&o.step, "step", 2*time.Second, "length of each step of the offered-load sweep")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: edgelimit-bench [flags] all|decisions|protocol|flood|report\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	if o.out == "" {
+		o.out = filepath.Join(o.root, "bench", "out")
+	}
+	if o.md == "" {
+		o.md = filepath.Join(o.root, "BENCHMARKS.md")
+	}
+	if o.plots == "" {
+		o.plots = filepath.Join(o.root, "docs", "bench")
+	}
+	if o.quick {
+		o.benchT, o.count, o.phase, o.step = 100*time.Millisecond, 1, 3*time.Second, time.Second
+	}
+	o.cmdline = "edgelimit-bench " + strings.Join(args, " ")
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "edgelimit-bench:", err)
+		return 1
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var err error
+	switch cmd := fs.Arg(0); cmd {
+	case "decisions", "protocol", "flood":
+		err = runPart(ctx, o, cmd, parts[cmd])
+	case "report":
+		err = runReport(o)
+	case "all":
+		for _, name := range []string{"decisions", "protocol", "flood"} {
+			logf("== %s", name)
+			if err = runPart(ctx, o, name, parts[name]); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = runReport(o)
+		}
+	default:
+		fs.Usage()
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edgelimit-bench:", err)
+		return 1
+	}
+	return 0
+}
+
+// parts are the measuring subcommands.
+var parts = map[string]partFunc{
+	"decisions": runDecisions,
+	"protocol":  runProtocol,
+	"flood":     runFlood,
+}
+
+// logf reports progress on stderr.
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}

@@ -1,0 +1,168 @@
+package durablecounter_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/internal/ddbtest"
+	"github.com/edgelimit/edgelimit/limitertest"
+)
+
+// TestDenialExplainsItself: a denial reports Remaining, Reset and
+// RetryAfter computed from the state that denied it. On moto that state
+// comes with the failed UpdateItem (ReturnValuesOnConditionCheckFailure =
+// ALL_OLD): one call. dynalite ignores ALL_OLD, so the store reads the item
+// (one consistent GetItem more). Both answers equal the memory store's.
+func TestDenialExplainsItself(t *testing.T) {
+	t.Parallel()
+	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
+		t.Parallel()
+		client, table, calls := ddbtest.Table(t, s)
+		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mem := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+		for _, alg := range allAlgorithms {
+			clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Minute).Add(90 * time.Second))
+			p := &edgelimit.Policy{Name: "explain-" + alg, Algorithm: alg, Limit: 5, Window: time.Minute}
+			c, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := durablecounter.New(durablecounter.Config{Policy: p, Store: mem, Now: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			both := func(cost int64) (got, want edgelimit.Decision) {
+				t.Helper()
+				req := edgelimit.Request{Key: "k", Cost: cost}
+				got, err := c.Allow(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want, err = ref.Allow(context.Background(), req); err != nil {
+					t.Fatal(err)
+				}
+				return got, want
+			}
+			both(4)
+			clock.Advance(10 * time.Second)
+			calls.Reset()
+			got, want := both(2) // 1 left
+			if got != want || got.Allowed || got.Remaining != 1 || got.RetryAfter <= 0 {
+				t.Errorf("%s on %s: denial = %+v, want %+v (denied, Remaining 1)", alg, s.Name, got, want)
+			}
+			wantCalls := map[string]int{"UpdateItem": 1}
+			if !s.OldOnConditionFailure {
+				wantCalls["GetItem"] = 1
+			}
+			if snap := calls.Snapshot(); len(snap) != len(wantCalls) || snap["UpdateItem"] != wantCalls["UpdateItem"] || snap["GetItem"] != wantCalls["GetItem"] {
+				t.Errorf("%s on %s: calls %v for a denial, want %v", alg, s.Name, snap, wantCalls)
+			}
+		}
+	})
+}
+
+// TestDenialReadFails: when the failed condition came without the old item
+// and the read after it fails, an exact algorithm (fixed window) still
+// denies, with the quota unknown; the others, whose condition may also fail
+// because this instance's view is out of date, report the store error (the
+// engine applies on_store_error) rather than guess.
+func TestDenialReadFails(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg, func(t *testing.T) {
+			f := &fakeDynamo{
+				update: func(context.Context, *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+					return nil, conditionFailed(nil) // dynalite: no ALL_OLD
+				},
+				get: func(context.Context, *dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error) {
+					return nil, errors.New("connection reset")
+				},
+			}
+			f.t = t
+			store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: f, Table: "tbl"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := durablecounter.New(durablecounter.Config{
+				Policy: &edgelimit.Policy{Name: "p", Algorithm: alg, Limit: 10, Window: time.Hour},
+				Store:  store, Now: func() time.Time { return t0 },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := c.Allow(context.Background(), edgelimit.Request{Key: "k", Cost: 3})
+			if alg == edgelimit.AlgorithmFixedWindow {
+				if err != nil || d.Allowed || d.Remaining != 0 {
+					t.Errorf("Allow = %+v, %v; want a denial with Remaining 0", d, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Errorf("Allow = %+v, nil; want the read's error", d)
+			}
+		})
+	}
+}
+
+// TestTwoInstances: two Lambda instances (two DynamoStores, each with its
+// own views of the items) share one table and decide one key's requests in
+// turn, with the same clock. Each instance's view is out of date whenever
+// the other wrote last, which the condition catches; every decision must
+// still equal the one a single memory store makes for the same sequence.
+// The calls per decision show the cost of out-of-date views.
+func TestTwoInstances(t *testing.T) {
+	t.Parallel()
+	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
+		t.Parallel()
+		steps := 200
+		if s.Name == "moto" {
+			steps = 30 // moto answers one call at a time, in ~10 ms
+		}
+		client, table, calls := ddbtest.Table(t, s)
+		for _, alg := range allAlgorithms {
+			clock := limitertest.NewClock(limitertest.T0)
+			p := &edgelimit.Policy{Name: "two-" + alg, Algorithm: alg, Limit: 6, Window: 10 * time.Second}
+			var instances [2]*durablecounter.Counter
+			for i := range instances {
+				store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if instances[i], err = durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: clock.Now}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ref, err := durablecounter.New(durablecounter.Config{Policy: p, Store: durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}), Now: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(3, 4))
+			calls.Reset()
+			for step := range steps {
+				if rng.IntN(3) != 0 {
+					clock.Advance(time.Duration(rng.Int64N(int64(2 * time.Second))))
+				}
+				req := edgelimit.Request{Key: "k", Cost: 1 + rng.Int64N(3)}
+				got, err := instances[rng.IntN(2)].Allow(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := ref.Allow(context.Background(), req)
+				if got != want {
+					t.Fatalf("%s on %s, step %d: Allow(cost %d) = %+v, want %+v", alg, s.Name, step, req.Cost, got, want)
+				}
+			}
+			t.Logf("%s on %s: %.2f calls per decision for two instances taking turns at random (%v)", alg, s.Name, float64(calls.Total())/float64(steps), calls.Snapshot())
+			calls.Reset()
+		}
+	})
+}

@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/functions/handlers"
+)
+
+// coldStarts is how many cold starts TestColdStart measures per function.
+const coldStarts = 5
+
+// MaxBootstrapSize is the size every deployed (linux/arm64) bootstrap must
+// stay under: the target.
+const MaxBootstrapSize = 10_000_000
+
+// coldEnv is an environment in which fn's init succeeds without a network
+// call (FromEnv makes none): a table name, a DynamoDB endpoint where nothing
+// listens, and a key ring.
+func coldEnv(t *testing.T, fn handlers.Function) map[string]string {
+	pf, err := edgelimit.ParsePolicies(fn.PolicyFile, fn.Policies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, p := range pf.Policies {
+		switch p.Strategy {
+		case edgelimit.StrategyDurable, edgelimit.StrategyKV:
+			env["EDGELIMIT_TABLE"] = "edgelimit"
+			env["EDGELIMIT_DYNAMODB_ENDPOINT"] = closedEndpoint(t)
+		case edgelimit.StrategySigned:
+			env["EDGELIMIT_SECRETS"] = "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
+		}
+	}
+	return env
+}
+
+// TestColdStart measures every function's cold start under the emulator:
+// the bootstrap's size and the init duration (from starting the process to
+// its first request for work), the median of coldStarts fresh starts. It
+// asserts the size budget of the deployed linux/arm64 bootstraps only:
+// durations depend on the machine and are reported, never asserted. With
+// EDGELIMIT_COLDSTART_REPORT set it writes the Markdown table of
+// docs/deploy.md there.
+func TestColdStart(t *testing.T) {
+	type row struct {
+		name              string
+		size, arm64Size   int64
+		median, low, high float64
+		missing           string
+	}
+	var rows []row
+	for _, fn := range handlers.All() {
+		r := row{name: fn.Name}
+		st, err := os.Stat(bootstrap(t, fn.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.size = st.Size()
+		arm64, err := buildFunctions("arm64")
+		if err != nil {
+			t.Fatalf("build the functions for linux/arm64: %v", err)
+		}
+		st, err = os.Stat(arm64[fn.Name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.arm64Size = st.Size()
+		if r.arm64Size >= MaxBootstrapSize {
+			t.Errorf("functions/%s: the linux/arm64 bootstrap is %d bytes, over the %d budget", fn.Name, r.arm64Size, MaxBootstrapSize)
+		}
+		env := coldEnv(t, fn)
+		var inits []float64
+		for i := range coldStarts {
+			e := startEmulator(t, fn.Name, env)
+			// A path no policy guards: the handler answers without a store call.
+			ev := sampleEvent(t, "GET", "/cold-start", "192.0.2.1", nil, "")
+			ev.RequestContext.RequestID = fmt.Sprintf("cold-%d", i)
+			payload := mustJSON(t, ev)
+			status, body := e.post(t, payload, ev.RequestContext.RequestID)
+			if failed(status, body) {
+				msg := e.initError()
+				if !missingPieces.MatchString(msg) {
+					t.Fatalf("functions/%s: cold start failed: status %d %s\n%s", fn.Name, status, body, e.output())
+				}
+				r.missing = msg
+				e.stop()
+				break
+			}
+			inits = append(inits, e.initDuration(t))
+			e.stop()
+		}
+		if len(inits) > 0 {
+			slices.Sort(inits)
+			r.median, r.low, r.high = inits[len(inits)/2], inits[0], inits[len(inits)-1]
+		}
+		rows = append(rows, r)
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "| function | bootstrap linux/arm64 | bootstrap %s/%s | init, median of %d (min-max) |\n", runtime.GOOS, runtime.GOARCH, coldStarts)
+	b.WriteString("|---|---:|---:|---:|\n")
+	for _, r := range rows {
+		arm := mb(r.arm64Size)
+		init := fmt.Sprintf("%.1f ms (%.1f-%.1f)", r.median, r.low, r.high)
+		if r.missing != "" {
+			init = "cannot start yet: " + r.missing
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.name, arm, mb(r.size), init)
+	}
+	t.Logf("cold starts under the Lambda Runtime Interface Emulator (%d CPUs):\n%s", runtime.NumCPU(), b.String())
+	if out := os.Getenv("EDGELIMIT_COLDSTART_REPORT"); out != "" {
+		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func mb(n int64) string { return fmt.Sprintf("%.2f MB", float64(n)/1e6) }

@@ -1,0 +1,24 @@
+// Package e2e holds the end-to-end tests of the example Lambda functions
+// (functions/) and of the deployment that runs them (template.yaml,
+// mk/lambda.mk). It has no code of its own: everything is in its tests.
+//
+// The function tests build each function exactly as it is deployed (a
+// static, stripped bootstrap with -tags lambda.norpc), for this machine, and
+// run it for real under the AWS Lambda Runtime Interface Emulator, invoking
+// it one request at a time with API Gateway HTTP API (payload 2.0) events,
+// as API Gateway would. Durable and kv functions keep their state in
+// dynalite, started by internal/tools/testservers (which `make test` and
+// `make e2e` use). The emulator is installed with `go install` at a pinned
+// version into .tools/bin when it is not there yet; where that is
+// impossible the tests skip, except in CI (CI=true), where they fail.
+//
+// The template tests check that template.yaml matches the code: every
+// environment variable the functions read is set (and the key ring only
+// where it is used), the routes are the ones the policy files guard, each
+// function may call exactly the DynamoDB actions its strategies' narrow
+// SDK interfaces declare, on the one table, and cfn-lint passes.
+//
+// TestColdStart measures each bootstrap's size and the emulator's Init
+// Duration (median of several cold starts); `make cold-start` prints the
+// table that docs/deploy.md shows.
+package e2e

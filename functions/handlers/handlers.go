@@ -1,0 +1,251 @@
+// Package handlers holds the logic of the example Lambda functions in
+// functions/: each is an API Gateway HTTP API (payload 2.0) handler plus the
+// policy file that guards it, embedded here. functions/<name>/main.go reads
+// the environment (setup.FromEnv), wraps the handler with
+// middleware.HTTPAPI and calls lambda.Start; `edgelimit serve` and the
+// tests import the same handlers, so what runs locally is what is deployed.
+//
+//   - paid: GET /paid/{resource}, an API-key metered endpoint (durable,
+//     exact, fail closed).
+//   - contact: POST /contact, a contact form (kv, approximate, fail open).
+//   - search: GET /search?q=, a CPU-heavy unindexed scan (durable gcra per
+//     address, the endpoint of the flood experiment).
+//   - tts: POST /tts, an expensive downstream call stood in for by a small
+//     speech synthesiser (signed window tokens and proof of work, no
+//     storage).
+//
+// The handlers never see a request the policies denied: the middleware
+// answers those. They validate their own input and answer 400 with an
+// application/problem+json body, like the middleware does; they never echo
+// keys or secrets.
+package handlers
+
+import (
+	"context"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"log/slog"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/middleware"
+)
+
+//go:embed policies/*.yaml
+var policyFiles embed.FS
+
+// Deps are what every handler is built with.
+type Deps struct {
+	// Logger receives the handler's own logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (d Deps) logger() *slog.Logger {
+	if d.Logger != nil {
+		return d.Logger
+	}
+	return slog.Default()
+}
+
+// Function is one example Lambda function.
+type Function struct {
+	// Name is the function's directory under functions/ and its name in
+	// logs ("paid").
+	Name string
+	// LogicalID is the function's resource in template.yaml ("PaidFunction").
+	LogicalID string
+	// PolicyFile names the embedded policy file in messages
+	// ("functions/handlers/policies/paid.yaml").
+	PolicyFile string
+	// Policies is the embedded policy file.
+	Policies []byte
+	// Routes are the HTTP API routes (template.yaml's HttpApi events) that
+	// invoke the function, in API Gateway's "METHOD /path" syntax.
+	Routes []string
+	// New builds the handler, once per instance.
+	New func(Deps) middleware.HTTPAPIHandler
+}
+
+func newFunction(name, logicalID string, routes []string, build func(Deps) middleware.HTTPAPIHandler) Function {
+	path := "policies/" + name + ".yaml"
+	data, err := policyFiles.ReadFile(path)
+	if err != nil {
+		panic("handlers: missing embedded " + path)
+	}
+	return Function{
+		Name:       name,
+		LogicalID:  logicalID,
+		PolicyFile: "functions/handlers/" + path,
+		Policies:   data,
+		Routes:     routes,
+		New:        build,
+	}
+}
+
+// The example functions.
+var (
+	Paid    = newFunction("paid", "PaidFunction", []string{"GET /paid/{resource}"}, NewPaid)
+	Contact = newFunction("contact", "ContactFunction", []string{"POST /contact"}, NewContact)
+	Search  = newFunction("search", "SearchFunction", []string{"GET /search"}, func(d Deps) middleware.HTTPAPIHandler { return NewSearch(d, SearchConfig{}) })
+	TTS     = newFunction("tts", "TTSFunction", []string{"POST /tts"}, NewTTS)
+)
+
+// All returns every example function, in a stable order.
+func All() []Function { return []Function{Paid, Contact, Search, TTS} }
+
+// Lookup returns the function named name.
+func Lookup(name string) (Function, bool) {
+	for _, f := range All() {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Function{}, false
+}
+
+// MaxBody bounds the request bodies the handlers read (after base64
+// decoding); larger bodies are a 413.
+const MaxBody = 64 << 10
+
+func jsonResponse(status int, v any) (events.APIGatewayV2HTTPResponse, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	return events.APIGatewayV2HTTPResponse{
+		StatusCode: status,
+		Headers:    map[string]string{"Content-Type": "application/json", "Cache-Control": "no-store"},
+		Body:       string(b),
+	}, nil
+}
+
+// problem answers status with an RFC 9457 body. detail is written for the
+// client and must not contain client input.
+func problem(status int, title, detail string) (events.APIGatewayV2HTTPResponse, error) {
+	b, _ := json.Marshal(map[string]any{"type": "about:blank", "status": status, "title": title, "detail": detail})
+	return events.APIGatewayV2HTTPResponse{
+		StatusCode: status,
+		Headers:    map[string]string{"Content-Type": "application/problem+json", "Cache-Control": "no-store"},
+		Body:       string(b),
+	}, nil
+}
+
+func badRequest(detail string) (events.APIGatewayV2HTTPResponse, error) {
+	return problem(400, "Bad Request", detail)
+}
+
+// body returns the request body, base64-decoded when API Gateway encoded it,
+// and false when it is larger than MaxBody or not valid base64.
+func body(req events.APIGatewayV2HTTPRequest) ([]byte, bool) {
+	if !req.IsBase64Encoded {
+		if len(req.Body) > MaxBody {
+			return nil, false
+		}
+		return []byte(req.Body), true
+	}
+	if base64.StdEncoding.DecodedLen(len(req.Body)) > MaxBody+3 {
+		return nil, false
+	}
+	b, err := base64.StdEncoding.DecodeString(req.Body)
+	if err != nil || len(b) > MaxBody {
+		return nil, false
+	}
+	return b, true
+}
+
+// header returns a request header; API Gateway v2 lower-cases names.
+func header(req events.APIGatewayV2HTTPRequest, name string) string {
+	return edgelimit.MapHeaders(req.Headers).Get(name)
+}
+
+// mediaType returns the Content-Type's media type, lower case.
+func mediaType(req events.APIGatewayV2HTTPRequest) string {
+	ct, _, _ := strings.Cut(header(req, "Content-Type"), ";")
+	return strings.ToLower(strings.TrimSpace(ct))
+}
+
+// Quota is one policy's state after an allowed request, as the handlers
+// report it in their bodies.
+type Quota struct {
+	Policy    string `json:"policy"`
+	Limit     int64  `json:"limit"`
+	Remaining int64  `json:"remaining"`
+	// ResetSeconds is the time until the quota is whole again.
+	ResetSeconds int64 `json:"reset_seconds"`
+}
+
+// quotas returns the decisions the middleware stored in ctx, if it did.
+func quotas(ctx context.Context) []Quota {
+	v, ok := edgelimit.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	var out []Quota
+	for _, d := range v.Decisions {
+		if d.Policy == "" || d.Degraded {
+			continue
+		}
+		out = append(out, Quota{Policy: d.Policy, Limit: d.Limit, Remaining: d.Remaining, ResetSeconds: edgelimit.Seconds(d.Reset)})
+	}
+	return out
+}
+
+// Mux returns one handler that serves every example function's routes
+// (Function.Routes, API Gateway's route syntax: {name} matches one path
+// segment, {name+} the rest of the path) and passes any other request to
+// fallback. `edgelimit serve` puts it behind one engine to run all the
+// examples locally; each handler is built once, here.
+func Mux(d Deps, fallback middleware.HTTPAPIHandler) middleware.HTTPAPIHandler {
+	if fallback == nil {
+		panic("handlers: Mux: nil fallback")
+	}
+	type route struct {
+		method string
+		parts  []string
+		h      middleware.HTTPAPIHandler
+	}
+	var routes []route
+	for _, f := range All() {
+		h := f.New(d)
+		for _, r := range f.Routes {
+			method, path, _ := strings.Cut(r, " ")
+			routes = append(routes, route{method, strings.Split(strings.Trim(path, "/"), "/"), h})
+		}
+	}
+	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		method, path := req.RequestContext.HTTP.Method, req.RawPath
+		if path == "" {
+			path = req.RequestContext.HTTP.Path
+		}
+		segs := strings.Split(strings.Trim(path, "/"), "/")
+		for _, r := range routes {
+			if r.method == method && matchRoute(r.parts, segs) {
+				return r.h(ctx, req)
+			}
+		}
+		return fallback(ctx, req)
+	}
+}
+
+// matchRoute matches path segments against an API Gateway route's.
+func matchRoute(route, path []string) bool {
+	for i, p := range route {
+		greedy := strings.HasPrefix(p, "{") && strings.HasSuffix(p, "+}")
+		switch {
+		case greedy:
+			return i < len(path) && path[i] != ""
+		case i >= len(path):
+			return false
+		case strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}"):
+			if path[i] == "" {
+				return false
+			}
+		case p != path[i]:
+			return false
+		}
+	}
+	return len(route) == len(path)
+}

@@ -1,0 +1,199 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/jsonenc"
+)
+
+// DefaultNamespace is EMFConfig.Namespace's default.
+const DefaultNamespace = "edgelimit"
+
+// Metric names written by EMF.
+const (
+	MetricAllowed      = "Allowed"
+	MetricDenied       = "Denied"
+	MetricShadowDenied = "ShadowDenied"
+	MetricDegraded     = "Degraded"
+	MetricStoreLatency = "StoreLatency"
+)
+
+// Dimension and property names written by EMF.
+const (
+	DimensionPolicy  = "Policy"
+	DimensionRoute   = "Route"
+	PropertyFunction = "Function"
+	PropertyStrategy = "Strategy"
+)
+
+// Limits of the EMF specification and of CloudWatch that EMF enforces.
+const (
+	// MaxNamespaceLength is the longest namespace CloudWatch accepts.
+	MaxNamespaceLength = 255
+	// MaxDimensionValueLength is the longest dimension value CloudWatch
+	// accepts; longer values are cut (at a UTF-8 boundary).
+	MaxDimensionValueLength = 1024
+)
+
+// noValue replaces an empty dimension value, which CloudWatch rejects.
+const noValue = "(none)"
+
+// EMFConfig configures an EMF observer.
+type EMFConfig struct {
+	// Writer receives one JSON line per decision; default os.Stdout, which
+	// Lambda ships to CloudWatch Logs.
+	Writer io.Writer
+	// Namespace is the CloudWatch metric namespace; default "edgelimit".
+	// 1 to 255 characters, not starting with ':' and not "AWS/...".
+	Namespace string
+	// Function is written as the Function property of every line; default
+	// none. FromEnv sets it to the Lambda function's name.
+	Function string
+	// Now stamps each line (_aws.Timestamp); default time.Now.
+	Now func() time.Time
+	// OnError, if set, is called when a write fails. A failed metric line
+	// never fails the request; default: ignore.
+	OnError func(error)
+}
+
+// EMF writes CloudWatch Embedded Metric Format lines, one per policy
+// decision. Its Observe method is an edgelimit.Config.Observe hook. An EMF
+// is safe for concurrent use.
+type EMF struct {
+	w       io.Writer
+	now     func() time.Time
+	onError func(error)
+	// directive follows the timestamp: it closes _aws and opens the
+	// properties, `,"CloudWatchMetrics":[...]},`.
+	directive []byte
+	function  []byte // `"Function":"name",` or empty
+	mu        sync.Mutex
+	buf       []byte
+}
+
+// NewEMF validates cfg and returns an EMF.
+func NewEMF(cfg EMFConfig) (*EMF, error) {
+	ns := cfg.Namespace
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	if err := checkNamespace(ns); err != nil {
+		return nil, err
+	}
+	m := &EMF{w: cfg.Writer, now: cfg.Now, onError: cfg.OnError}
+	if m.w == nil {
+		m.w = os.Stdout
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	d := []byte(`,"CloudWatchMetrics":[{"Namespace":`)
+	d = jsonenc.AppendString(d, ns)
+	d = append(d, `,"Dimensions":[["`+DimensionPolicy+`","`+DimensionRoute+`"]],"Metrics":[`+
+		`{"Name":"`+MetricAllowed+`","Unit":"Count"},`+
+		`{"Name":"`+MetricDenied+`","Unit":"Count"},`+
+		`{"Name":"`+MetricShadowDenied+`","Unit":"Count"},`+
+		`{"Name":"`+MetricDegraded+`","Unit":"Count"},`+
+		`{"Name":"`+MetricStoreLatency+`","Unit":"Milliseconds"}]}]},`...)
+	m.directive = d
+	if cfg.Function != "" {
+		m.function = jsonenc.AppendString([]byte(`"`+PropertyFunction+`":`), cfg.Function)
+		m.function = append(m.function, ',')
+	}
+	return m, nil
+}
+
+func checkNamespace(ns string) error {
+	switch {
+	case len(ns) > MaxNamespaceLength:
+		return fmt.Errorf("metrics: namespace is %d bytes, more than %d", len(ns), MaxNamespaceLength)
+	case !utf8.ValidString(ns):
+		return errors.New("metrics: namespace is not UTF-8")
+	case ns[0] == ':':
+		return fmt.Errorf("metrics: namespace %q must not start with ':'", ns)
+	case len(ns) >= 4 && ns[:4] == "AWS/":
+		return fmt.Errorf("metrics: namespace %q is reserved for AWS services", ns)
+	}
+	for _, r := range ns {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("metrics: namespace %q contains a control character", ns)
+		}
+	}
+	return nil
+}
+
+// Observe writes the line for one decision. It is an
+// edgelimit.Config.Observe hook.
+func (m *EMF) Observe(ev edgelimit.Event) {
+	m.mu.Lock()
+	b := m.AppendLine(m.buf[:0], ev)
+	_, err := m.w.Write(b)
+	m.buf = b
+	m.mu.Unlock()
+	if err != nil && m.onError != nil {
+		m.onError(fmt.Errorf("metrics: write EMF line: %w", err))
+	}
+}
+
+// AppendLine appends the EMF line for ev, newline included, to b.
+func (m *EMF) AppendLine(b []byte, ev edgelimit.Event) []byte {
+	b = append(b, `{"_aws":{"Timestamp":`...)
+	b = strconv.AppendInt(b, m.now().UnixMilli(), 10)
+	b = append(b, m.directive...)
+	b = append(b, `"`+DimensionPolicy+`":`...)
+	b = jsonenc.AppendString(b, dimension(ev.Policy))
+	b = append(b, `,"`+DimensionRoute+`":`...)
+	b = jsonenc.AppendString(b, dimension(ev.Route))
+	b = append(b, ',')
+	b = append(b, m.function...)
+	if ev.Strategy != "" {
+		b = append(b, `"`+PropertyStrategy+`":`...)
+		b = jsonenc.AppendString(b, ev.Strategy)
+		b = append(b, ',')
+	}
+	denied := !ev.Allowed && !ev.Shadow
+	shadowDenied := !ev.Allowed && ev.Shadow
+	b = appendCount(b, MetricAllowed, ev.Allowed)
+	b = appendCount(b, MetricDenied, denied)
+	b = appendCount(b, MetricShadowDenied, shadowDenied)
+	b = appendCount(b, MetricDegraded, ev.Degraded)
+	b = append(b, `"`+MetricStoreLatency+`":`...)
+	lat := max(ev.Latency, 0)
+	b = strconv.AppendFloat(b, float64(lat.Microseconds())/1000, 'f', -1, 64)
+	return append(b, "}\n"...)
+}
+
+// appendCount appends `"name":1,` or `"name":0,`.
+func appendCount(b []byte, name string, v bool) []byte {
+	b = append(b, '"')
+	b = append(b, name...)
+	if v {
+		return append(b, `":1,`...)
+	}
+	return append(b, `":0,`...)
+}
+
+// dimension makes s a valid dimension value: not empty, at most
+// MaxDimensionValueLength bytes of UTF-8.
+func dimension(s string) string {
+	if s == "" {
+		return noValue
+	}
+	if len(s) > MaxDimensionValueLength {
+		s = s[:MaxDimensionValueLength]
+		for len(s) > 0 && !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+	}
+	return s
+}
+
+const hexDigits = "0123456789abcdef"

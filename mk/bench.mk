@@ -1,0 +1,54 @@
+# Benchmarks: BENCHMARKS.md and the plots in docs/bench/. Included from the
+# repository's Makefile (`include mk/bench.mk`), so paths are relative to the
+# repository root; it also works on its own: `make -f mk/bench.mk bench`.
+#
+#   make bench          everything (about 8 minutes on 2 cores): per-decision cost vs
+#                       x/time/rate, go-limiter and throttled; one conditional write vs
+#                       read-then-write on dynalite; the flood experiment; the cost
+#                       model. Writes BENCHMARKS.md and docs/bench/*.png, keeps the raw
+#                       results in bench/out/*.json (git-ignored).
+#   make bench-quick    the same with short runs, into bench/out/quick/ (development;
+#                       BENCHMARKS.md and docs/bench are left alone)
+#   make bench-report   BENCHMARKS.md and the plots again from bench/out/*.json
+#
+# bench/ is its own Go module (bench/go.mod, with a replace of the main module
+# by ../), so the alternatives it compares never enter the main module's
+# go.mod, and `make test` (go test ./...) does not see it. The servers it
+# needs are started and stopped by internal/tools/testservers: dynalite
+# (required) and moto (optional: it gives the cost model DynamoDB's call
+# pattern and measures transactions; without it those figures come from
+# dynalite or are computed, and BENCHMARKS.md says so).
+
+GO ?= go
+
+# Including this file must not change the including Makefile's default goal.
+bench_mk_default_goal := $(.DEFAULT_GOAL)
+
+BENCH_BIN   := bench/out/edgelimit-bench
+# BENCH_FLAGS are passed to the program, e.g. BENCH_FLAGS='-phase 15s -count 5'.
+BENCH_FLAGS ?=
+
+.PHONY: bench bench-quick bench-report bench-build bench-deps
+
+## bench-build: the benchmark program (bench/ module) as bench/out/edgelimit-bench.
+bench-build:
+	cd bench && $(GO) build -o out/edgelimit-bench .
+
+# dynalite comes from node_modules (package-lock.json), as for make test.
+bench-deps:
+	@test -x node_modules/.bin/dynalite || npm ci --no-audit --no-fund --loglevel=error
+
+## bench: run everything and write BENCHMARKS.md and docs/bench/*.png.
+bench: bench-build bench-deps
+	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . $(BENCH_FLAGS) all
+
+## bench-quick: short runs into bench/out/quick (figures not for publishing).
+bench-quick: bench-build bench-deps
+	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . -quick \
+		-out bench/out/quick -md bench/out/quick/BENCHMARKS.md -plots bench/out/quick/plots $(BENCH_FLAGS) all
+
+## bench-report: rewrite BENCHMARKS.md and the plots from bench/out/*.json.
+bench-report: bench-build
+	$(BENCH_BIN) -root . report
+
+.DEFAULT_GOAL := $(bench_mk_default_goal)
