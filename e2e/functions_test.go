@@ -96,13 +96,20 @@ func wantLog(t *testing.T, e *emulator, message, id string) map[string]any {
 	return nil
 }
 
+// testBudget is the store budget of the functions whose tests count on a
+// working store: dynalite is shared with the other packages' concurrency
+// tests in `make test`, and a call past the default 100 ms would turn an
+// expected 200 into the policy's 503 (seen in CI). The store-down tests
+// keep the default.
+const testBudget = "5s"
+
 func TestPaidFunction(t *testing.T) {
 	endpoint, table := dynalite(t)
 	e := startEmulator(t, "paid", map[string]string{
 		"EDGELIMIT_TABLE":             table,
 		"EDGELIMIT_DYNAMODB_ENDPOINT": endpoint,
-		"EDGELIMIT_OVERRIDES": "paid-daily.limit=3,paid-daily.window=" + longWindow +
-			",paid-burst.limit=5,paid-burst.burst=5,paid-burst.window=" + longWindow,
+		"EDGELIMIT_OVERRIDES": "paid-daily.limit=3,paid-daily.window=" + longWindow + ",paid-daily.store_timeout=" + testBudget +
+			",paid-burst.limit=5,paid-burst.burst=5,paid-burst.window=" + longWindow + ",paid-burst.store_timeout=" + testBudget,
 	})
 	key := "key-" + randomID(t)
 	get := func(apiKey, path string) events.APIGatewayV2HTTPResponse {
@@ -184,7 +191,7 @@ func TestContactFunction(t *testing.T) {
 	e := startEmulator(t, "contact", map[string]string{
 		"EDGELIMIT_TABLE":             table,
 		"EDGELIMIT_DYNAMODB_ENDPOINT": endpoint,
-		"EDGELIMIT_OVERRIDES":         "contact.limit=3,contact.window=" + longWindow,
+		"EDGELIMIT_OVERRIDES":         "contact.limit=3,contact.window=" + longWindow + ",contact.store_timeout=" + testBudget,
 	})
 	ip := "198.51.100.23"
 	for i := 1; i <= 3; i++ {
@@ -226,7 +233,7 @@ func TestSearchFunction(t *testing.T) {
 	e := startEmulator(t, "search", map[string]string{
 		"EDGELIMIT_TABLE":             table,
 		"EDGELIMIT_DYNAMODB_ENDPOINT": endpoint,
-		"EDGELIMIT_OVERRIDES":         "search.limit=3,search.burst=3,search.window=" + longWindow,
+		"EDGELIMIT_OVERRIDES":         "search.limit=3,search.burst=3,search.window=" + longWindow + ",search.store_timeout=" + testBudget,
 	})
 	ip := "192.0.2.44"
 	for i := 1; i <= 3; i++ {

@@ -81,6 +81,9 @@ func startServe(t *testing.T, args ...string) string {
 	return ""
 }
 
+// demoPolicies give the store 5 s: in `make test` dynalite and moto are
+// shared with other packages' concurrency tests, and a call past the
+// default 100 ms budget would make a durable policy answer 503.
 const demoPolicies = `version: 1
 policies:
   - name: demo
@@ -89,18 +92,21 @@ policies:
     strategy: durable
     limit: 5
     window: 1m
+    store_timeout: 5s
   - name: paid
     routes: ["GET /paid/*"]
     key: header:X-Api-Key
     strategy: durable
     limit: 3
     window: 1d
+    store_timeout: 5s
   - name: contact
     routes: ["GET /contact"]
     key: ip
     strategy: kv
     limit: 4
     window: 1m
+    store_timeout: 5s
 `
 
 func writePolicies(t *testing.T, yaml string) string {
