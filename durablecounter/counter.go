@@ -278,6 +278,11 @@ func (c *Counter) decide(ctx context.Context, shard int, key string, cost, t int
 			}
 		} else {
 			defer c.refresh.done(o.id, wait)
+			// A leader that finished between our lookup and our join
+			// may have refreshed the entry already.
+			if d, denied, held, _ = c.cached(&o); denied {
+				return d, nil
+			}
 		}
 	}
 	r, err := c.store.apply(ctx, o)
