@@ -38,38 +38,47 @@ func mustWrap(name string, e *edgelimit.Engine, isNil bool) {
 	}
 }
 
-// HTTPAPI wraps an API Gateway HTTP API (payload 2.0) handler so that e
-// decides every request before h runs. The client address is
-// requestContext.http.sourceIp; claims come from a JWT or Lambda authorizer.
-// The result goes straight into lambda.Start.
-func HTTPAPI(e *edgelimit.Engine, h HTTPAPIHandler) HTTPAPIHandler {
-	mustWrap("HTTPAPI", e, h == nil)
-	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-		in := edgelimit.Input{
-			Method:   req.RequestContext.HTTP.Method,
-			Path:     req.RawPath,
-			SourceIP: req.RequestContext.HTTP.SourceIP,
-			Header:   edgelimit.MapHeaders(req.Headers),
-			Claims:   httpAPIClaims(req.RequestContext.Authorizer),
-		}
-		if in.Path == "" {
-			in.Path = req.RequestContext.HTTP.Path
-		}
+// guard is the one flow every Lambda adapter shares; the adapters only
+// translate. It decides the request e.Decide sees in input(req); a refusal
+// is answered by refuse without calling h; otherwise h runs with the
+// Verdict in its context (edgelimit.FromContext) and merge adds the
+// verdict's headers to its response. h's error is returned unchanged.
+func guard[Req, Resp any](name string, e *edgelimit.Engine, h func(context.Context, Req) (Resp, error),
+	input func(*Req) edgelimit.Input,
+	refuse func(*Req, *edgelimit.Verdict) Resp,
+	merge func(*Req, *Resp, []edgelimit.Field),
+) func(context.Context, Req) (Resp, error) {
+	mustWrap(name, e, h == nil)
+	return func(ctx context.Context, req Req) (Resp, error) {
+		in := input(&req)
 		v := e.Decide(ctx, &in)
 		if !v.Allowed {
-			return events.APIGatewayV2HTTPResponse{
-				StatusCode: status(v),
-				Headers:    singleOf(v.Header()),
-				Body:       body(v),
-			}, nil
+			return refuse(&req, v), nil
 		}
 		resp, err := h(edgelimit.NewContext(ctx, v), req)
 		if err != nil {
 			return resp, err
 		}
-		resp.Headers = withSingle(resp.Headers, resp.MultiValueHeaders, v.Header())
+		merge(&req, &resp, v.Header())
 		return resp, nil
 	}
+}
+
+// HTTPAPI wraps an API Gateway HTTP API (payload 2.0) handler so that e
+// decides every request before h runs. The client address is
+// requestContext.http.sourceIp; claims come from a JWT or Lambda authorizer.
+// The result goes straight into lambda.Start.
+func HTTPAPI(e *edgelimit.Engine, h HTTPAPIHandler) HTTPAPIHandler {
+	return guard("HTTPAPI", e, h,
+		func(req *events.APIGatewayV2HTTPRequest) edgelimit.Input {
+			return v2Input(req.RequestContext.HTTP, req.RawPath, req.Headers, httpAPIClaims(req.RequestContext.Authorizer))
+		},
+		func(_ *events.APIGatewayV2HTTPRequest, v *edgelimit.Verdict) events.APIGatewayV2HTTPResponse {
+			return events.APIGatewayV2HTTPResponse{StatusCode: status(v), Headers: singleOf(v.Header()), Body: body(v)}
+		},
+		func(_ *events.APIGatewayV2HTTPRequest, resp *events.APIGatewayV2HTTPResponse, fs []edgelimit.Field) {
+			resp.Headers = withSingle(resp.Headers, resp.MultiValueHeaders, fs)
+		})
 }
 
 // FunctionURL wraps a Lambda Function URL handler so that e decides every
@@ -77,31 +86,30 @@ func HTTPAPI(e *edgelimit.Engine, h HTTPAPIHandler) HTTPAPIHandler {
 // requestContext.http.sourceIp; Function URLs carry no claims. The result
 // goes straight into lambda.Start.
 func FunctionURL(e *edgelimit.Engine, h FunctionURLHandler) FunctionURLHandler {
-	mustWrap("FunctionURL", e, h == nil)
-	return func(ctx context.Context, req events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error) {
-		in := edgelimit.Input{
-			Method:   req.RequestContext.HTTP.Method,
-			Path:     req.RawPath,
-			SourceIP: req.RequestContext.HTTP.SourceIP,
-			Header:   edgelimit.MapHeaders(req.Headers),
-		}
-		if in.Path == "" {
-			in.Path = req.RequestContext.HTTP.Path
-		}
-		v := e.Decide(ctx, &in)
-		if !v.Allowed {
-			return events.LambdaFunctionURLResponse{
-				StatusCode: status(v),
-				Headers:    singleOf(v.Header()),
-				Body:       body(v),
-			}, nil
-		}
-		resp, err := h(edgelimit.NewContext(ctx, v), req)
-		if err != nil {
-			return resp, err
-		}
-		resp.Headers = withSingle(resp.Headers, nil, v.Header())
-		return resp, nil
+	return guard("FunctionURL", e, h,
+		func(req *events.LambdaFunctionURLRequest) edgelimit.Input {
+			http := events.APIGatewayV2HTTPRequestContextHTTPDescription(req.RequestContext.HTTP)
+			return v2Input(http, req.RawPath, req.Headers, nil)
+		},
+		func(_ *events.LambdaFunctionURLRequest, v *edgelimit.Verdict) events.LambdaFunctionURLResponse {
+			return events.LambdaFunctionURLResponse{StatusCode: status(v), Headers: singleOf(v.Header()), Body: body(v)}
+		},
+		func(_ *events.LambdaFunctionURLRequest, resp *events.LambdaFunctionURLResponse, fs []edgelimit.Field) {
+			resp.Headers = withSingle(resp.Headers, nil, fs)
+		})
+}
+
+// v2Input is the Input of a payload-2.0 event (HTTP API and Function URL).
+func v2Input(http events.APIGatewayV2HTTPRequestContextHTTPDescription, rawPath string, headers map[string]string, claims edgelimit.ClaimGetter) edgelimit.Input {
+	if rawPath == "" {
+		rawPath = http.Path
+	}
+	return edgelimit.Input{
+		Method:   http.Method,
+		Path:     rawPath,
+		SourceIP: http.SourceIP,
+		Header:   edgelimit.MapHeaders(headers),
+		Claims:   claims,
 	}
 }
 
@@ -112,32 +120,23 @@ func FunctionURL(e *edgelimit.Engine, h FunctionURLHandler) FunctionURLHandler {
 // are added to the response's MultiValueHeaders. The result goes straight
 // into lambda.Start.
 func RESTAPI(e *edgelimit.Engine, h RESTAPIHandler) RESTAPIHandler {
-	mustWrap("RESTAPI", e, h == nil)
-	return func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
-		in := edgelimit.Input{
-			Method:   req.HTTPMethod,
-			Path:     req.Path,
-			SourceIP: req.RequestContext.Identity.SourceIP,
-			Claims:   restAPIClaims(req.RequestContext.Authorizer),
-		}
-		in.Header = headersOf(req.Headers, req.MultiValueHeaders)
-		v := e.Decide(ctx, &in)
-		if !v.Allowed {
-			return events.APIGatewayProxyResponse{
-				StatusCode:        status(v),
-				MultiValueHeaders: multiOf(v.Header()),
-				Body:              body(v),
-			}, nil
-		}
-		resp, err := h(edgelimit.NewContext(ctx, v), req)
-		if err != nil {
-			return resp, err
-		}
-		fs := v.Header()
-		resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, resp.Headers, fs)
-		resp.Headers = withoutOurs(resp.Headers, fs)
-		return resp, nil
-	}
+	return guard("RESTAPI", e, h,
+		func(req *events.APIGatewayProxyRequest) edgelimit.Input {
+			return edgelimit.Input{
+				Method:   req.HTTPMethod,
+				Path:     req.Path,
+				SourceIP: req.RequestContext.Identity.SourceIP,
+				Header:   headersOf(req.Headers, req.MultiValueHeaders),
+				Claims:   restAPIClaims(req.RequestContext.Authorizer),
+			}
+		},
+		func(_ *events.APIGatewayProxyRequest, v *edgelimit.Verdict) events.APIGatewayProxyResponse {
+			return events.APIGatewayProxyResponse{StatusCode: status(v), MultiValueHeaders: multiOf(v.Header()), Body: body(v)}
+		},
+		func(_ *events.APIGatewayProxyRequest, resp *events.APIGatewayProxyResponse, fs []edgelimit.Field) {
+			resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, resp.Headers, fs)
+			resp.Headers = withoutOurs(resp.Headers, fs)
+		})
 }
 
 // ALB wraps an Application Load Balancer target group handler so that e
@@ -153,42 +152,34 @@ func RESTAPI(e *edgelimit.Engine, h RESTAPIHandler) RESTAPIHandler {
 // must be answered with multiValueHeaders; the response uses the form the
 // request used. The result goes straight into lambda.Start.
 func ALB(e *edgelimit.Engine, h ALBHandler) ALBHandler {
-	mustWrap("ALB", e, h == nil)
-	return func(ctx context.Context, req events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
-		multi := req.MultiValueHeaders != nil ||
-			req.Headers == nil && req.MultiValueQueryStringParameters != nil
-		in := edgelimit.Input{
-			Method: req.HTTPMethod,
-			Path:   req.Path,
-		}
-		in.Header = headersOf(req.Headers, req.MultiValueHeaders)
-		in.SourceIP = rightmost(in.Header.Get("X-Forwarded-For"))
-		v := e.Decide(ctx, &in)
-		if !v.Allowed {
+	return guard("ALB", e, h,
+		func(req *events.ALBTargetGroupRequest) edgelimit.Input {
+			in := edgelimit.Input{Method: req.HTTPMethod, Path: req.Path, Header: headersOf(req.Headers, req.MultiValueHeaders)}
+			in.SourceIP = rightmost(in.Header.Get("X-Forwarded-For"))
+			return in
+		},
+		func(req *events.ALBTargetGroupRequest, v *edgelimit.Verdict) events.ALBTargetGroupResponse {
 			code := status(v)
-			resp := events.ALBTargetGroupResponse{
-				StatusCode:        code,
-				StatusDescription: statusDescription(code),
-				Body:              body(v),
-			}
-			if multi {
+			resp := events.ALBTargetGroupResponse{StatusCode: code, StatusDescription: statusDescription(code), Body: body(v)}
+			if albMulti(req) {
 				resp.MultiValueHeaders = multiOf(v.Header())
 			} else {
 				resp.Headers = singleOf(v.Header())
 			}
-			return resp, nil
-		}
-		resp, err := h(edgelimit.NewContext(ctx, v), req)
-		if err != nil {
-			return resp, err
-		}
-		fs := v.Header()
-		if multi {
-			resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, resp.Headers, fs)
-			resp.Headers = withoutOurs(resp.Headers, fs)
-		} else {
-			resp.Headers = withSingle(resp.Headers, resp.MultiValueHeaders, fs)
-		}
-		return resp, nil
-	}
+			return resp
+		},
+		func(req *events.ALBTargetGroupRequest, resp *events.ALBTargetGroupResponse, fs []edgelimit.Field) {
+			if albMulti(req) {
+				resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, resp.Headers, fs)
+				resp.Headers = withoutOurs(resp.Headers, fs)
+			} else {
+				resp.Headers = withSingle(resp.Headers, resp.MultiValueHeaders, fs)
+			}
+		})
+}
+
+// albMulti reports a target group with multi-value headers enabled, which
+// must be answered in that form.
+func albMulti(req *events.ALBTargetGroupRequest) bool {
+	return req.MultiValueHeaders != nil || req.Headers == nil && req.MultiValueQueryStringParameters != nil
 }
