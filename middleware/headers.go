@@ -62,19 +62,8 @@ func replaced(fs []edgelimit.Field, key string) bool {
 	return ok && ours(f.Name)
 }
 
-func hasSingle(h map[string]string, name string) bool {
-	if _, ok := h[name]; ok {
-		return true
-	}
-	for k := range h {
-		if equalFold(k, name) {
-			return true
-		}
-	}
-	return false
-}
-
-func hasMulti(h map[string][]string, name string) bool {
+// has reports whether h holds name, in any case.
+func has[V any](h map[string]V, name string) bool {
 	if _, ok := h[name]; ok {
 		return true
 	}
@@ -89,7 +78,7 @@ func hasMulti(h map[string][]string, name string) bool {
 // keep reports whether the handler set a verdict field that is not ours, in
 // which case the handler's value stays.
 func keep(f edgelimit.Field, single map[string]string, multi map[string][]string) bool {
-	return !ours(f.Name) && (hasSingle(single, f.Name) || hasMulti(multi, f.Name))
+	return !ours(f.Name) && (has(single, f.Name) || has(multi, f.Name))
 }
 
 // withSingle returns a copy of the handler's headers h with the verdict's
