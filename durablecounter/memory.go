@@ -145,14 +145,22 @@ func (s *MemoryStore) apply(_ context.Context, o op) (result, error) {
 		if err := sh.makeRoom(o.t); err != nil {
 			return result{}, err
 		}
+	}
+	return sh.commitOp(&o, e, st, s.margin), nil
+}
+
+// commitOp spends o on the item's entry e (created when nil), whose current
+// state st admits it, and reports the admission.
+func (sh *memShard) commitOp(o *op, e *memEntry, st state, margin time.Duration) result {
+	if e == nil {
 		e = new(memEntry)
 		sh.m[o.id] = e
 	}
 	st = o.alg.commit(st, o.t, o.cost)
 	e.st = st
-	e.expires = o.alg.expiry(st, o.t) + int64(s.margin)
+	e.expires = o.alg.expiry(st, o.t) + int64(margin)
 	sh.nextExpiry = min(sh.nextExpiry, e.expires)
-	return admitted(&o, st), nil
+	return admitted(o, st)
 }
 
 // admitted reports an admission whose state after it is st (owned by the
@@ -204,17 +212,7 @@ func (s *MemoryStore) applyAll(_ context.Context, ops []op, res []result) (bool,
 	}
 	for i := range ops {
 		o, sh := &ops[i], &s.shards[idx[i]]
-		st := sh.get(o)
-		e := sh.m[o.id]
-		if e == nil {
-			e = new(memEntry)
-			sh.m[o.id] = e
-		}
-		st = o.alg.commit(st, o.t, o.cost)
-		e.st = st
-		e.expires = o.alg.expiry(st, o.t) + int64(s.margin)
-		sh.nextExpiry = min(sh.nextExpiry, e.expires)
-		res[i] = admitted(o, st)
+		res[i] = sh.commitOp(o, sh.m[o.id], sh.get(o), s.margin)
 	}
 	return true, nil
 }
