@@ -317,17 +317,11 @@ func verdictWith[A any](slice func(*A) []Decision) *Verdict {
 
 func (e *Engine) decide(ctx context.Context, in *Input) *Verdict {
 	method := in.Method
-	if reason := checkRequestLine(method, in.Path); reason != "" {
+	path, reason, detail := requestLine(method, in.Path)
+	if reason != "" {
 		v := newVerdict(0)
 		e.log.LogAttrs(ctx, slog.LevelInfo, "edgelimit: rejected malformed request", slog.String("reason", reason))
-		e.badRequest(v, "The request line is malformed.")
-		return v
-	}
-	path := CleanPath(in.Path)
-	if path == "" {
-		v := newVerdict(0)
-		e.log.LogAttrs(ctx, slog.LevelInfo, "edgelimit: rejected malformed request", slog.String("reason", "path does not decode"))
-		e.badRequest(v, "The request path is malformed.")
+		e.badRequest(v, detail)
 		return v
 	}
 	rs := e.match(method, path)
@@ -357,6 +351,18 @@ func (e *Engine) decide(ctx context.Context, in *Input) *Verdict {
 // stackPolicies is the largest number of policies on one route whose
 // per-request scratch is kept on the stack.
 const stackPolicies = 16
+
+// requestLine checks the method and path of a request and returns the
+// cleaned path, or the private reason and the public detail of a 400.
+func requestLine(method, path string) (clean, reason, detail string) {
+	if reason := checkRequestLine(method, path); reason != "" {
+		return "", reason, "The request line is malformed."
+	}
+	if clean = CleanPath(path); clean == "" {
+		return "", "path does not decode", "The request path is malformed."
+	}
+	return clean, "", ""
+}
 
 func checkRequestLine(method, path string) string {
 	if method == "" || len(method) > maxMethodLen {
