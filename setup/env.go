@@ -153,7 +153,7 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		return nil, err
 	}
 
-	secret, err := hashKey(getenv(EnvHashKey))
+	secret, err := HashKey(getenv(EnvHashKey))
 	if err != nil {
 		return nil, err
 	}
@@ -263,10 +263,10 @@ func lambdaDynamoDB(getenv func(string) string, endpoint string) (*dynamodb.Clie
 	return dynamodb.New(opts), nil
 }
 
-// hashKey decodes EDGELIMIT_HASH_KEY: standard base64 (padded or not),
+// HashKey decodes EDGELIMIT_HASH_KEY: standard base64 (padded or not),
 // surrounding white space ignored, at least edgelimit.MinSecretLength bytes.
 // The value is never echoed.
-func hashKey(s string) ([]byte, error) {
+func HashKey(s string) ([]byte, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return nil, fmt.Errorf("%w: %s is not set; every instance must hash client keys with the same secret: "+

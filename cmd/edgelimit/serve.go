@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -239,20 +238,13 @@ func rootCause(err error) error {
 	}
 }
 
-// hashSecret reads EDGELIMIT_HASH_KEY (base64, at least 32 bytes). Without
-// it, a random key is fine for one local process; say so once.
+// hashSecret reads EDGELIMIT_HASH_KEY as the functions do (setup.HashKey).
+// Without it, a random key is fine for one local process; say so once.
 func hashSecret(stderr io.Writer) ([]byte, error) {
-	s := os.Getenv("EDGELIMIT_HASH_KEY")
+	s := os.Getenv(setup.EnvHashKey)
 	if s == "" {
 		fmt.Fprintln(stderr, "edgelimit serve: EDGELIMIT_HASH_KEY not set; using a random key hash secret for this process (counters in a shared store will not match other instances)")
 		return edgelimit.RandomSecret(), nil
 	}
-	b, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		return nil, errors.New("EDGELIMIT_HASH_KEY is not base64")
-	}
-	if len(b) < edgelimit.MinSecretLength {
-		return nil, fmt.Errorf("EDGELIMIT_HASH_KEY decodes to %d bytes; it needs at least %d", len(b), edgelimit.MinSecretLength)
-	}
-	return b, nil
+	return setup.HashKey(s)
 }
