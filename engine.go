@@ -672,7 +672,7 @@ func (e *Engine) refund(ctx context.Context, cs []member, reqs []Request, ds []D
 			continue
 		}
 		cctx := e.budget(ctx, time.Time{}, c.StoreTimeout)
-		if err := c.refund.Refund(cctx, reqs[c.slot]); err != nil {
+		if err := c.refund.Refund(cctx, reqs[c.slot], ds[c.slot]); err != nil {
 			e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: refund failed",
 				slog.String("policy", c.Name), slog.String("error", err.Error()))
 		}

@@ -58,7 +58,7 @@ func (c *counter) decide(r edgelimit.Request, spend bool) edgelimit.Decision {
 	return d
 }
 
-func (c *counter) Refund(ctx context.Context, r edgelimit.Request) error {
+func (c *counter) Refund(ctx context.Context, r edgelimit.Request, _ edgelimit.Decision) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.refunds++

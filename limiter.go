@@ -16,6 +16,15 @@ type Request struct {
 	Token string
 	// Proof is a proof-of-work solution, or empty.
 	Proof string
+	// At is the instant of the decision, read once by the engine for every
+	// policy of the request. A limiter built with its own clock (a Now in its
+	// Config) uses that instead, so tests that inject one keep it; a zero At
+	// means the limiter reads its clock itself.
+	At time.Time
+	// Header gives the limiter the request's headers, for strategies whose
+	// client state travels in headers (a signed window token, a proof of
+	// work). It may be nil.
+	Header HeaderGetter
 }
 
 // Units returns the request's cost, defaulting to 1.
@@ -32,12 +41,17 @@ type Decision struct {
 	Allowed bool
 	// Policy is the policy name, as shown in RateLimit-Policy.
 	Policy string
-	// Limit is the quota per Window.
+	// Limit and Window are the quota the client is told, in
+	// RateLimit-Policy (q and w): for a bucket (gcra, kv), its burst over the
+	// time it takes to fill, so that Remaining never exceeds Limit.
 	Limit  int64
 	Window time.Duration
-	// Remaining is the quota left after this request; never negative.
+	// Remaining is the quota left after this request (r); never negative.
 	Remaining int64
-	// Reset is the time until the quota is fully available again.
+	// Reset is draft-11's effective window (t): the time within which the
+	// client can use no more than Remaining. For a fixed window (and a signed
+	// window), until the window ends; for a bucket, a sliding window and a
+	// sliding log, until the next unit comes back. Zero omits t.
 	Reset time.Duration
 	// RetryAfter is how long the client should wait before a retry can
 	// succeed; zero when Allowed.
@@ -49,6 +63,22 @@ type Decision struct {
 	// Degraded reports that the store failed and the decision was made by the
 	// policy's on_store_error mode instead of by counting.
 	Degraded bool
+	// Receipt records what an allowed decision spent, for Refunder.Refund.
+	Receipt Receipt
+}
+
+// Receipt records what an allowed Decision spent, in its limiter's own
+// terms, so that Refunder.Refund undoes exactly that spending and nothing
+// else: the same window, shard, bucket or token chain, as of the instant it
+// was spent. The engine only hands it back; its fields mean what the limiter
+// that filled it says.
+type Receipt struct {
+	// At is when the units were spent, Unix nanoseconds.
+	At int64
+	// Slot is limiter-defined: a shard, a window, a position in a chain.
+	Slot int64
+	// ID is limiter-defined: a token chain.
+	ID [16]byte
 }
 
 // Challenge is a proof-of-work challenge handed to a client in a 429.
@@ -75,11 +105,24 @@ type LimiterFunc func(ctx context.Context, req Request) (Decision, error)
 func (f LimiterFunc) Allow(ctx context.Context, req Request) (Decision, error) { return f(ctx, req) }
 
 // Refunder is an optional ability: a limiter that can give back the units an
-// earlier Allow spent. The engine uses it when a later policy on the same
+// earlier Allow spent. The engine uses it when another policy on the same
 // route denies the request, so that a denial by one policy does not spend
-// another's quota.
+// another's quota. d is the allowed Decision that Allow returned for req:
+// Refund undoes exactly what d spent (d.Receipt says what), nothing else,
+// and returns an error only when the backend failed.
 type Refunder interface {
-	Refund(ctx context.Context, req Request) error
+	Refund(ctx context.Context, req Request, d Decision) error
+}
+
+// Peeker is an optional ability: a limiter that can tell whether a request
+// would be allowed, and its policy's state, without spending anything. Once
+// one policy of a route denies a request, the engine peeks at the route's
+// policies it has not asked yet, so that the 429 names every violated
+// policy and the longest wait, while the denied request spends nothing.
+// Peek reports the state at the instant it answers: a denial it reports is
+// real, and it may answer from a cache only where the cache proves it.
+type Peeker interface {
+	Peek(ctx context.Context, req Request) (Decision, error)
 }
 
 // Localizer is an optional ability: a limiter backed by a shared store that

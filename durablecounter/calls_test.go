@@ -190,7 +190,7 @@ func TestDynamoCallsRefundAndBatch(t *testing.T) {
 		} else {
 			expect("a denial of cost 2 (ALL_OLD ignored: one consistent read)", map[string]int{"UpdateItem": 1, "GetItem": 1})
 		}
-		if err := c.Refund(ctx, edgelimit.Request{Key: "k2", Cost: 2}); err != nil {
+		if err := c.Refund(ctx, edgelimit.Request{Key: "k2", Cost: 2}, edgelimit.Decision{}); err != nil {
 			t.Fatal(err)
 		}
 		expect("a refund", map[string]int{"UpdateItem": 1})

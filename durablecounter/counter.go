@@ -339,7 +339,7 @@ func (c *Counter) decideSharded(ctx context.Context, key string, cost, t int64) 
 // no longer matters) but may give up to the request's cost to the new one
 // (fixed and sliding window). On a sharded policy it gives back to the
 // first shard, from a random one on, that has that much spent.
-func (c *Counter) Refund(ctx context.Context, req edgelimit.Request) error {
+func (c *Counter) Refund(ctx context.Context, req edgelimit.Request, _ edgelimit.Decision) error {
 	if req.Key == "" {
 		return ErrNoKey
 	}

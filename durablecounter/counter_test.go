@@ -90,7 +90,7 @@ func TestEmptyKey(t *testing.T) {
 	if _, err := c.Allow(context.Background(), edgelimit.Request{}); !errors.Is(err, durablecounter.ErrNoKey) {
 		t.Errorf("Allow(no key) = %v, want ErrNoKey", err)
 	}
-	if err := c.Refund(context.Background(), edgelimit.Request{}); !errors.Is(err, durablecounter.ErrNoKey) {
+	if err := c.Refund(context.Background(), edgelimit.Request{}, edgelimit.Decision{}); !errors.Is(err, durablecounter.ErrNoKey) {
 		t.Errorf("Refund(no key) = %v, want ErrNoKey", err)
 	}
 }

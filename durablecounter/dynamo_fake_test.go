@@ -412,7 +412,7 @@ func TestRefundRequest(t *testing.T) {
 		return &dynamodb.UpdateItemOutput{}, fail
 	}}
 	c, _ := fakeCounter(t, f, 10, durablecounter.TransactionsAuto)
-	if err := c.Refund(context.Background(), edgelimit.Request{Key: "k", Cost: 2}); err != nil {
+	if err := c.Refund(context.Background(), edgelimit.Request{Key: "k", Cost: 2}, edgelimit.Decision{}); err != nil {
 		t.Fatal(err)
 	}
 	if e, cond := aws.ToString(got.UpdateExpression), aws.ToString(got.ConditionExpression); e != "ADD n :r" || cond != "n >= :d" {
@@ -422,11 +422,11 @@ func TestRefundRequest(t *testing.T) {
 		t.Errorf(":r, :d = %s, %s; want -2, 2", r, d)
 	}
 	fail = conditionFailed(nil)
-	if err := c.Refund(context.Background(), edgelimit.Request{Key: "k", Cost: 2}); err != nil {
+	if err := c.Refund(context.Background(), edgelimit.Request{Key: "k", Cost: 2}, edgelimit.Decision{}); err != nil {
 		t.Errorf("Refund with nothing to give back = %v, want nil", err)
 	}
 	fail = &types.ProvisionedThroughputExceededException{Message: aws.String("slow down")}
-	if err := c.Refund(context.Background(), edgelimit.Request{Key: "k", Cost: 2}); !errors.Is(err, durablecounter.ErrThrottled) {
+	if err := c.Refund(context.Background(), edgelimit.Request{Key: "k", Cost: 2}, edgelimit.Decision{}); !errors.Is(err, durablecounter.ErrThrottled) {
 		t.Errorf("Refund when throttled = %v, want ErrThrottled", err)
 	}
 }

@@ -153,7 +153,7 @@ func TestShardsTradeOff(t *testing.T) {
 	if spent != 100 {
 		t.Errorf("spent %d, want 100", spent)
 	}
-	if err := c.Refund(ctx, edgelimit.Request{Key: "g", Cost: 5}); err != nil {
+	if err := c.Refund(ctx, edgelimit.Request{Key: "g", Cost: 5}, edgelimit.Decision{}); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := c.Allow(ctx, edgelimit.Request{Key: "g", Cost: 5}); !d.Allowed {

@@ -167,7 +167,7 @@ func (b *Bucket) AllowAt(ctx context.Context, now time.Time, req edgelimit.Reque
 }
 
 // Refund gives back what an earlier Allow of req spent. See RefundAt.
-func (b *Bucket) Refund(ctx context.Context, req edgelimit.Request) error {
+func (b *Bucket) Refund(ctx context.Context, req edgelimit.Request, _ edgelimit.Decision) error {
 	return b.RefundAt(ctx, b.now(), req)
 }
 

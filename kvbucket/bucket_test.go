@@ -117,7 +117,7 @@ func TestBucketRejectsBadKeys(t *testing.T) {
 		if _, err := b.Allow(ctx, edgelimit.Request{Key: key}); !errors.Is(err, ErrBadKey) {
 			t.Errorf("Allow(key of %d bytes) = %v, want ErrBadKey", len(key), err)
 		}
-		if err := b.Refund(ctx, edgelimit.Request{Key: key}); !errors.Is(err, ErrBadKey) {
+		if err := b.Refund(ctx, edgelimit.Request{Key: key}, edgelimit.Decision{}); !errors.Is(err, ErrBadKey) {
 			t.Errorf("Refund(key of %d bytes) = %v, want ErrBadKey", len(key), err)
 		}
 	}
@@ -132,7 +132,7 @@ func TestBucketLimitZero(t *testing.T) {
 	if err != nil || d != want {
 		t.Errorf("Allow = %+v, %v, want %+v", d, err, want)
 	}
-	if err := b.Refund(ctx, edgelimit.Request{Key: "k"}); err != nil {
+	if err := b.Refund(ctx, edgelimit.Request{Key: "k"}, edgelimit.Decision{}); err != nil {
 		t.Errorf("Refund = %v", err)
 	}
 	if kv.calls.Load() != 0 {
@@ -256,17 +256,17 @@ func TestBucketRefund(t *testing.T) {
 			if d, _ := b.Allow(ctx, req); !d.Allowed || d.Remaining != 1 {
 				t.Fatalf("Allow = %+v", d)
 			}
-			if err := b.Refund(ctx, req); err != nil {
+			if err := b.Refund(ctx, req, edgelimit.Decision{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.Refund(ctx, req); err != nil { // capped at capacity
+			if err := b.Refund(ctx, req, edgelimit.Decision{}); err != nil { // capped at capacity
 				t.Fatal(err)
 			}
 			if d, _ := b.Allow(ctx, edgelimit.Request{Key: "k", Cost: 3}); !d.Allowed || d.Remaining != 0 {
 				t.Errorf("after refunds, Allow(3) = %+v, want allowed with 0 left", d)
 			}
 			// A refund of a key this process does not know reads and writes.
-			if err := b.Refund(ctx, edgelimit.Request{Key: "other"}); err != nil {
+			if err := b.Refund(ctx, edgelimit.Request{Key: "other"}, edgelimit.Decision{}); err != nil {
 				t.Fatal(err)
 			}
 			clk.Add(time.Second)
@@ -444,7 +444,7 @@ func TestBucketKVErrors(t *testing.T) {
 	}
 
 	// A refund whose write fails is kept and written with the next sync.
-	if err := b.Refund(ctx, edgelimit.Request{Key: "fresh"}); err != nil {
+	if err := b.Refund(ctx, edgelimit.Request{Key: "fresh"}, edgelimit.Decision{}); err != nil {
 		t.Fatal(err)
 	}
 	b2 := mustNew(t, Config{Policy: kvPolicy("e", 3, 3, time.Hour, time.Second), KV: kv, Now: clk.Now, NoCache: true})
@@ -452,7 +452,7 @@ func TestBucketKVErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	kv.failPuts(errBroken)
-	if err := b2.Refund(ctx, req); !errors.Is(err, errBroken) {
+	if err := b2.Refund(ctx, req, edgelimit.Decision{}); !errors.Is(err, errBroken) {
 		t.Errorf("Refund with a failing write = %v, want errBroken", err)
 	}
 	kv.putErr.Store(nil)
@@ -477,7 +477,7 @@ func TestBucketSurvivesGarbage(t *testing.T) {
 			clk.Add(time.Duration(rng.Int64N(int64(10 * time.Millisecond))))
 			req := edgelimit.Request{Key: fmt.Sprint(i % 3), Cost: rng.Int64N(7) - 1}
 			if rng.IntN(5) == 0 {
-				if err := b.Refund(ctx, req); err != nil {
+				if err := b.Refund(ctx, req, edgelimit.Decision{}); err != nil {
 					t.Fatal(err)
 				}
 				continue

@@ -317,7 +317,7 @@ func (l *lim) refund(key string, cost int64) {
 	if !ok {
 		l.e.t.Fatalf("%T claims Refund but is not an edgelimit.Refunder", l.l)
 	}
-	if err := r.Refund(l.e.ctx(), edgelimit.Request{Key: key, Cost: cost}); err != nil {
+	if err := r.Refund(l.e.ctx(), edgelimit.Request{Key: key, Cost: cost}, edgelimit.Decision{}); err != nil {
 		l.e.t.Fatalf("%s.Refund(%q, %d): %v", l.p.Name, key, cost, err)
 	}
 }

@@ -38,7 +38,7 @@ func (l *refLimiter) Allow(_ context.Context, req edgelimit.Request) (edgelimit.
 	return d, nil
 }
 
-func (l *refLimiter) Refund(_ context.Context, req edgelimit.Request) error {
+func (l *refLimiter) Refund(_ context.Context, req edgelimit.Request, _ edgelimit.Decision) error {
 	l.b.mu.Lock()
 	defer l.b.mu.Unlock()
 	l.b.m.refund(&l.p, req.Key, req.Units(), l.now())

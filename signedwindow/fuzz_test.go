@@ -55,7 +55,7 @@ func FuzzVerifyToken(f *testing.F) {
 			if err != nil {
 				t.Fatalf("Allow returned an error: %v", err)
 			}
-			if err := fx.l.Refund(context.Background(), req); err != nil {
+			if err := fx.l.Refund(context.Background(), req, edgelimit.Decision{}); err != nil {
 				t.Fatalf("Refund returned an error: %v", err)
 			}
 			if fx == work && d.Allowed && !anyValid(fx, token, proofHeader) {

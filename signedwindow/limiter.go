@@ -245,7 +245,7 @@ func (l *Limiter) redeem(now time.Time, header, key string, cost int64) (pow.ID,
 // route denied the request (the engine then does not send the new token,
 // so the client will present the same token or proof again). It undoes the
 // replay-cache spend, if nothing was spent after it; it never fails.
-func (l *Limiter) Refund(_ context.Context, req edgelimit.Request) error {
+func (l *Limiter) Refund(_ context.Context, req edgelimit.Request, _ edgelimit.Decision) error {
 	now := l.now()
 	cost := req.Units()
 	sub := subject(req.Key)

@@ -163,7 +163,7 @@ func TestRefund(t *testing.T) {
 		t.Fatal(d)
 	}
 	// Another policy denied: the token is not sent, the proof is refunded.
-	if err := f.l.Refund(ctx, req); err != nil {
+	if err := f.l.Refund(ctx, req, edgelimit.Decision{}); err != nil {
 		t.Fatal(err)
 	}
 	d, _ = f.l.Allow(ctx, req)
@@ -175,7 +175,7 @@ func TestRefund(t *testing.T) {
 	if !d.Allowed || d.Remaining != 3 {
 		t.Fatalf("token = %+v", d)
 	}
-	f.l.Refund(ctx, req)
+	f.l.Refund(ctx, req, edgelimit.Decision{})
 	d, _ = f.l.Allow(ctx, req)
 	if !d.Allowed || d.Remaining != 3 {
 		t.Fatalf("token after refund = %+v, want the same count again", d)
@@ -183,7 +183,7 @@ func TestRefund(t *testing.T) {
 	// No refund once a later count was spent.
 	next := edgelimit.Request{Key: keyA, Cost: 1, Token: d.Token}
 	f.l.Allow(ctx, next)
-	f.l.Refund(ctx, req)
+	f.l.Refund(ctx, req, edgelimit.Decision{})
 	if d, _ = f.l.Allow(ctx, req); d.Allowed {
 		t.Errorf("an old token after a refund that came too late = %+v, want refused", d)
 	}
@@ -320,7 +320,7 @@ func TestNeverErrors(t *testing.T) {
 		if _, err := f.l.Allow(context.Background(), req); err != nil {
 			t.Errorf("Allow(%.40q) = %v", req.Token, err)
 		}
-		if err := f.l.Refund(context.Background(), req); err != nil {
+		if err := f.l.Refund(context.Background(), req, edgelimit.Decision{}); err != nil {
 			t.Errorf("Refund = %v", err)
 		}
 	}
