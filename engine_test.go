@@ -27,6 +27,7 @@ type counter struct {
 	block    bool // wait for the context to end, like a hung store
 	batchKey string
 	batches  int
+	peeks    int
 }
 
 func (c *counter) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
@@ -46,7 +47,7 @@ func (c *counter) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Dec
 func (c *counter) decide(r edgelimit.Request, spend bool) edgelimit.Decision {
 	d := edgelimit.Decision{Limit: c.p.Limit, Window: c.p.Window, Reset: c.p.Window}
 	if c.n[r.Key]+r.Units() > c.p.Limit {
-		d.RetryAfter = c.p.Window / 2
+		d.RetryAfter = c.p.Window
 		d.Remaining = c.p.Limit - c.n[r.Key]
 		return d
 	}
@@ -56,6 +57,22 @@ func (c *counter) decide(r edgelimit.Request, spend bool) edgelimit.Decision {
 	d.Allowed = true
 	d.Remaining = c.p.Limit - c.n[r.Key]
 	return d
+}
+
+// Peek answers without spending, as the engine asks once another policy
+// denied.
+func (c *counter) Peek(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+	if c.block {
+		<-ctx.Done()
+		return edgelimit.Decision{}, ctx.Err()
+	}
+	if c.err != nil {
+		return edgelimit.Decision{}, c.err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.peeks++
+	return c.decide(r, false), nil
 }
 
 func (c *counter) Refund(ctx context.Context, r edgelimit.Request, _ edgelimit.Decision) error {
@@ -184,8 +201,8 @@ func TestEngineAllowsThenDenies(t *testing.T) {
 	if v.Allowed || v.Status != 429 {
 		t.Fatalf("third request: allowed=%v status=%d, want 429", v.Allowed, v.Status)
 	}
-	if got := header(v, "Retry-After"); got != "5" {
-		t.Errorf("Retry-After = %q, want 5", got)
+	if got := header(v, "Retry-After"); got != "10" {
+		t.Errorf("Retry-After = %q, want 10", got)
 	}
 	if got := header(v, "Content-Type"); got != "application/problem+json" {
 		t.Errorf("Content-Type = %q", got)
@@ -541,24 +558,31 @@ policies:
 	}
 }
 
-func TestEngineChallengeRendering(t *testing.T) {
-	exp := time.Unix(1_700_000_010, 0).UTC()
+// The generic channel: a limiter's header field, detail and problem
+// extension reach a 429 without the engine knowing what they mean.
+func TestEngineLimiterFieldsOnDenial(t *testing.T) {
 	fx := newFixture(t, `version: 1
 policies:
   - {name: tts, routes: ["POST /tts"], key: ip, strategy: signed, limit: 10, window: 1m, proof_of_work: {bits: 8}}
 `, func(name string, c *counter) edgelimit.Limiter {
 		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
-			return edgelimit.Decision{Limit: 10, Window: time.Minute, RetryAfter: time.Second,
-				Challenge: &edgelimit.Challenge{Value: "v1.abc", Bits: 8, Expires: exp}}, nil
+			return edgelimit.Decision{Limit: 10, Window: time.Minute,
+				Field:     edgelimit.Field{Name: "Edgelimit-Challenge", Value: "v1.abc"},
+				Detail:    "Solve it.",
+				Extension: `{"challenge": {"challenge":"v1.abc","bits":8}, "type": "not-replaced"}`}, nil
 		})
 	})
 	v := fx.do("POST", "/tts", "1.2.3.4", nil)
-	if v.Status != 429 || header(v, "Edgelimit-Challenge") != "v1.abc" {
+	if v.Status != 429 || header(v, "Edgelimit-Challenge") != "v1.abc" || header(v, "Retry-After") != "1" {
 		t.Fatalf("status %d, headers %v", v.Status, v.Header())
 	}
-	p := problem(t, v)
-	if p.Challenge == nil || p.Challenge.Value != "v1.abc" || p.Challenge.Bits != 8 || !p.Challenge.Expires.Equal(exp) {
-		t.Errorf("problem challenge = %+v", p.Challenge)
+	if got, want := header(v, "RateLimit"), `"tts";r=0`; got != want {
+		t.Errorf("RateLimit = %q, want %q (no t without an effective window)", got, want)
+	}
+	want := `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,` +
+		`"detail":"Quota exceeded for policy \"tts\". Retry in 1 second. Solve it.","violated-policies":["tts"],"retry-after":1,"challenge":{"challenge":"v1.abc","bits":8}}`
+	if string(v.Body) != want {
+		t.Errorf("body\n%s\nwant\n%s", v.Body, want)
 	}
 }
 
@@ -572,7 +596,7 @@ policies:
 			return c
 		}
 		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
-			return edgelimit.Decision{Allowed: true, Limit: 10, Window: time.Minute, Remaining: 9, Token: "tok"}, nil
+			return edgelimit.Decision{Allowed: true, Limit: 10, Window: time.Minute, Remaining: 9, Field: edgelimit.Field{Name: "Edgelimit-Token", Value: "tok"}}, nil
 		})
 	})
 	if v := fx.do("POST", "/t", "1.2.3.4", nil); header(v, "Edgelimit-Token") != "tok" {
@@ -583,21 +607,35 @@ policies:
 	}
 }
 
-// A bucket announces its burst over the time it takes to fill, so that the
-// remaining count (up to the burst) never exceeds the announced quota.
-func TestEngineAdvertisesBurst(t *testing.T) {
+// RateLimit-Policy shows what each decision says its quota is (a bucket's
+// limiter announces its burst over the time it takes to fill); a decision
+// the store could not make announces the same.
+func TestEngineAdvertisesDecisionQuota(t *testing.T) {
+	failing := false
 	fx := newFixture(t, `version: 1
 policies:
-  - {name: search, routes: ["GET /s"], key: ip, strategy: durable, algorithm: gcra, limit: 10, burst: 20, window: 1s}
+  - {name: search, routes: ["GET /s"], key: ip, strategy: durable, algorithm: gcra, limit: 10, burst: 20, window: 1s, on_store_error: allow}
   - {name: form, routes: ["GET /f"], key: ip, strategy: kv, limit: 6, burst: 3, window: 1m}
-`, nil)
-	for path, want := range map[string][2]string{"/s": {`"search";q=20;w=2`, "20"}, "/f": {`"form";q=3;w=30`, "3"}} {
-		v := fx.do("GET", path, "1.2.3.4", nil)
-		if got := header(v, "RateLimit-Policy"); got != want[0] {
-			t.Errorf("%s: RateLimit-Policy = %q, want %q", path, got, want[0])
-		}
-		if got := header(v, "X-RateLimit-Limit"); got != want[1] {
-			t.Errorf("%s: X-RateLimit-Limit = %q, want %q", path, got, want[1])
+`, func(name string, c *counter) edgelimit.Limiter {
+		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+			if failing {
+				return edgelimit.Decision{}, errors.New("store down")
+			}
+			if name == "search" {
+				return edgelimit.Decision{Allowed: true, Limit: 20, Window: 2 * time.Second, Remaining: 19, Reset: 100 * time.Millisecond}, nil
+			}
+			return edgelimit.Decision{Allowed: true, Limit: 3, Window: 30 * time.Second, Remaining: 2, Reset: 20 * time.Second}, nil
+		})
+	})
+	for _, failing = range []bool{false, true} {
+		for path, want := range map[string][2]string{"/s": {`"search";q=20;w=2`, "20"}, "/f": {`"form";q=3;w=30`, "3"}} {
+			v := fx.do("GET", path, "1.2.3.4", nil)
+			if got := header(v, "RateLimit-Policy"); got != want[0] {
+				t.Errorf("%s (store failing %v): RateLimit-Policy = %q, want %q", path, failing, got, want[0])
+			}
+			if got := header(v, "X-RateLimit-Limit"); got != want[1] {
+				t.Errorf("%s (store failing %v): X-RateLimit-Limit = %q, want %q", path, failing, got, want[1])
+			}
 		}
 	}
 }
@@ -645,4 +683,205 @@ func FuzzDecide(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Regression (issue 10, item 1): no spelling of a path escapes its route's
+// policies, and the route the gateway matched guards the request too.
+func TestEngineEverySpellingIsLimited(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: contact, routes: ["POST /contact"], key: ip, strategy: kv, limit: 5, window: 1m}
+  - {name: paid, routes: ["GET /paid/*"], key: ip, strategy: durable, limit: 100, window: 1m}
+`, nil)
+	spellings := []string{"/contact", "/contact/", "//contact", "/contact//", "/./contact", "/x/../contact", "/%63ontact", "/contact%2F", "/contact/."}
+	admitted := 0
+	for _, p := range spellings {
+		if v := fx.do("POST", p, "1.2.3.4", nil); v.Allowed {
+			admitted++
+		} else if v.Status != 429 {
+			t.Errorf("POST %s: status %d, want 429 once the quota is spent", p, v.Status)
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("admitted %d across %d spellings of /contact, want 5", admitted, len(spellings))
+	}
+	for _, p := range []string{"/paid", "/paid/", "/paid/x", "//paid//x/"} {
+		if v := fx.do("GET", p, "1.2.3.4", nil); v.Route != "GET /paid/*" {
+			t.Errorf("GET %s: route %q, want GET /paid/*", p, v.Route)
+		}
+	}
+	// The gateway says it matched "POST /contact" for a path the file does
+	// not cover: the route's policies still apply.
+	v := fx.e.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: "/elsewhere", Route: "POST /contact", SourceIP: "5.6.7.8"})
+	if v.Route != "POST /contact" || header(v, "RateLimit") == "" {
+		t.Errorf("gateway route: route %q, headers %v; want the contact policy", v.Route, v.Header())
+	}
+	if v := fx.e.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: "/elsewhere", Route: "$default", SourceIP: "5.6.7.8"}); v.Route != "" {
+		t.Errorf("$default route: %q, want unguarded", v.Route)
+	}
+	v = fx.e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/p/x", Route: "GET /paid/{resource}", SourceIP: "5.6.7.8"})
+	if v.Route != "GET /paid/*" {
+		t.Errorf("gateway template /paid/{resource}: route %q, want GET /paid/*", v.Route)
+	}
+}
+
+// Regression (issue 10, item 5): a 429 is answered only once every policy
+// of the route is known. A soft policy denies first; the exact ones behind
+// it are peeked, not spent, so the 429 names all that deny, Retry-After is
+// the longest wait, and RateLimit lists every policy.
+func TestEngineNamesEveryViolatedPolicy(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: soft, routes: ["GET /x"], key: ip, strategy: kv, limit: 2, window: 4s}
+  - {name: hourly, routes: ["GET /x"], key: ip, strategy: durable, limit: 2, window: 1h}
+  - {name: daily, routes: ["GET /x"], key: ip, strategy: durable, limit: 100, window: 24h}
+`, func(name string, c *counter) edgelimit.Limiter {
+		if name == "soft" {
+			return c
+		}
+		c.batchKey = "store-1"
+		return batcher{c}
+	})
+	for range 2 {
+		if v := fx.do("GET", "/x", "1.2.3.4", nil); !v.Allowed {
+			t.Fatalf("denied early: %s", v.Body)
+		}
+	}
+	v := fx.do("GET", "/x", "1.2.3.4", nil)
+	if v.Status != 429 {
+		t.Fatalf("third: status %d, want 429", v.Status)
+	}
+	if p := problem(t, v); !slices.Equal(p.ViolatedPolicies, []string{"soft", "hourly"}) {
+		t.Errorf("violated-policies = %v, want [soft hourly]", p.ViolatedPolicies)
+	}
+	if got := header(v, "Retry-After"); got != "3600" {
+		t.Errorf("Retry-After = %q, want 3600 (the longest wait: hourly)", got)
+	}
+	if got, want := header(v, "RateLimit"), `"soft";r=0;t=4, "hourly";r=0;t=3600, "daily";r=98;t=86400`; got != want {
+		t.Errorf("RateLimit = %q, want %q", got, want)
+	}
+	hourly, daily := fx.limiters["hourly"], fx.limiters["daily"]
+	if sum(hourly.n) != 2 || sum(daily.n) != 2 || hourly.refunds+daily.refunds != 0 {
+		t.Errorf("spent hourly=%d daily=%d, refunds %d; want 2, 2, none (the denied request spends nothing)", sum(hourly.n), sum(daily.n), hourly.refunds+daily.refunds)
+	}
+	if hourly.peeks != 1 || daily.peeks != 1 {
+		t.Errorf("peeks hourly=%d daily=%d, want 1 each", hourly.peeks, daily.peeks)
+	}
+	var peeked int
+	for _, ev := range fx.events {
+		if ev.Peeked {
+			peeked++
+		}
+	}
+	if peeked != 2 {
+		t.Errorf("events marked peeked = %d, want 2", peeked)
+	}
+}
+
+// receipts records the decision each refund was handed.
+type receipts struct {
+	*counter
+	got []edgelimit.Decision
+}
+
+func (r *receipts) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
+	d, err := r.counter.Allow(ctx, req)
+	d.Receipt = edgelimit.Receipt{At: req.At.UnixNano(), Slot: 7}
+	return d, err
+}
+
+func (r *receipts) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.Decision) error {
+	r.got = append(r.got, d)
+	return r.counter.Refund(ctx, req, d)
+}
+
+// Regression (issue 10, item 4): a refund is handed the decision it
+// undoes, and the 429's RateLimit shows the state after the refund.
+func TestEngineRefundGetsItsDecision(t *testing.T) {
+	var soft *receipts
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: soft, routes: ["GET /x"], key: ip, strategy: kv, limit: 10, window: 1m}
+  - {name: hard, routes: ["GET /x"], key: ip, strategy: durable, limit: 1, window: 1m}
+`, func(name string, c *counter) edgelimit.Limiter {
+		if name == "soft" {
+			soft = &receipts{counter: c}
+			return soft
+		}
+		return c
+	})
+	fx.do("GET", "/x", "1.2.3.4", nil)
+	v := fx.do("GET", "/x", "1.2.3.4", nil)
+	if v.Status != 429 || len(soft.got) != 1 {
+		t.Fatalf("status %d, %d refunds; want 429 and one refund", v.Status, len(soft.got))
+	}
+	if d := soft.got[0]; !d.Allowed || d.Receipt.Slot != 7 || d.Receipt.At == 0 || d.Remaining != 8 {
+		t.Errorf("refund got %+v, want the allowed decision with its receipt", d)
+	}
+	if got, want := header(v, "RateLimit"), `"soft";r=9;t=60, "hard";r=0;t=60`; got != want {
+		t.Errorf("RateLimit = %q, want %q (soft shown after its refund)", got, want)
+	}
+}
+
+// Regression (issue 10, item 8): shadow policies are never shown, not even
+// to the handler through Verdict.Decisions.
+func TestEngineShadowNotInDecisions(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: real, routes: ["GET /x"], key: ip, strategy: durable, limit: 5, window: 1m}
+  - {name: trial, routes: ["GET /x"], key: ip, strategy: durable, limit: 1, window: 1m, shadow: true}
+`, nil)
+	for range 3 {
+		v := fx.do("GET", "/x", "1.2.3.4", nil)
+		if !v.Allowed || len(v.Decisions) != 1 || v.Decisions[0].Policy != "real" {
+			t.Fatalf("allowed=%v decisions=%+v, want only the real policy", v.Allowed, v.Decisions)
+		}
+		for _, f := range v.Header() {
+			if strings.Contains(f.Value, "trial") {
+				t.Errorf("header %s shows the shadow policy: %q", f.Name, f.Value)
+			}
+		}
+	}
+}
+
+// deadlines records the deadline each call's context had.
+type deadlines struct {
+	*counter
+	mu   *sync.Mutex
+	seen map[string]time.Time
+}
+
+func (d deadlines) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+	dl, _ := ctx.Deadline()
+	d.mu.Lock()
+	d.seen[d.p.Name] = dl
+	d.mu.Unlock()
+	return d.counter.Allow(ctx, r)
+}
+
+// Regression (issue 10, item 9): a request on a route with several
+// policies waits at most one budget in all: every call's deadline counts
+// from the request's start, not from the end of the previous call.
+func TestEngineOneBudgetPerRequest(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]time.Time{}
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: soft, routes: ["GET /x"], key: ip, strategy: kv, limit: 5, window: 1m, store_timeout: 20ms}
+  - {name: hard, routes: ["GET /x"], key: ip, strategy: durable, limit: 5, window: 1m, store_timeout: 60ms}
+`, func(name string, c *counter) edgelimit.Limiter {
+		c.block = true // both stores hang
+		return deadlines{c, &mu, seen}
+	})
+	v := fx.do("GET", "/x", "1.2.3.4", nil)
+	if v.Status != 503 {
+		t.Fatalf("status %d, want 503 (hard fails closed)", v.Status)
+	}
+	soft, hard := seen["soft"], seen["hard"]
+	if soft.IsZero() || hard.IsZero() {
+		t.Fatalf("deadlines %v", seen)
+	}
+	if gap := hard.Sub(soft); gap != 40*time.Millisecond {
+		t.Errorf("hard's deadline is %v after soft's, want exactly 40ms (both from the request's start)", gap)
+	}
 }

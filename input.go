@@ -10,8 +10,15 @@ import (
 // event before the engine decides.
 type Input struct {
 	Method string
-	// Path is the request path as received (it is cleaned before matching).
+	// Path is the request path as received (its canonical form is matched,
+	// see Route).
 	Path string
+	// Route, when the event says which route an API gateway matched, is that
+	// route: an HTTP API routeKey ("GET /paid/{resource}") or a REST API
+	// resource ("/paid/{resource}"). The policies of the routes that match it
+	// guard the request too, so the limiter and the gateway never disagree in
+	// the client's favour. Empty ("$default" included) when unknown.
+	Route string
 	// SourceIP is the client address from the event's request context (the
 	// TCP peer for net/http), never from a header.
 	SourceIP string

@@ -8,14 +8,10 @@ import (
 // Request is what one policy is asked to admit.
 type Request struct {
 	// Key is the client's partition key for the policy, already normalised and
-	// hashed (see KeyHasher): never a raw IP address or API key.
+	// hashed by the engine: never a raw IP address or API key.
 	Key string
 	// Cost is the number of units the request spends. Zero means 1.
 	Cost int64
-	// Token is client-carried state (a signed window token), or empty.
-	Token string
-	// Proof is a proof-of-work solution, or empty.
-	Proof string
 	// At is the instant of the decision, read once by the engine for every
 	// policy of the request. A limiter built with its own clock (a Now in its
 	// Config) uses that instead, so tests that inject one keep it; a zero At
@@ -39,6 +35,9 @@ func (r Request) Units() int64 {
 // never an error; an error from a Limiter means its backend failed.
 type Decision struct {
 	Allowed bool
+	// Degraded reports that the store failed and the decision was made by the
+	// policy's on_store_error mode instead of by counting.
+	Degraded bool
 	// Policy is the policy name, as shown in RateLimit-Policy.
 	Policy string
 	// Limit and Window are the quota the client is told, in
@@ -54,18 +53,29 @@ type Decision struct {
 	// sliding log, until the next unit comes back. Zero omits t.
 	Reset time.Duration
 	// RetryAfter is how long the client should wait before a retry can
-	// succeed; zero when Allowed.
+	// succeed; zero when Allowed. It is never shorter than Reset.
 	RetryAfter time.Duration
-	// Token is new client state to hand back (Edgelimit-Token), if any.
-	Token string
-	// Challenge is a proof-of-work challenge to hand back, if any.
-	Challenge *Challenge
-	// Degraded reports that the store failed and the decision was made by the
-	// policy's on_store_error mode instead of by counting.
-	Degraded bool
+	// Field is a response header field the limiter hands the client (a
+	// signed window token, a proof-of-work challenge), or the zero Field:
+	// the strategy's own client state, which the engine passes on without
+	// reading it. It is sent with the response the decision leads to, unless
+	// the decision is undone (refunded) because another policy denied the
+	// request; fields of one name from several policies are joined into one
+	// list.
+	Field Field
+	// Detail, for a denial, is a sentence the problem body's detail adds for
+	// the client (what to do besides waiting).
+	Detail string
+	// Extension, for a denial, is a JSON object whose members the 429's
+	// problem body carries (RFC 9457 extension members), e.g.
+	// {"challenge":{...}}. Members the engine writes itself are not replaced.
+	Extension string
 	// Receipt records what an allowed decision spent, for Refunder.Refund.
 	Receipt Receipt
 }
+
+// Field is one HTTP header field.
+type Field struct{ Name, Value string }
 
 // Receipt records what an allowed Decision spent, in its limiter's own
 // terms, so that Refunder.Refund undoes exactly that spending and nothing
@@ -79,16 +89,6 @@ type Receipt struct {
 	Slot int64
 	// ID is limiter-defined: a token chain.
 	ID [16]byte
-}
-
-// Challenge is a proof-of-work challenge handed to a client in a 429.
-type Challenge struct {
-	// Value is the opaque, signed challenge string the client must solve.
-	Value string `json:"challenge"`
-	// Bits is the number of leading zero bits the proof's hash needs.
-	Bits int `json:"bits"`
-	// Expires is when the challenge stops being accepted.
-	Expires time.Time `json:"expires"`
 }
 
 // Limiter decides requests for one policy. Implementations are safe for

@@ -12,12 +12,14 @@ const MethodAny = "ANY"
 
 var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", MethodAny}
 
-// Route is a "METHOD /path" pattern. A trailing "*" matches the rest of the
-// path, including nothing: "/paid/*" matches "/paid/" and "/paid/a/b" but not
-// "/paid".
+// Route is a "METHOD /path" pattern. A path is matched in its canonical
+// form (percent-decoded, dot segments and repeated slashes removed, no
+// trailing slash), so "/contact/" and "//contact" are "/contact". A trailing
+// "*" matches the path and everything below it: "/paid/*" matches "/paid",
+// "/paid/" and "/paid/a/b".
 type Route struct {
 	Method string // upper case, or ANY
-	Path   string // without the trailing *
+	Path   string // canonical; for a prefix route, with a trailing slash
 	Prefix bool   // the pattern ended in *
 }
 
@@ -48,13 +50,17 @@ func ParseRoute(s string) (Route, error) {
 		}
 		r.Prefix, p = true, before
 	}
-	if strings.ContainsAny(p, "*?#{} \t") {
-		return Route{}, fmt.Errorf("edgelimit: route %q: path may contain * only at the end, and no ?, #, { } or spaces", s)
+	if strings.ContainsAny(p, "*?#{}% \t") {
+		return Route{}, fmt.Errorf("edgelimit: route %q: path may contain * only at the end, and no ?, #, %%, { } or spaces", s)
 	}
-	if clean := CleanPath(p); clean != p && clean+"/" != p {
+	clean := path.Clean(p)
+	if clean != p && clean+"/" != p {
 		return Route{}, fmt.Errorf("edgelimit: route %q: path is not clean; write %q", s, clean)
 	}
-	r.Path = p
+	r.Path = clean
+	if r.Prefix && clean != "/" {
+		r.Path = clean + "/"
+	}
 	return r, nil
 }
 
@@ -66,16 +72,21 @@ func (r Route) String() string {
 	return r.Method + " " + r.Path
 }
 
-// Matches reports whether a request with this method and cleaned path falls
-// under the route.
-func (r Route) Matches(method, cleanPath string) bool {
+// Matches reports whether a request with this method and canonical path
+// (see the Route documentation) falls under the route.
+func (r Route) Matches(method, canonical string) bool {
 	if r.Method != MethodAny && r.Method != method {
 		return false
 	}
-	if r.Prefix {
-		return strings.HasPrefix(cleanPath, r.Path)
+	if !r.Prefix {
+		return canonical == r.Path
 	}
-	return cleanPath == r.Path
+	if strings.HasPrefix(canonical, r.Path) {
+		return true
+	}
+	// "/paid/*" also covers "/paid" itself: a router that ignores trailing
+	// slashes sends "/paid/" there.
+	return len(canonical) == len(r.Path)-1 && strings.HasPrefix(r.Path, canonical)
 }
 
 // specificity orders routes for labelling: exact before prefix, longer first.
@@ -90,46 +101,65 @@ func (r Route) specificity() int {
 	return n
 }
 
-// CleanPath decodes percent-escapes and removes dot segments and repeated
-// slashes, keeping a trailing slash, so that "/public/../paid/x" and
-// "/p%61id//x" are matched as "/paid/x". It returns "" for a path that does
-// not start with / or does not decode.
-func CleanPath(p string) string {
+// canonicalPath returns the form of a request path that routes are matched
+// against: percent-escapes decoded, dot segments resolved, repeated slashes
+// and a trailing slash removed. Every spelling a router (the example
+// functions' trims slashes; net/http's ServeMux cleans paths and decodes
+// segments; API Gateway decodes escapes) could send to one handler has the
+// same canonical form, so no spelling escapes that handler's policies. It
+// returns "" for a path that does not start with / or does not decode.
+func canonicalPath(p string) string {
 	if p == "" || p[0] != '/' {
 		return ""
 	}
-	if needsCleaning(p) {
-		if strings.IndexByte(p, '%') >= 0 {
-			dec, err := url.PathUnescape(p)
-			if err != nil {
-				return ""
-			}
-			p = dec
-		}
-		trailing := strings.HasSuffix(p, "/")
-		p = path.Clean(p)
-		if trailing && p != "/" {
-			p += "/"
-		}
+	if !needsCleaning(p) {
+		return p
 	}
-	return p
+	if strings.IndexByte(p, '%') >= 0 {
+		dec, err := url.PathUnescape(p)
+		if err != nil {
+			return ""
+		}
+		p = dec
+	}
+	if p == "" || p[0] != '/' {
+		return ""
+	}
+	return path.Clean(p)
 }
 
-// needsCleaning is the fast path: most paths are already clean.
+// needsCleaning is the fast path: most paths are already canonical.
 func needsCleaning(p string) bool {
-	for i := 0; i < len(p); i++ {
+	n := len(p)
+	if n > 1 && p[n-1] == '/' {
+		return true
+	}
+	for i := 0; i < n; i++ {
 		switch p[i] {
 		case '%':
 			return true
 		case '/':
-			if i+1 < len(p) && (p[i+1] == '/' || p[i+1] == '.') {
-				return true
-			}
-		case '.':
-			if i > 0 && p[i-1] == '/' {
+			if i+1 < n && (p[i+1] == '/' || p[i+1] == '.') {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// templatePath returns the canonical path of the route an API gateway
+// matched, in its own syntax ("/paid/{resource}", "/{proxy+}"), from a
+// route key ("GET /paid/{resource}"; "$default" has none) or a bare resource
+// path. It returns "" when there is none.
+func templatePath(route string) string {
+	if route == "" || route[0] == '$' {
+		return ""
+	}
+	if i := strings.IndexByte(route, ' '); i >= 0 {
+		route = route[i+1:]
+	}
+	if route == "" || route[0] != '/' || len(route) > MaxPathLength {
+		return ""
+	}
+	return path.Clean(route)
 }

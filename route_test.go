@@ -15,11 +15,14 @@ func TestRouteMatches(t *testing.T) {
 		{"GET /paid/*", "GET", "/paid/report", true},
 		{"GET /paid/*", "GET", "/paid/a/b/c", true},
 		{"GET /paid/*", "GET", "/paid/", true},
-		{"GET /paid/*", "GET", "/paid", false},
+		{"GET /paid/*", "GET", "/paid", true}, // "/paid/" trimmed by a router
+		{"GET /paid/*", "GET", "/pai", false},
 		{"GET /paid/*", "GET", "/paidx/y", false},
 		{"GET /paid/*", "POST", "/paid/x", false},
 		{"POST /contact", "POST", "/contact", true},
-		{"POST /contact", "POST", "/contact/", false},
+		{"POST /contact", "POST", "/contact/", true},
+		{"POST /contact/", "POST", "/contact", true},
+		{"POST /contact", "POST", "//contact//", true},
 		{"POST /contact", "POST", "/contacts", false},
 		{"ANY /contact", "DELETE", "/contact", true},
 		{"any /*", "PATCH", "/whatever/deep", true},
@@ -30,7 +33,7 @@ func TestRouteMatches(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ParseRoute(%q): %v", tt.route, err)
 		}
-		if got := r.Matches(tt.method, edgelimit.CleanPath(tt.path)); got != tt.want {
+		if got := r.Matches(tt.method, edgelimit.CanonicalPath(tt.path)); got != tt.want {
 			t.Errorf("%q.Matches(%s %s) = %v, want %v", tt.route, tt.method, tt.path, got, tt.want)
 		}
 	}
@@ -53,24 +56,53 @@ func TestParseRouteErrors(t *testing.T) {
 	}
 }
 
-// Regression: encoded dot segments and doubled slashes must not let a
-// request escape the route that limits it.
-func TestCleanPath(t *testing.T) {
+// Regression (issue 10, item 1): every spelling of a path that a router
+// sends to one handler must be matched as that handler's route: encoded
+// dot segments, doubled and trailing slashes, percent-encoding.
+func TestCanonicalPath(t *testing.T) {
 	tests := map[string]string{
 		"/paid/x":               "/paid/x",
 		"/public/../paid/x":     "/paid/x",
 		"/public/%2e%2e/paid/x": "/paid/x",
 		"/p%61id//x":            "/paid/x",
-		"/paid/./x/":            "/paid/x/",
+		"/paid/./x/":            "/paid/x",
+		"/contact/":             "/contact",
+		"//contact":             "/contact",
+		"/contact//":            "/contact",
+		"/./contact":            "/contact",
+		"/x/../contact":         "/contact",
+		"/%63ontact":            "/contact",
+		"/contact%2F":           "/contact",
+		"/contact/.":            "/contact",
 		"/../../etc":            "/etc",
 		"/":                     "/",
+		"//":                    "/",
 		"/a%zz":                 "",
 		"":                      "",
 		"relative":              "",
+		"%2Fx":                  "",
 	}
 	for in, want := range tests {
-		if got := edgelimit.CleanPath(in); got != want {
-			t.Errorf("CleanPath(%q) = %q, want %q", in, got, want)
+		if got := edgelimit.CanonicalPath(in); got != want {
+			t.Errorf("CanonicalPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestTemplatePath(t *testing.T) {
+	tests := map[string]string{
+		"POST /contact":        "/contact",
+		"GET /paid/{resource}": "/paid/{resource}",
+		"ANY /{proxy+}":        "/{proxy+}",
+		"/paid/{resource}":     "/paid/{resource}",
+		"$default":             "",
+		"":                     "",
+		"GET relative":         "",
+		"GET /double//{x}/":    "/double/{x}",
+	}
+	for in, want := range tests {
+		if got := edgelimit.TemplatePath(in); got != want {
+			t.Errorf("TemplatePath(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -82,16 +114,19 @@ func FuzzRouteMatch(f *testing.F) {
 	f.Add("POST /x/*", "POST", "//x//y/../z")
 	f.Fuzz(func(t *testing.T, route, method, path string) {
 		r, err := edgelimit.ParseRoute(route)
-		clean := edgelimit.CleanPath(path)
+		clean := edgelimit.CanonicalPath(path)
 		if clean != "" {
 			if !strings.HasPrefix(clean, "/") {
-				t.Fatalf("CleanPath(%q) = %q does not start with /", path, clean)
+				t.Fatalf("CanonicalPath(%q) = %q does not start with /", path, clean)
 			}
-			if strings.Contains(clean, "/../") || strings.HasSuffix(clean, "/..") || strings.Contains(clean, "//") {
-				t.Fatalf("CleanPath(%q) = %q is not clean", path, clean)
+			if strings.Contains(clean, "/../") || strings.HasSuffix(clean, "/..") || strings.Contains(clean, "//") || len(clean) > 1 && strings.HasSuffix(clean, "/") {
+				t.Fatalf("CanonicalPath(%q) = %q is not canonical", path, clean)
 			}
-			if again := edgelimit.CleanPath(clean); again != clean && !strings.Contains(clean, "%") {
-				t.Fatalf("CleanPath not idempotent: %q -> %q -> %q", path, clean, again)
+			// Every spelling a router treats alike is matched alike.
+			for _, spelling := range []string{clean + "/", "/" + clean, clean + "//", "/." + clean} {
+				if c := edgelimit.CanonicalPath(spelling); c != clean && !strings.Contains(clean, "%") {
+					t.Fatalf("CanonicalPath(%q) = %q, but CanonicalPath(%q) = %q", path, clean, spelling, c)
+				}
 			}
 		}
 		if err != nil {
@@ -106,6 +141,9 @@ func FuzzRouteMatch(f *testing.F) {
 		}
 		if got && !r.Prefix && clean != r.Path {
 			t.Fatalf("exact %q matched %q", route, clean)
+		}
+		if clean != "" && r.Matches(method, clean) != r.Matches(method, edgelimit.CanonicalPath(clean+"/")) {
+			t.Fatalf("%q matches %q and %q differently", route, clean, clean+"/")
 		}
 	})
 }

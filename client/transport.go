@@ -248,23 +248,33 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case !replayable:
 			return giveUp("the request body cannot be sent again (no GetBody)")
 		}
-		if ch := resp.Header.Get(HeaderChallenge); ch != "" {
-			st, err := pow.ParseChallenge(ch)
-			switch {
-			case err != nil:
-				return giveUp("unreadable challenge: " + err.Error())
-			case st.Bits > t.maxBits():
-				return giveUp("challenge of " + strconv.Itoa(st.Bits) + " bits is harder than MaxBits " + strconv.Itoa(t.maxBits()))
+		if list := resp.Header.Get(HeaderChallenge); list != "" {
+			// One challenge per policy that asks for work, as a list: solve
+			// them all, and send every proof back.
+			var challenges []string
+			var stmts []pow.Statement
+			for _, ch := range strings.Split(list, ",") {
+				ch = strings.TrimSpace(ch)
+				st, err := pow.ParseChallenge(ch)
+				switch {
+				case err != nil:
+					return giveUp("unreadable challenge: " + err.Error())
+				case st.Bits > t.maxBits():
+					return giveUp("challenge of " + strconv.Itoa(st.Bits) + " bits is harder than MaxBits " + strconv.Itoa(t.maxBits()))
+				}
+				challenges, stmts = append(challenges, ch), append(stmts, st)
 			}
 			discard(resp)
-			t.observe(Event{Kind: EventChallenge, URL: where, Attempt: attempt, Bits: st.Bits})
-			start := t.now()
-			proof, err := t.solve(ctx, ch)
-			if err != nil {
-				return nil, err
+			for i, ch := range challenges {
+				t.observe(Event{Kind: EventChallenge, URL: where, Attempt: attempt, Bits: stmts[i].Bits})
+				start := t.now()
+				proof, err := t.solve(ctx, ch)
+				if err != nil {
+					return nil, err
+				}
+				t.observe(Event{Kind: EventSolved, URL: where, Attempt: attempt, Bits: stmts[i].Bits, Took: t.now().Sub(start)})
+				proofs = appendProof(proofs, proof, t.now())
 			}
-			t.observe(Event{Kind: EventSolved, URL: where, Attempt: attempt, Bits: st.Bits, Took: t.now().Sub(start)})
-			proofs = appendProof(proofs, proof, t.now())
 			continue
 		}
 		if t.NoWait {

@@ -282,10 +282,13 @@ func TestTTSFunction(t *testing.T) {
 	})
 	ip := "203.0.113.99"
 	resp, _ := e.invoke(t, ttsEvent(t, ip, nil))
-	p := wantProblem(t, "no token", resp, 429, edgelimit.ProblemQuotaExceeded)
+	wantProblem(t, "no token", resp, 429, edgelimit.ProblemQuotaExceeded)
 	challenge := header(resp, "Edgelimit-Challenge")
-	if challenge == "" || p.Challenge == nil || p.Challenge.Value != challenge || p.Challenge.Bits < 1 {
-		t.Fatalf("no token: challenge header %q, body challenge %+v; want the same challenge in both", challenge, p.Challenge)
+	var body struct {
+		Challenge *pow.Challenge `json:"challenge"`
+	}
+	if err := json.Unmarshal([]byte(resp.Body), &body); err != nil || challenge == "" || body.Challenge == nil || body.Challenge.Value != challenge || body.Challenge.Bits < 1 {
+		t.Fatalf("no token: challenge header %q, body %s; want the same challenge in both", challenge, resp.Body)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -318,7 +321,7 @@ func TestTTSFunction(t *testing.T) {
 	if allowed != limit {
 		t.Fatalf("one proof bought %d requests, want exactly %d; last response %d %s", allowed, limit, resp.StatusCode, resp.Body)
 	}
-	p = wantProblem(t, "window spent", resp, 429, edgelimit.ProblemQuotaExceeded)
+	wantProblem(t, "window spent", resp, 429, edgelimit.ProblemQuotaExceeded)
 	if header(resp, "Edgelimit-Challenge") == "" {
 		t.Errorf("window spent: no new challenge")
 	}

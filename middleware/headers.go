@@ -9,19 +9,6 @@ import (
 	"github.com/edgelimit/edgelimit"
 )
 
-// ours reports whether name is a response header the engine owns. Ours
-// replace a header of the same name the handler set; any other verdict
-// header is added only where the handler did not set it.
-func ours(name string) bool {
-	switch name {
-	case edgelimit.HeaderRateLimitPolicy, edgelimit.HeaderRateLimit,
-		edgelimit.HeaderLegacyLimit, edgelimit.HeaderLegacyRemaining, edgelimit.HeaderLegacyReset,
-		edgelimit.HeaderToken, edgelimit.HeaderChallenge, edgelimit.HeaderRetryAfter:
-		return true
-	}
-	return false
-}
-
 // equalFold compares header names, which are ASCII tokens, ignoring case.
 func equalFold(a, b string) bool {
 	if len(a) != len(b) {
@@ -56,35 +43,17 @@ func field(fs []edgelimit.Field, key string) (edgelimit.Field, bool) {
 }
 
 // replaced reports whether the handler's header key gives way to a verdict
-// field.
+// field: every field of the verdict (the RateLimit fields and the limiters'
+// own, like Edgelimit-Token) replaces a header of the same name the handler
+// set, in any case.
 func replaced(fs []edgelimit.Field, key string) bool {
-	f, ok := field(fs, key)
-	return ok && ours(f.Name)
-}
-
-// has reports whether h holds name, in any case.
-func has[V any](h map[string]V, name string) bool {
-	if _, ok := h[name]; ok {
-		return true
-	}
-	for k := range h {
-		if equalFold(k, name) {
-			return true
-		}
-	}
-	return false
-}
-
-// keep reports whether the handler set a verdict field that is not ours, in
-// which case the handler's value stays.
-func keep(f edgelimit.Field, single map[string]string, multi map[string][]string) bool {
-	return !ours(f.Name) && (has(single, f.Name) || has(multi, f.Name))
+	_, ok := field(fs, key)
+	return ok
 }
 
 // withSingle returns a copy of the handler's headers h with the verdict's
-// fields added. multi is the handler's other header map, consulted only to
-// see whether it set a field.
-func withSingle(h map[string]string, multi map[string][]string, fs []edgelimit.Field) map[string]string {
+// fields in place of any of the same name.
+func withSingle(h map[string]string, fs []edgelimit.Field) map[string]string {
 	if len(fs) == 0 {
 		return h
 	}
@@ -95,15 +64,13 @@ func withSingle(h map[string]string, multi map[string][]string, fs []edgelimit.F
 		}
 	}
 	for _, f := range fs {
-		if !keep(f, h, multi) {
-			out[f.Name] = f.Value
-		}
+		out[f.Name] = f.Value
 	}
 	return out
 }
 
 // withMulti is withSingle for a multi-value header map.
-func withMulti(h map[string][]string, single map[string]string, fs []edgelimit.Field) map[string][]string {
+func withMulti(h map[string][]string, fs []edgelimit.Field) map[string][]string {
 	if len(fs) == 0 {
 		return h
 	}
@@ -115,10 +82,8 @@ func withMulti(h map[string][]string, single map[string]string, fs []edgelimit.F
 	}
 	vals := make([]string, len(fs))
 	for i, f := range fs {
-		if !keep(f, single, h) {
-			vals[i] = f.Value
-			out[f.Name] = vals[i : i+1 : i+1]
-		}
+		vals[i] = f.Value
+		out[f.Name] = vals[i : i+1 : i+1]
 	}
 	return out
 }

@@ -15,31 +15,26 @@ import (
 
 var mergeFields = []edgelimit.Field{
 	{Name: edgelimit.HeaderRateLimit, Value: `"p";r=1;t=60`},
-	{Name: edgelimit.HeaderContentType, Value: edgelimit.ContentTypeProblemJSON}, // not ours
+	{Name: "Edgelimit-Token", Value: "tok"}, // a limiter's own field
 }
 
-// TestMergeRule: ours replace the handler's header of the same name in any
-// case; any other verdict field is added only where the handler set none;
-// the handler's maps are never written to.
+// TestMergeRule: every verdict field replaces the handler's header of the
+// same name in any case; the handler's other headers are kept; the
+// handler's maps are never written to.
 func TestMergeRule(t *testing.T) {
-	h := map[string]string{"ratelimit": "bogus", "content-type": "text/plain", "X-Own": "1"}
+	h := map[string]string{"ratelimit": "bogus", "edgelimit-token": "stale", "content-type": "text/plain", "X-Own": "1"}
 	before := maps.Clone(h)
-	got := withSingle(h, nil, mergeFields)
-	want := map[string]string{"RateLimit": `"p";r=1;t=60`, "content-type": "text/plain", "X-Own": "1"}
+	got := withSingle(h, mergeFields)
+	want := map[string]string{"RateLimit": `"p";r=1;t=60`, "Edgelimit-Token": "tok", "content-type": "text/plain", "X-Own": "1"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("withSingle = %v, want %v", got, want)
 	}
 	if !reflect.DeepEqual(h, before) {
 		t.Errorf("withSingle wrote to the handler's map: %v", h)
 	}
-	// The handler set Content-Type in its other map: still kept.
-	got = withSingle(map[string]string{}, map[string][]string{"Content-Type": {"text/plain"}}, mergeFields)
-	if _, ok := got["Content-Type"]; ok {
-		t.Errorf("withSingle added Content-Type the handler set in MultiValueHeaders: %v", got)
-	}
 	m := map[string][]string{"RATELIMIT": {"bogus"}, "X-Own": {"1"}}
-	gotm := withMulti(m, map[string]string{"Content-Type": "text/plain"}, mergeFields)
-	wantm := map[string][]string{"RateLimit": {`"p";r=1;t=60`}, "X-Own": {"1"}}
+	gotm := withMulti(m, mergeFields)
+	wantm := map[string][]string{"RateLimit": {`"p";r=1;t=60`}, "Edgelimit-Token": {"tok"}, "X-Own": {"1"}}
 	if !reflect.DeepEqual(gotm, wantm) {
 		t.Errorf("withMulti = %v, want %v", gotm, wantm)
 	}
@@ -50,12 +45,12 @@ func TestMergeRule(t *testing.T) {
 	if s := withoutOurs(same, mergeFields); reflect.ValueOf(s).Pointer() != reflect.ValueOf(same).Pointer() {
 		t.Errorf("withoutOurs copied a map with nothing to remove")
 	}
-	if s := withSingle(same, nil, nil); reflect.ValueOf(s).Pointer() != reflect.ValueOf(same).Pointer() {
+	if s := withSingle(same, nil); reflect.ValueOf(s).Pointer() != reflect.ValueOf(same).Pointer() {
 		t.Errorf("withSingle copied the map for a verdict without headers")
 	}
 	hh := http.Header{"Content-Type": {"text/plain"}, "ratelimit": {"bogus"}}
 	setHeaders(hh, mergeFields, make([]string, len(mergeFields)))
-	if want := (http.Header{"Content-Type": {"text/plain"}, "Ratelimit": {`"p";r=1;t=60`}}); !reflect.DeepEqual(hh, want) {
+	if want := (http.Header{"Content-Type": {"text/plain"}, "Ratelimit": {`"p";r=1;t=60`}, "Edgelimit-Token": {"tok"}}); !reflect.DeepEqual(hh, want) {
 		t.Errorf("setHeaders = %v, want %v", hh, want)
 	}
 }

@@ -58,19 +58,21 @@ func remoteHost(addr string) string {
 	return addr
 }
 
-// Canonical forms of the header names edgelimit writes, computed once.
+// canonicalNames are the net/http forms of the header names the engine
+// writes, computed once ("RateLimit" is "Ratelimit" to net/http).
 var canonicalNames = func() map[string]string {
 	m := map[string]string{}
 	for _, n := range []string{
 		edgelimit.HeaderRateLimitPolicy, edgelimit.HeaderRateLimit, edgelimit.HeaderRetryAfter,
 		edgelimit.HeaderLegacyLimit, edgelimit.HeaderLegacyRemaining, edgelimit.HeaderLegacyReset,
-		edgelimit.HeaderToken, edgelimit.HeaderChallenge, edgelimit.HeaderContentType,
+		edgelimit.HeaderContentType,
 	} {
 		m[n] = http.CanonicalHeaderKey(n)
 	}
 	return m
 }()
 
+// canonical returns the net/http form of a verdict field's name.
 func canonical(name string) string {
 	if c, ok := canonicalNames[name]; ok {
 		return c
@@ -79,20 +81,15 @@ func canonical(name string) string {
 }
 
 // setHeaders applies the verdict's fields to a net/http header map with the
-// same rule as the Lambda adapters: ours replace, others are only added.
-// vals, at least as long as fs, backs the one-element value slices.
+// same rule as the Lambda adapters: each replaces the handler's header of
+// that name. vals, at least as long as fs, backs the one-element value
+// slices.
 func setHeaders(h http.Header, fs []edgelimit.Field, vals []string) {
 	for i, f := range fs {
 		key := canonical(f.Name)
-		if !ours(f.Name) {
-			if _, ok := h[key]; ok {
-				continue
-			}
-		} else {
-			for k := range h {
-				if k != key && equalFold(k, key) {
-					delete(h, k) // a non-canonical key the handler set directly
-				}
+		for k := range h {
+			if k != key && equalFold(k, key) {
+				delete(h, k) // a non-canonical key the handler set directly
 			}
 		}
 		vals[i] = f.Value

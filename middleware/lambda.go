@@ -77,7 +77,7 @@ func HTTPAPI(e *edgelimit.Engine, h HTTPAPIHandler) HTTPAPIHandler {
 			return events.APIGatewayV2HTTPResponse{StatusCode: status(v), Headers: singleOf(v.Header()), Body: body(v)}
 		},
 		func(_ *events.APIGatewayV2HTTPRequest, resp *events.APIGatewayV2HTTPResponse, fs []edgelimit.Field) {
-			resp.Headers = withSingle(resp.Headers, resp.MultiValueHeaders, fs)
+			resp.Headers = withSingle(resp.Headers, fs)
 		})
 }
 
@@ -95,7 +95,7 @@ func FunctionURL(e *edgelimit.Engine, h FunctionURLHandler) FunctionURLHandler {
 			return events.LambdaFunctionURLResponse{StatusCode: status(v), Headers: singleOf(v.Header()), Body: body(v)}
 		},
 		func(_ *events.LambdaFunctionURLRequest, resp *events.LambdaFunctionURLResponse, fs []edgelimit.Field) {
-			resp.Headers = withSingle(resp.Headers, nil, fs)
+			resp.Headers = withSingle(resp.Headers, fs)
 		})
 }
 
@@ -134,7 +134,7 @@ func RESTAPI(e *edgelimit.Engine, h RESTAPIHandler) RESTAPIHandler {
 			return events.APIGatewayProxyResponse{StatusCode: status(v), MultiValueHeaders: multiOf(v.Header()), Body: body(v)}
 		},
 		func(_ *events.APIGatewayProxyRequest, resp *events.APIGatewayProxyResponse, fs []edgelimit.Field) {
-			resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, resp.Headers, fs)
+			resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, fs)
 			resp.Headers = withoutOurs(resp.Headers, fs)
 		})
 }
@@ -170,10 +170,10 @@ func ALB(e *edgelimit.Engine, h ALBHandler) ALBHandler {
 		},
 		func(req *events.ALBTargetGroupRequest, resp *events.ALBTargetGroupResponse, fs []edgelimit.Field) {
 			if albMulti(req) {
-				resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, resp.Headers, fs)
+				resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, fs)
 				resp.Headers = withoutOurs(resp.Headers, fs)
 			} else {
-				resp.Headers = withSingle(resp.Headers, resp.MultiValueHeaders, fs)
+				resp.Headers = withSingle(resp.Headers, fs)
 			}
 		})
 }

@@ -171,14 +171,25 @@ func (c *Challenger) TTL() time.Duration { return c.ttl }
 // ReplayCache returns the cache in which Redeem spends proofs.
 func (c *Challenger) ReplayCache() *ReplayCache { return c.replay }
 
+// Challenge is a proof-of-work challenge as a client receives it: the
+// Edgelimit-Challenge header carries Value, the problem body all three.
+type Challenge struct {
+	// Value is the opaque, signed challenge string the client must solve.
+	Value string `json:"challenge"`
+	// Bits is the number of leading zero bits the proof's hash needs.
+	Bits int `json:"bits"`
+	// Expires is when the challenge stops being accepted.
+	Expires time.Time `json:"expires"`
+}
+
 // Issue returns a new challenge for the client key (already hashed) on
 // policy, expiring TTL from now.
-func (c *Challenger) Issue(key, policy string) edgelimit.Challenge {
+func (c *Challenger) Issue(key, policy string) Challenge {
 	return c.IssueAt(c.now(), key, policy)
 }
 
 // IssueAt is Issue at the instant now.
-func (c *Challenger) IssueAt(now time.Time, key, policy string) edgelimit.Challenge {
+func (c *Challenger) IssueAt(now time.Time, key, policy string) Challenge {
 	var raw [rawSize]byte
 	raw[0] = Version
 	raw[1] = byte(c.bits)
@@ -188,7 +199,7 @@ func (c *Challenger) IssueAt(now time.Time, key, policy string) edgelimit.Challe
 		rand.Read(raw[8:headerSize]) // crypto/rand never fails
 	}
 	c.keys[0].tag(raw[headerSize:], raw[:headerSize], key, policy)
-	return edgelimit.Challenge{Value: b64.EncodeToString(raw[:]), Bits: c.bits, Expires: time.UnixMilli(ms).UTC()}
+	return Challenge{Value: b64.EncodeToString(raw[:]), Bits: c.bits, Expires: time.UnixMilli(ms).UTC()}
 }
 
 // Proof is a verified proof of work.

@@ -84,6 +84,18 @@ func (c *ReplayCache) Spend(id ID, from, to int64, expires, now time.Time) bool 
 	return true
 }
 
+// Spendable reports whether Spend(id, from, to, ...) would succeed now,
+// without recording anything: a peek.
+func (c *ReplayCache) Spendable(id ID, from int64, now time.Time) bool {
+	if from < 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[id]
+	return !ok || e.exp <= now.UnixNano() || from >= e.mark
+}
+
 // Unspend undoes Spend(id, from, to) if nothing was spent after it, so that
 // a request refused by another policy does not burn the client's token or
 // proof. It reports whether it did.

@@ -51,18 +51,18 @@ func BenchmarkBaselineJWT(b *testing.B) {
 // presents the token the previous one returned, as a client does.
 func BenchmarkDecision(b *testing.B) {
 	f := newFixture(b, policy("tts", 1<<40, time.Minute, 0), nil)
-	tok := f.allow(b, keyA, "", "").Token
+	tok := tokenOf(f.allow(b, keyA, "", ""))
 	req := edgelimit.Request{Key: keyA, Cost: 1}
 	ctx := context.Background()
 	b.ReportAllocs()
 	defer cpuTime(b)()
 	for b.Loop() {
-		req.Token = tok
+		req = withState(req, tok, proofOf(req))
 		d, _ := f.l.Allow(ctx, req)
 		if !d.Allowed {
 			b.Fatalf("denied: %+v", d)
 		}
-		tok = d.Token
+		tok = tokenOf(d)
 	}
 }
 
@@ -86,7 +86,7 @@ func BenchmarkDecisionParallel(b *testing.B) {
 				b.Errorf("denied: %+v", d)
 				return
 			}
-			req.Token = d.Token
+			req = withState(req, tokenOf(d), proofOf(req))
 		}
 	})
 }
@@ -94,7 +94,7 @@ func BenchmarkDecisionParallel(b *testing.B) {
 // BenchmarkVerify is the verification half of a decision.
 func BenchmarkVerify(b *testing.B) {
 	f := newFixture(b, policy("tts", 10, time.Minute, 0), nil)
-	tok := f.allow(b, keyA, "", "").Token
+	tok := tokenOf(f.allow(b, keyA, "", ""))
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := f.l.verify(t0, tok, keyA); err != nil {
@@ -120,7 +120,7 @@ func BenchmarkChallenge(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if d, _ := f.l.Allow(ctx, req); d.Challenge == nil {
+		if d, _ := f.l.Allow(ctx, req); challengeOf(d) == nil {
 			b.Fatal("no challenge")
 		}
 	}
@@ -135,9 +135,9 @@ func BenchmarkMintWithProof(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		d, _ := f.l.Allow(ctx, edgelimit.Request{Key: keyA, Cost: 1})
-		proof := solve(b, d.Challenge)
+		proof := solve(b, challengeOf(d))
 		b.StartTimer()
-		if d, _ := f.l.Allow(ctx, edgelimit.Request{Key: keyA, Cost: 1, Proof: proof}); !d.Allowed {
+		if d, _ := f.l.Allow(ctx, withState(edgelimit.Request{Key: keyA, Cost: 1}, "", proof)); !d.Allowed {
 			b.Fatalf("denied: %+v", d)
 		}
 	}

@@ -3,6 +3,7 @@ package signedwindow_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -47,15 +48,17 @@ func ExampleLimiter() {
 	if err != nil {
 		panic(err)
 	}
-	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w"} // the engine's hashed client key
+	// The client's request headers, where its token travels.
+	h := http.Header{}
+	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w", Header: edgelimit.HTTPHeaders(h)} // the engine's hashed client key
 	for i := range 4 {
 		if i == 3 {
 			now = t0.Add(time.Minute) // the window ended
 		}
 		d, _ := l.Allow(context.Background(), req)
 		fmt.Printf("allowed=%v remaining=%d retry-after=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
-		if d.Token != "" {
-			req.Token = d.Token // the client sends Edgelimit-Token back
+		if f := d.Field; f.Name != "" { // the response's Edgelimit-Token...
+			h.Set(f.Name, f.Value) // ...which the client sends back
 		}
 	}
 	// Output:
@@ -76,15 +79,21 @@ func ExampleLimiter_proofOfWork() {
 		Keys: keys,
 		Now:  func() time.Time { return t0 },
 	})
-	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w"}
+	h := http.Header{}
+	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w", Header: edgelimit.HTTPHeaders(h)}
 	d, _ := l.Allow(context.Background(), req)
-	fmt.Println("allowed:", d.Allowed, "challenge bits:", d.Challenge.Bits)
+	challenge := header(d, signedwindow.HeaderChallenge) // and in the 429's problem body
+	st, _ := pow.ParseChallenge(challenge)
+	fmt.Println("allowed:", d.Allowed, "challenge bits:", st.Bits)
 
-	req.Proof, _ = pow.Solve(context.Background(), d.Challenge.Value)
+	proof, _ := pow.Solve(context.Background(), challenge)
+	h.Set(signedwindow.HeaderProof, proof)
 	for range 4 {
 		d, _ = l.Allow(context.Background(), req)
-		fmt.Println("allowed:", d.Allowed, "remaining:", d.Remaining, "new challenge:", d.Challenge != nil)
-		req.Token = d.Token
+		fmt.Println("allowed:", d.Allowed, "remaining:", d.Remaining, "new challenge:", header(d, signedwindow.HeaderChallenge) != "")
+		if tok := header(d, signedwindow.HeaderToken); tok != "" {
+			h.Set(signedwindow.HeaderToken, tok)
+		}
 	}
 	// Output:
 	// allowed: false challenge bits: 8
@@ -92,4 +101,12 @@ func ExampleLimiter_proofOfWork() {
 	// allowed: true remaining: 1 new challenge: false
 	// allowed: true remaining: 0 new challenge: false
 	// allowed: false remaining: 0 new challenge: true
+}
+
+// header returns the value of a field a decision hands the client.
+func header(d edgelimit.Decision, name string) string {
+	if d.Field.Name == name {
+		return d.Field.Value
+	}
+	return ""
 }

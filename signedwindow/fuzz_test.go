@@ -21,15 +21,15 @@ func FuzzVerifyToken(f *testing.F) {
 	free := newFixture(f, policy("tts", 5, time.Minute, 0), keys)
 	work := newFixture(f, policy("tts", 5, time.Minute, 4), keys)
 	d := free.allow(f, keyA, "", "")
-	f.Add(d.Token, "")
-	f.Add(free.allow(f, keyA, d.Token, "").Token, "")
-	f.Add(d.Token+", "+d.Token, "")
-	ch := work.allow(f, keyA, "", "").Challenge
+	f.Add(tokenOf(d), "")
+	f.Add(tokenOf(free.allow(f, keyA, tokenOf(d), "")), "")
+	f.Add(tokenOf(d)+", "+tokenOf(d), "")
+	ch := challengeOf(work.allow(f, keyA, "", ""))
 	proof := solve(f, ch)
 	f.Add("", proof)
-	f.Add(d.Token, proof+","+proof)
-	other := newFixture(f, policy("other", 5, time.Minute, 0), keys).allow(f, keyA, "", "").Token
-	f.Add(other+","+d.Token, "")
+	f.Add(tokenOf(d), proof+","+proof)
+	other := tokenOf(newFixture(f, policy("other", 5, time.Minute, 0), keys).allow(f, keyA, "", ""))
+	f.Add(other+","+tokenOf(d), "")
 	dk := derived(secret1)
 	f.Add(rawToken(`{"alg":"none","kid":"k1"}`, `{"aud":"tts"}`, nil), "")
 	f.Add(rawToken(`{"alg":"HS256","kid":"k1"}`, `{"aud":"tts","sub":"`+keyA+`","jti":"AAAAAAAAAAAAAAAA","nbf":1700000000,"exp":1700000060,"n":1,"n":2}`, dk), "")
@@ -50,7 +50,7 @@ func FuzzVerifyToken(f *testing.F) {
 			}
 		}
 		for _, fx := range []*fixture{free, work} {
-			req := edgelimit.Request{Key: keyA, Cost: 1, Token: token, Proof: proofHeader}
+			req := withState(edgelimit.Request{Key: keyA, Cost: 1}, token, proofHeader)
 			d, err := fx.l.Allow(context.Background(), req)
 			if err != nil {
 				t.Fatalf("Allow returned an error: %v", err)

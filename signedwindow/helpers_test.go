@@ -2,7 +2,9 @@ package signedwindow
 
 import (
 	"context"
+	"encoding/json"
 	mrand "math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,15 +101,82 @@ func newFixture(t testing.TB, p *edgelimit.Policy, keys *KeyRing) *fixture {
 
 func (f *fixture) allow(t testing.TB, key, token, proof string) edgelimit.Decision {
 	t.Helper()
-	d, err := f.l.Allow(context.Background(), edgelimit.Request{Key: key, Cost: 1, Token: token, Proof: proof})
+	d, err := f.l.Allow(context.Background(), withState(edgelimit.Request{Key: key, Cost: 1}, token, proof))
 	if err != nil {
 		t.Fatalf("Allow returned an error: %v", err)
 	}
 	return d
 }
 
+// headerMap is a request's headers for tests, looked up case-insensitively.
+type headerMap map[string]string
+
+func (h headerMap) Get(name string) string {
+	for k, v := range h {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
+}
+
+// withState returns r carrying token and proof in its Edgelimit-Token and
+// Edgelimit-Proof headers, as a client sends them.
+func withState(r edgelimit.Request, token, proof string) edgelimit.Request {
+	h := headerMap{}
+	if token != "" {
+		h[HeaderToken] = token
+	}
+	if proof != "" {
+		h[HeaderProof] = proof
+	}
+	r.Header = h
+	return r
+}
+
+// tokenIn and proofOf return the client state r carries.
+func tokenIn(r edgelimit.Request) string {
+	if r.Header == nil {
+		return ""
+	}
+	return r.Header.Get(HeaderToken)
+}
+
+func proofOf(r edgelimit.Request) string {
+	if r.Header == nil {
+		return ""
+	}
+	return r.Header.Get(HeaderProof)
+}
+
+// tokenOf returns the window token a decision hands back, or "".
+func tokenOf(d edgelimit.Decision) string { return field(d, HeaderToken) }
+
+func field(d edgelimit.Decision, name string) string {
+	if d.Field.Name == name {
+		return d.Field.Value
+	}
+	return ""
+}
+
+// challengeOf returns the challenge a decision hands back, or nil; it
+// checks that the header and the problem body's member agree.
+func challengeOf(d edgelimit.Decision) *pow.Challenge {
+	v := field(d, HeaderChallenge)
+	if v == "" {
+		return nil
+	}
+	var ext struct {
+		Challenge *pow.Challenge `json:"challenge"`
+	}
+	if err := json.Unmarshal([]byte(d.Extension), &ext); err != nil || ext.Challenge == nil || ext.Challenge.Value != v {
+		panic("challenge header and problem member disagree: " + d.Extension)
+	}
+	return ext.Challenge
+}
+
 // solve answers a challenge with pow.Solve.
-func solve(t testing.TB, ch *edgelimit.Challenge) string {
+func solve(t testing.TB, ch *pow.Challenge) string {
 	t.Helper()
 	if ch == nil {
 		t.Fatal("no challenge to solve")

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,8 @@ type Limiter struct {
 	now       func() time.Time
 	rand      io.Reader
 	log       *slog.Logger
+	// ownClock: Config.Now was set, and wins over the engine's Request.At.
+	ownClock bool
 }
 
 var (
@@ -95,6 +98,7 @@ func New(cfg Config) (*Limiter, error) {
 		now:       cfg.Now,
 		rand:      cfg.Rand,
 		log:       cfg.Logger,
+		ownClock:  cfg.Now != nil,
 	}
 	if l.now == nil {
 		l.now = time.Now
@@ -135,14 +139,66 @@ func NewFactory(base Config) edgelimit.Factory {
 	}
 }
 
+// Header names of the signed strategy's client state.
+const (
+	// HeaderToken carries the window token: in the response that admits a
+	// request, and back in the client's next request.
+	HeaderToken = "Edgelimit-Token"
+	// HeaderChallenge carries a proof-of-work challenge in a 429.
+	HeaderChallenge = "Edgelimit-Challenge"
+	// HeaderProof carries the client's solution of a challenge.
+	HeaderProof = "Edgelimit-Proof"
+)
+
+// Limits on the client state headers; a larger value is ignored (absent).
+const (
+	MaxTokenHeader = 4096
+	MaxProofHeader = 1024
+)
+
+// detailProof is what a 429 with a challenge tells the client to do.
+const detailProof = "Solve the proof-of-work challenge and retry with the Edgelimit-Proof header."
+
 // Allow decides req: see the package documentation. It never returns an
 // error; invalid, expired, tampered, replayed or foreign tokens and proofs
 // are treated as absent.
 func (l *Limiter) Allow(_ context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
-	return l.decide(l.now(), req), nil
+	return l.decide(l.at(req), req, true), nil
 }
 
-func (l *Limiter) decide(now time.Time, req edgelimit.Request) edgelimit.Decision {
+// Peek reports what Allow would answer for req, spending nothing: no token
+// chain advances, no proof is redeemed, no token is signed. A challenge it
+// answers with is as good as Allow's (challenges are stateless).
+func (l *Limiter) Peek(_ context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
+	return l.decide(l.at(req), req, false), nil
+}
+
+// at is the instant of req's decision: the Limiter's own clock when one was
+// configured, else the engine's reading.
+func (l *Limiter) at(req edgelimit.Request) time.Time {
+	if l.ownClock || req.At.IsZero() {
+		return l.now()
+	}
+	return req.At
+}
+
+// clientState returns the token and proof headers of req, each ignored when
+// larger than its bound.
+func clientState(req edgelimit.Request) (token, proof string) {
+	if req.Header == nil {
+		return "", ""
+	}
+	if t := req.Header.Get(HeaderToken); len(t) <= MaxTokenHeader {
+		token = t
+	}
+	if p := req.Header.Get(HeaderProof); len(p) <= MaxProofHeader {
+		proof = p
+	}
+	return token, proof
+}
+
+// decide answers req at now; with spend false it records and signs nothing.
+func (l *Limiter) decide(now time.Time, req edgelimit.Request, spend bool) edgelimit.Decision {
 	cost := req.Units()
 	d := edgelimit.Decision{Policy: l.name, Limit: l.limit, Window: l.window}
 	if cost > l.limit {
@@ -150,16 +206,25 @@ func (l *Limiter) decide(now time.Time, req edgelimit.Request) edgelimit.Decisio
 		d.Reset, d.RetryAfter = l.window, l.window
 		return d
 	}
+	token, proof := clientState(req)
 	sub := subject(req.Key)
 	var exhausted *tokenClaims
-	if c := l.findToken(now, req.Token, sub); c != nil {
+	if c := l.findToken(now, token, sub); c != nil {
 		if c.n+cost <= l.limit {
 			exp := c.exp.Unix()
-			if l.replay.Spend(c.id, c.n, c.n+cost, time.Unix(exp, 0).Add(l.powTTL+time.Second), now) {
+			keep := time.Unix(exp, 0).Add(l.powTTL + time.Second)
+			ok := l.replay.Spendable(c.id, c.n, now)
+			if ok && spend {
+				ok = l.replay.Spend(c.id, c.n, c.n+cost, keep, now)
+			}
+			if ok {
 				d.Allowed = true
 				d.Remaining = l.limit - c.n - cost
 				d.Reset = time.Unix(exp, 0).Sub(now)
-				d.Token = l.keys.keys[0].sign(l.name, sub, c.id, c.nbf.Unix(), exp, c.n+cost)
+				d.Receipt = edgelimit.Receipt{At: now.UnixNano(), Slot: c.n, ID: receiptID(c.id)}
+				if spend {
+					d.Field = edgelimit.Field{Name: HeaderToken, Value: l.keys.keys[0].sign(l.name, sub, c.id, c.nbf.Unix(), exp, c.n+cost)}
+				}
 				return d
 			}
 			l.debug("token treated as absent", ErrReplayed)
@@ -175,25 +240,43 @@ func (l *Limiter) decide(now time.Time, req edgelimit.Request) edgelimit.Decisio
 			return d
 		}
 		var id pow.ID
-		l.random(id[:])
-		return l.mint(d, now, sub, id, cost)
+		if spend {
+			l.random(id[:])
+		}
+		return l.mint(d, now, sub, id, cost, spend)
 	}
-	if id, ok := l.redeem(now, req.Proof, req.Key, cost); ok {
-		return l.mint(d, now, sub, id, cost)
+	if id, ok := l.redeem(now, proof, req.Key, cost, spend); ok {
+		return l.mint(d, now, sub, id, cost, spend)
 	}
+	// A proof buys a window: until one comes, nothing is available and
+	// there is no effective window to announce (t is left out).
 	ch := l.pow.IssueAt(now, req.Key, l.name)
-	d.Challenge = &ch
+	d.Field = edgelimit.Field{Name: HeaderChallenge, Value: ch.Value}
+	d.Detail = detailProof
+	d.Extension = challengeJSON(ch)
 	return d
 }
 
-// mint starts a window worth limit units at now, spending cost of it.
-func (l *Limiter) mint(d edgelimit.Decision, now time.Time, sub string, id pow.ID, cost int64) edgelimit.Decision {
+// challengeJSON is the problem body's extension member for ch.
+func challengeJSON(ch pow.Challenge) string {
+	b, _ := json.Marshal(struct {
+		Challenge pow.Challenge `json:"challenge"`
+	}{ch}) // fixed types: cannot fail
+	return string(b)
+}
+
+// mint starts a window worth limit units at now, spending cost of it (and
+// signing its token, when spend is set).
+func (l *Limiter) mint(d edgelimit.Decision, now time.Time, sub string, id pow.ID, cost int64, spend bool) edgelimit.Decision {
 	nbf := now.Unix()
 	exp := nbf + l.tokWindow
 	d.Allowed = true
 	d.Remaining = l.limit - cost
 	d.Reset = time.Unix(exp, 0).Sub(now)
-	d.Token = l.keys.keys[0].sign(l.name, sub, id, nbf, exp, cost)
+	d.Receipt = edgelimit.Receipt{At: now.UnixNano(), Slot: 0, ID: receiptID(id)}
+	if spend {
+		d.Field = edgelimit.Field{Name: HeaderToken, Value: l.keys.keys[0].sign(l.name, sub, id, nbf, exp, cost)}
+	}
 	return d
 }
 
@@ -217,12 +300,12 @@ func (l *Limiter) findToken(now time.Time, header, sub string) *tokenClaims {
 	return nil
 }
 
-// redeem spends the first proof in header (a comma-separated list) that is
-// valid for this policy and client and unspent on this instance. The proof's
-// challenge salt names the new window's token chain, and spending it is the
-// chain's first spend, so a replayed proof and the chain it started share
-// one replay-cache entry.
-func (l *Limiter) redeem(now time.Time, header, key string, cost int64) (pow.ID, bool) {
+// redeem spends (or, with spend false, checks) the first proof in header (a
+// comma-separated list) that is valid for this policy and client and unspent
+// on this instance. The proof's challenge salt names the new window's token
+// chain, and spending it is the chain's first spend, so a replayed proof and
+// the chain it started share one replay-cache entry.
+func (l *Limiter) redeem(now time.Time, header, key string, cost int64, spend bool) (pow.ID, bool) {
 	for i := 0; i < maxCandidates && header != ""; i++ {
 		var proof string
 		proof, header, _ = strings.Cut(header, ",")
@@ -233,7 +316,11 @@ func (l *Limiter) redeem(now time.Time, header, key string, cost int64) (pow.ID,
 			}
 			continue
 		}
-		if l.replay.Spend(p.ID(), 0, cost, p.Expires.Add(time.Duration(l.tokWindow)*time.Second+time.Second), now) {
+		ok := l.replay.Spendable(p.ID(), 0, now)
+		if ok && spend {
+			ok = l.replay.Spend(p.ID(), 0, cost, p.Expires.Add(time.Duration(l.tokWindow)*time.Second+time.Second), now)
+		}
+		if ok {
 			return p.ID(), true
 		}
 		l.debug("proof treated as absent", pow.ErrReplayed)
@@ -241,31 +328,27 @@ func (l *Limiter) redeem(now time.Time, header, key string, cost int64) (pow.ID,
 	return pow.ID{}, false
 }
 
-// Refund gives back what Allow spent for req when another policy on the
-// route denied the request (the engine then does not send the new token,
-// so the client will present the same token or proof again). It undoes the
-// replay-cache spend, if nothing was spent after it; it never fails.
-func (l *Limiter) Refund(_ context.Context, req edgelimit.Request, _ edgelimit.Decision) error {
-	now := l.now()
-	cost := req.Units()
-	sub := subject(req.Key)
-	if c := l.findToken(now, req.Token, sub); c != nil && c.n+cost <= l.limit {
-		if l.replay.Unspend(c.id, c.n, c.n+cost) {
-			return nil
-		}
-	}
-	if l.pow == nil {
+// Refund gives back what Allow spent for d, when another policy on the
+// route denied the request (the engine then does not send d's token, so the
+// client presents the same token or proof again): it undoes exactly d's
+// spend in the replay cache — the span of d's token chain that d advanced
+// (d.Receipt: the chain and the count before d) — if nothing was spent
+// after it, and nothing else. It never fails.
+func (l *Limiter) Refund(_ context.Context, req edgelimit.Request, d edgelimit.Decision) error {
+	if !d.Allowed || d.Receipt == (edgelimit.Receipt{}) {
 		return nil
 	}
-	header := req.Proof
-	for i := 0; i < maxCandidates && header != ""; i++ {
-		var proof string
-		proof, header, _ = strings.Cut(header, ",")
-		if p, err := l.pow.VerifyAt(now, strings.TrimSpace(proof), req.Key, l.name); err == nil && l.replay.Unspend(p.ID(), 0, cost) {
-			return nil
-		}
-	}
+	from := d.Receipt.Slot
+	var id pow.ID
+	copy(id[:], d.Receipt.ID[:])
+	l.replay.Unspend(id, from, from+req.Units())
 	return nil
+}
+
+// receiptID puts a chain id in a Receipt.
+func receiptID(id pow.ID) (r [16]byte) {
+	copy(r[:], id[:])
+	return r
 }
 
 // Verify checks one token for this policy and the client key at the

@@ -17,14 +17,14 @@ func TestProofOfWorkBuysLimit(t *testing.T) {
 	const limit = 5
 	f := newFixture(t, policy("tts", limit, time.Minute, 8), nil)
 	d := f.allow(t, keyA, "", "")
-	if d.Allowed || d.Challenge == nil || d.Challenge.Bits != 8 || d.Remaining != 0 || d.Token != "" {
+	if d.Allowed || challengeOf(d) == nil || challengeOf(d).Bits != 8 || d.Remaining != 0 || tokenOf(d) != "" {
 		t.Fatalf("no token, no proof: %+v, want a denial with an 8-bit challenge", d)
 	}
-	if !d.Challenge.Expires.Equal(t0.Add(10 * time.Second)) {
-		t.Errorf("challenge expires %v, want t0+10s", d.Challenge.Expires)
+	if !challengeOf(d).Expires.Equal(t0.Add(10 * time.Second)) {
+		t.Errorf("challenge expires %v, want t0+10s", challengeOf(d).Expires)
 	}
 	for window := range 3 {
-		proof := solve(t, d.Challenge)
+		proof := solve(t, challengeOf(d))
 		f.clock.Add(time.Second)
 		tok := ""
 		for i := range limit {
@@ -32,10 +32,10 @@ func TestProofOfWorkBuysLimit(t *testing.T) {
 			if !d.Allowed || d.Remaining != int64(limit-1-i) {
 				t.Fatalf("window %d, request %d: %+v, want allowed with %d remaining", window, i, d, limit-1-i)
 			}
-			tok = d.Token
+			tok = tokenOf(d)
 		}
 		d = f.allow(t, keyA, tok, proof)
-		if d.Allowed || d.Challenge == nil {
+		if d.Allowed || challengeOf(d) == nil {
 			t.Fatalf("window %d, request %d: %+v, want a challenge: a proof buys exactly %d", window, limit, d, limit)
 		}
 	}
@@ -43,7 +43,7 @@ func TestProofOfWorkBuysLimit(t *testing.T) {
 
 func TestProofRejections(t *testing.T) {
 	f := newFixture(t, policy("tts", 5, time.Minute, 8), nil)
-	ch := f.allow(t, keyA, "", "").Challenge
+	ch := challengeOf(f.allow(t, keyA, "", ""))
 	proof := solve(t, ch)
 	other := newFixture(t, policy("other", 5, time.Minute, 8), f.keys)
 
@@ -60,7 +60,7 @@ func TestProofRejections(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.clock.Set(tc.at)
-			if d := f.allow(t, tc.key, "", tc.proof); d.Allowed || d.Challenge == nil {
+			if d := f.allow(t, tc.key, "", tc.proof); d.Allowed || challengeOf(d) == nil {
 				t.Errorf("Allow = %+v, want a challenge", d)
 			}
 		})
@@ -72,7 +72,7 @@ func TestProofRejections(t *testing.T) {
 	if d := f.allow(t, keyA, "", proof); !d.Allowed {
 		t.Fatalf("the proof itself: %+v", d)
 	}
-	if d := f.allow(t, keyA, "", proof); d.Allowed || d.Challenge == nil {
+	if d := f.allow(t, keyA, "", proof); d.Allowed || challengeOf(d) == nil {
 		t.Errorf("the replayed proof: %+v, want a challenge", d)
 	}
 }
@@ -81,13 +81,13 @@ func TestProofRejections(t *testing.T) {
 // never after a later one.
 func TestTokenReplay(t *testing.T) {
 	f := newFixture(t, policy("tts", 10, time.Minute, 8), nil)
-	proof := solve(t, f.allow(t, keyA, "", "").Challenge)
-	t1 := f.allow(t, keyA, "", proof).Token
-	t2 := f.allow(t, keyA, t1, "").Token
+	proof := solve(t, challengeOf(f.allow(t, keyA, "", "")))
+	t1 := tokenOf(f.allow(t, keyA, "", proof))
+	t2 := tokenOf(f.allow(t, keyA, t1, ""))
 	if d := f.allow(t, keyA, t1, ""); d.Allowed {
 		t.Errorf("replayed t1 = %+v, want a challenge", d)
 	}
-	t3 := f.allow(t, keyA, t2, "").Token
+	t3 := tokenOf(f.allow(t, keyA, t2, ""))
 	if d := f.allow(t, keyA, t2, ""); d.Allowed {
 		t.Errorf("replayed t2 = %+v", d)
 	}
@@ -97,15 +97,15 @@ func TestTokenReplay(t *testing.T) {
 	// A second instance has its own cache: t1 is spendable there once, and
 	// its successor is the same token the first instance issued.
 	g := newFixture(t, policy("tts", 10, time.Minute, 8), f.keys)
-	if d := g.allow(t, keyA, t1, ""); !d.Allowed || d.Token != t2 {
+	if d := g.allow(t, keyA, t1, ""); !d.Allowed || tokenOf(d) != t2 {
 		t.Errorf("t1 on another instance = %+v, want allowed, returning t2", d)
 	}
 	// Without proof of work, a replayed token is no token: a free window.
 	free := newFixture(t, policy("tts", 10, time.Minute, 0), nil)
-	u1 := free.allow(t, keyA, "", "").Token
+	u1 := tokenOf(free.allow(t, keyA, "", ""))
 	free.allow(t, keyA, u1, "")
 	d := free.allow(t, keyA, u1, "")
-	if c, _ := free.l.Verify(d.Token, keyA); !d.Allowed || c.Count != 1 {
+	if c, _ := free.l.Verify(tokenOf(d), keyA); !d.Allowed || c.Count != 1 {
 		t.Errorf("replay without proof of work = %+v (count %d), want a fresh window", d, c.Count)
 	}
 }
@@ -122,13 +122,13 @@ func TestCost(t *testing.T) {
 			continue
 		}
 		rem = append(rem, d.Remaining)
-		req.Token = d.Token
+		req = withState(req, tokenOf(d), proofOf(req))
 	}
 	if got := rem; len(got) != 4 || got[0] != 3 || got[1] != 1 || got[2] != -1 || got[3] != -1 {
 		t.Errorf("remaining after cost-2 requests = %v, want [3 1 denied denied]", got)
 	}
 	d, _ := f.l.Allow(context.Background(), edgelimit.Request{Key: keyA, Cost: 6})
-	if d.Allowed || d.Challenge != nil || d.RetryAfter != time.Minute {
+	if d.Allowed || challengeOf(d) != nil || d.RetryAfter != time.Minute {
 		t.Errorf("cost above the limit = %+v, want a plain denial", d)
 	}
 }
@@ -137,11 +137,11 @@ func TestSeveralTokensAndProofs(t *testing.T) {
 	keys := ring(t)
 	a := newFixture(t, policy("a", 5, time.Minute, 8), keys)
 	b := newFixture(t, policy("b", 5, time.Minute, 8), keys)
-	pa := solve(t, a.allow(t, keyA, "", "").Challenge)
-	pb := solve(t, b.allow(t, keyA, "", "").Challenge)
+	pa := solve(t, challengeOf(a.allow(t, keyA, "", "")))
+	pb := solve(t, challengeOf(b.allow(t, keyA, "", "")))
 	proofs := pb + ", " + pa
-	ta := a.allow(t, keyA, "", proofs).Token
-	tb := b.allow(t, keyA, "", proofs).Token
+	ta := tokenOf(a.allow(t, keyA, "", proofs))
+	tb := tokenOf(b.allow(t, keyA, "", proofs))
 	if ta == "" || tb == "" {
 		t.Fatal("a header with both proofs did not mint both windows")
 	}
@@ -156,36 +156,96 @@ func TestSeveralTokensAndProofs(t *testing.T) {
 func TestRefund(t *testing.T) {
 	f := newFixture(t, policy("tts", 5, time.Minute, 8), nil)
 	ctx := context.Background()
-	proof := solve(t, f.allow(t, keyA, "", "").Challenge)
-	req := edgelimit.Request{Key: keyA, Cost: 1, Proof: proof}
+	proof := solve(t, challengeOf(f.allow(t, keyA, "", "")))
+	req := withState(edgelimit.Request{Key: keyA, Cost: 1}, "", proof)
 	d, _ := f.l.Allow(ctx, req)
 	if !d.Allowed {
 		t.Fatal(d)
 	}
 	// Another policy denied: the token is not sent, the proof is refunded.
-	if err := f.l.Refund(ctx, req, edgelimit.Decision{}); err != nil {
+	if err := f.l.Refund(ctx, req, d); err != nil {
 		t.Fatal(err)
 	}
 	d, _ = f.l.Allow(ctx, req)
 	if !d.Allowed || d.Remaining != 4 {
 		t.Fatalf("proof after refund = %+v, want a fresh window", d)
 	}
-	req = edgelimit.Request{Key: keyA, Cost: 1, Token: d.Token}
+	req = withState(edgelimit.Request{Key: keyA, Cost: 1}, tokenOf(d), "")
 	d, _ = f.l.Allow(ctx, req)
 	if !d.Allowed || d.Remaining != 3 {
 		t.Fatalf("token = %+v", d)
 	}
-	f.l.Refund(ctx, req, edgelimit.Decision{})
+	f.l.Refund(ctx, req, d)
 	d, _ = f.l.Allow(ctx, req)
 	if !d.Allowed || d.Remaining != 3 {
 		t.Fatalf("token after refund = %+v, want the same count again", d)
 	}
 	// No refund once a later count was spent.
-	next := edgelimit.Request{Key: keyA, Cost: 1, Token: d.Token}
+	next := withState(edgelimit.Request{Key: keyA, Cost: 1}, tokenOf(d), "")
 	f.l.Allow(ctx, next)
-	f.l.Refund(ctx, req, edgelimit.Decision{})
+	f.l.Refund(ctx, req, d)
 	if d, _ = f.l.Allow(ctx, req); d.Allowed {
 		t.Errorf("an old token after a refund that came too late = %+v, want refused", d)
+	}
+}
+
+// Regression (issue 10, item 4): a request carrying an already spent token
+// and a fresh proof is admitted through the proof; when another policy
+// denies it, the refund must give back the proof's window, not un-spend the
+// old token.
+func TestRefundUndoesOnlyThisDecision(t *testing.T) {
+	f := newFixture(t, policy("tts", 2, time.Minute, 8), nil)
+	ctx := context.Background()
+	first := solve(t, challengeOf(f.allow(t, keyA, "", "")))
+	d := f.allow(t, keyA, "", first)
+	old := tokenOf(d)
+	if d = f.allow(t, keyA, old, ""); !d.Allowed { // spends old's count: old is now spent
+		t.Fatal(d)
+	}
+	fresh := solve(t, challengeOf(f.allow(t, keyA, old, "")))
+	req := withState(edgelimit.Request{Key: keyA, Cost: 1}, old, fresh)
+	d, _ = f.l.Allow(ctx, req)
+	if !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("spent token + fresh proof = %+v, want admitted through the proof", d)
+	}
+	if err := f.l.Refund(ctx, req, d); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.allow(t, keyA, old, ""); got.Allowed {
+		t.Errorf("the spent token after the refund = %+v, want still refused", got)
+	}
+	if got := f.allow(t, keyA, "", fresh); !got.Allowed || got.Remaining != 1 {
+		t.Errorf("the fresh proof after the refund = %+v, want a fresh window (the refund gave it back)", got)
+	}
+}
+
+func TestPeekSpendsNothing(t *testing.T) {
+	f := newFixture(t, policy("tts", 2, time.Minute, 8), nil)
+	ctx := context.Background()
+	p, _ := f.l.Peek(ctx, edgelimit.Request{Key: keyA})
+	if p.Allowed || challengeOf(p) == nil {
+		t.Fatalf("Peek without state = %+v, want a challenge", p)
+	}
+	proof := solve(t, challengeOf(p))
+	req := withState(edgelimit.Request{Key: keyA}, "", proof)
+	for range 3 {
+		if p, _ = f.l.Peek(ctx, req); !p.Allowed || p.Remaining != 1 || tokenOf(p) != "" {
+			t.Fatalf("Peek with a proof = %+v, want would-allow, remaining 1, no token", p)
+		}
+	}
+	d := f.allow(t, keyA, "", proof)
+	if !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("Allow after peeks = %+v, want the proof unspent", d)
+	}
+	if p, _ = f.l.Peek(ctx, req); p.Allowed {
+		t.Errorf("Peek with the spent proof = %+v, want denied", p)
+	}
+	tok := withState(edgelimit.Request{Key: keyA}, tokenOf(d), "")
+	if p, _ = f.l.Peek(ctx, tok); !p.Allowed || p.Remaining != 0 {
+		t.Errorf("Peek with the token = %+v, want would-allow, remaining 0", p)
+	}
+	if d = f.allow(t, keyA, tokenOf(d), ""); !d.Allowed {
+		t.Errorf("Allow with the peeked token = %+v, want allowed", d)
 	}
 }
 
@@ -246,7 +306,10 @@ policies:
 	if v.Allowed || v.Status != 429 || h["Edgelimit-Challenge"] == "" {
 		t.Fatalf("first call: %d %v, want 429 with Edgelimit-Challenge", v.Status, h)
 	}
-	var body edgelimit.Problem
+	var body struct {
+		edgelimit.Problem
+		Challenge *pow.Challenge `json:"challenge"`
+	}
 	if err := json.Unmarshal(v.Body, &body); err != nil || body.Challenge == nil || body.Challenge.Value != h["Edgelimit-Challenge"] || body.Challenge.Bits != 8 {
 		t.Fatalf("problem body %s: want the challenge in it", v.Body)
 	}
@@ -302,10 +365,10 @@ func TestSubject(t *testing.T) {
 	for _, key := range []string{keyA, `with "quotes"`, strings.Repeat("k", 200), "caf\u00e9", "a\\b"} {
 		f := newFixture(t, policy("tts", 5, time.Minute, 0), nil)
 		d := f.allow(t, key, "", "")
-		if _, err := f.l.Verify(d.Token, key); err != nil {
+		if _, err := f.l.Verify(tokenOf(d), key); err != nil {
 			t.Errorf("key %q: Verify = %v", key, err)
 		}
-		if _, err := f.l.Verify(d.Token, key+"x"); !errors.Is(err, ErrSubject) {
+		if _, err := f.l.Verify(tokenOf(d), key+"x"); !errors.Is(err, ErrSubject) {
 			t.Errorf("key %q: Verify for another key = %v, want ErrSubject", key, err)
 		}
 	}
@@ -314,11 +377,11 @@ func TestSubject(t *testing.T) {
 func TestNeverErrors(t *testing.T) {
 	f := newFixture(t, policy("tts", 5, time.Minute, 8), nil)
 	for _, req := range []edgelimit.Request{
-		{}, {Key: keyA, Cost: -3}, {Key: keyA, Token: strings.Repeat(",", 5000)}, {Key: keyA, Proof: strings.Repeat("a.b,", 300)},
-		{Key: strings.Repeat("\x00", 2000), Token: "a.b.c", Proof: "."},
+		{}, {Key: keyA, Cost: -3}, withState(edgelimit.Request{Key: keyA}, strings.Repeat(",", 5000), ""), withState(edgelimit.Request{Key: keyA}, "", strings.Repeat("a.b,", 300)),
+		withState(edgelimit.Request{Key: strings.Repeat("\x00", 2000)}, "a.b.c", "."),
 	} {
 		if _, err := f.l.Allow(context.Background(), req); err != nil {
-			t.Errorf("Allow(%.40q) = %v", req.Token, err)
+			t.Errorf("Allow(%.40q) = %v", tokenIn(req), err)
 		}
 		if err := f.l.Refund(context.Background(), req, edgelimit.Decision{}); err != nil {
 			t.Errorf("Refund = %v", err)
@@ -334,7 +397,7 @@ func TestDebugLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Allow(context.Background(), edgelimit.Request{Key: keyA, Token: "a.b.c", Proof: "bad"})
+	l.Allow(context.Background(), withState(edgelimit.Request{Key: keyA}, "a.b.c", "bad"))
 	out := buf.String()
 	if !strings.Contains(out, "token treated as absent") || !strings.Contains(out, "proof treated as absent") || !strings.Contains(out, "policy=tts") {
 		t.Errorf("debug log = %q, want the reasons for the token and the proof", out)

@@ -51,7 +51,7 @@ func (fl *fleet) send(i int, token, proof string) (edgelimit.Decision, bool) {
 		return edgelimit.Decision{}, false
 	}
 	fl.sent++
-	d, _ := fl.insts[i].l.Allow(context.Background(), edgelimit.Request{Key: keyA, Cost: 1, Token: token, Proof: proof})
+	d, _ := fl.insts[i].l.Allow(context.Background(), withState(edgelimit.Request{Key: keyA, Cost: 1}, token, proof))
 	fl.clock.Add(fl.tick)
 	return d, true
 }
@@ -59,7 +59,7 @@ func (fl *fleet) send(i int, token, proof string) (edgelimit.Decision, bool) {
 // proof obtains one challenge (from instance 0) and solves it.
 func (fl *fleet) proof(t *testing.T) string {
 	d, _ := fl.send(0, "", "")
-	return solve(t, d.Challenge)
+	return solve(t, challengeOf(d))
 }
 
 type strategy struct {
@@ -75,13 +75,13 @@ var strategies = []strategy{
 			if !ok || !d.Allowed {
 				return n
 			}
-			n, tok = n+1, d.Token
+			n, tok = n+1, tokenOf(d)
 		}
 	}},
 	{"replays its first token, round-robin", func(t *testing.T, fl *fleet) int {
 		proof := fl.proof(t)
 		d, _ := fl.send(0, "", proof)
-		n, first := 1, d.Token
+		n, first := 1, tokenOf(d)
 		for i := 0; ; i++ {
 			d, ok := fl.send(i%len(fl.insts), first, "")
 			if !ok {
@@ -116,7 +116,7 @@ var strategies = []strategy{
 				if !ok || !d.Allowed {
 					break
 				}
-				n, tok = n+1, d.Token
+				n, tok = n+1, tokenOf(d)
 				all = append(all, tok)
 			}
 		}
@@ -144,7 +144,7 @@ var strategies = []strategy{
 			}
 			if d.Allowed {
 				n++
-				toks = append(toks, d.Token)
+				toks = append(toks, tokenOf(d))
 			}
 		}
 	}},
@@ -192,7 +192,7 @@ func TestReplaySimulation(t *testing.T) {
 		fl = newFleet(t, 1, 8)
 		proof := fl.proof(t)
 		d, _ := fl.send(0, "", proof)
-		first := d.Token
+		first := tokenOf(d)
 		for fl.sent < simRequests {
 			fresh := newFleet(t, 1, 8)
 			fresh.clock.Set(fl.clock.Now())

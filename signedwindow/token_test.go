@@ -41,10 +41,10 @@ func rawToken(header, payload string, key []byte) string {
 func TestIssueVerify(t *testing.T) {
 	f := newFixture(t, policy("tts", 10, time.Minute, 0), nil)
 	d := f.allow(t, keyA, "", "")
-	if !d.Allowed || d.Remaining != 9 || d.Reset != time.Minute || d.Token == "" || d.Challenge != nil {
+	if !d.Allowed || d.Remaining != 9 || d.Reset != time.Minute || tokenOf(d) == "" || challengeOf(d) != nil {
 		t.Fatalf("first request = %+v, want allowed, 9 remaining, reset 1m, a token", d)
 	}
-	c, err := f.l.Verify(d.Token, keyA)
+	c, err := f.l.Verify(tokenOf(d), keyA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestIssueVerify(t *testing.T) {
 		t.Errorf("Verify = %+v, want tts/%s, count 1, [t0, t0+1m), an id", c, keyA)
 	}
 	// The header names the signing key and HS256 only.
-	head, _ := base64.RawURLEncoding.DecodeString(strings.Split(d.Token, ".")[0])
+	head, _ := base64.RawURLEncoding.DecodeString(strings.Split(tokenOf(d), ".")[0])
 	if string(head) != `{"alg":"HS256","kid":"k1"}` {
 		t.Errorf("header = %s", head)
 	}
@@ -83,15 +83,15 @@ func TestIncrementAndExpire(t *testing.T) {
 			t.Fatalf("at +%v: Allow = %+v, want allowed %v, remaining %d, retry after %v", s.at, d, s.wantAllowed, s.wantRemaining, s.wantRetry)
 		}
 		if d.Allowed {
-			c, err := f.l.Verify(d.Token, keyA)
+			c, err := f.l.Verify(tokenOf(d), keyA)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if s.newWindow != c.Start.Equal(t0.Add(s.at)) {
 				t.Errorf("at +%v: window starts %v", s.at, c.Start.Sub(t0))
 			}
-			tok = d.Token
-		} else if d.Token != "" {
+			tok = tokenOf(d)
+		} else if tokenOf(d) != "" {
 			t.Errorf("at +%v: a denial carries a token", s.at)
 		}
 	}
@@ -111,7 +111,7 @@ func TestRotate(t *testing.T) {
 	k1, k2 := mustKey(t, "k1", secret1), mustKey(t, "k2", secret2)
 	p := policy("tts", 10, time.Minute, 0)
 	old := newFixture(t, p, ring(t, k1))
-	tok := old.allow(t, keyA, "", "").Token
+	tok := tokenOf(old.allow(t, keyA, "", ""))
 
 	// Step 1: k2 added, k1 still signs.
 	step1 := newFixture(t, p, ring(t, k1, k2))
@@ -124,10 +124,10 @@ func TestRotate(t *testing.T) {
 	if !d.Allowed || d.Remaining != 8 {
 		t.Fatalf("ring [k2, k1] with a k1 token = %+v, want allowed with 8 remaining", d)
 	}
-	if head, _ := base64.RawURLEncoding.DecodeString(strings.Split(d.Token, ".")[0]); !strings.Contains(string(head), `"kid":"k2"`) {
+	if head, _ := base64.RawURLEncoding.DecodeString(strings.Split(tokenOf(d), ".")[0]); !strings.Contains(string(head), `"kid":"k2"`) {
 		t.Errorf("new token header %s, want kid k2", head)
 	}
-	if _, err := step1.l.Verify(d.Token, keyA); err != nil {
+	if _, err := step1.l.Verify(tokenOf(d), keyA); err != nil {
 		t.Errorf("step-1 instance rejects a k2 token: %v", err)
 	}
 	// Step 3: k1 retired: its tokens stop verifying.
@@ -135,7 +135,7 @@ func TestRotate(t *testing.T) {
 	if _, err := step3.l.Verify(tok, keyA); !errors.Is(err, ErrUnknownKey) {
 		t.Errorf("ring [k2] with a k1 token = %v, want ErrUnknownKey", err)
 	}
-	if _, err := step3.l.Verify(d.Token, keyA); err != nil {
+	if _, err := step3.l.Verify(tokenOf(d), keyA); err != nil {
 		t.Errorf("ring [k2] with a k2 token = %v", err)
 	}
 	// A ring whose k1 is another secret: wrong signature.
@@ -227,7 +227,7 @@ func TestRejectedAsAbsent(t *testing.T) {
 				t.Errorf("Verify = %v, want %v", err, tc.want)
 			}
 			d := f.allow(t, keyA, tc.tok, "")
-			if d.Allowed || d.Challenge == nil || d.Token != "" {
+			if d.Allowed || challengeOf(d) == nil || tokenOf(d) != "" {
 				t.Errorf("Allow = %+v, want a denial with a challenge, as for no token", d)
 			}
 		})
@@ -247,7 +247,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // key): stock golang-jwt verifies ours, and ours verifies stock ones.
 func TestStockJWTInterop(t *testing.T) {
 	f := newFixture(t, policy("tts", 10, time.Minute, 0), nil)
-	tok := f.allow(t, keyA, "", "").Token
+	tok := tokenOf(f.allow(t, keyA, "", ""))
 	dk := derived(secret1)
 	parsed, err := jwt.Parse(tok, func(*jwt.Token) (any, error) { return dk, nil },
 		jwt.WithValidMethods([]string{"HS256"}), jwt.WithTimeFunc(func() time.Time { return t0 }), jwt.WithExpirationRequired())

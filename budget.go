@@ -1,0 +1,84 @@
+package edgelimit
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// budgetCtx is what context.WithTimeout(parent, d) gives a limiter, without
+// the timer until the limiter needs one: the timer starts on the first call
+// of Done or Value (so the SDK and anything that waits or derives a context
+// get a real one), while Deadline and Err answer from the clock until then.
+// A limiter that answers from memory never starts it, which saves three
+// allocations and a timer-heap insert and delete per decision.
+type budgetCtx struct {
+	parent   context.Context
+	deadline time.Time
+
+	mu       sync.Mutex
+	inner    context.Context // context.WithDeadline(parent, deadline), once started
+	cancel   context.CancelFunc
+	canceled bool
+}
+
+// budget returns a context that expires d after start, the real time the
+// request started: every store call of one request, however many policies
+// guard its route, ends by the request's start plus the longest budget of
+// those policies, so the request waits at most one budget in all.
+func (e *Engine) budget(parent context.Context, start time.Time, d time.Duration) *budgetCtx {
+	deadline := start.Add(d)
+	if pd, ok := parent.Deadline(); ok && pd.Before(deadline) {
+		deadline = pd
+	}
+	return &budgetCtx{parent: parent, deadline: deadline}
+}
+
+// started returns the real context, creating it on first use.
+func (c *budgetCtx) started() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inner == nil {
+		c.inner, c.cancel = context.WithDeadline(c.parent, c.deadline)
+		if c.canceled {
+			c.cancel()
+		}
+	}
+	return c.inner
+}
+
+// stop releases the context, as the CancelFunc of WithTimeout does.
+func (c *budgetCtx) stop() {
+	c.mu.Lock()
+	c.canceled = true
+	cancel := c.cancel
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (c *budgetCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *budgetCtx) Done() <-chan struct{} { return c.started().Done() }
+
+func (c *budgetCtx) Value(key any) any { return c.started().Value(key) }
+
+func (c *budgetCtx) Err() error {
+	c.mu.Lock()
+	inner, canceled := c.inner, c.canceled
+	c.mu.Unlock()
+	if inner != nil {
+		return inner.Err()
+	}
+	if err := c.parent.Err(); err != nil {
+		return err
+	}
+	if canceled {
+		return context.Canceled
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}

@@ -1,0 +1,7 @@
+package edgelimit
+
+// Internals the external tests reach.
+var (
+	CanonicalPath = canonicalPath
+	TemplatePath  = templatePath
+)

@@ -1,0 +1,84 @@
+package edgelimit
+
+import (
+	"strconv"
+	"time"
+)
+
+// The response fields follow draft-ietf-httpapi-ratelimit-headers-11
+// (RateLimit-Policy and RateLimit, Structured Field lists) and RFC 9457
+// problem details with the draft's problem types. Everything that depends
+// on the draft's revision is in this file.
+
+// Header names edgelimit writes.
+const (
+	HeaderRateLimitPolicy = "RateLimit-Policy"
+	HeaderRateLimit       = "RateLimit"
+	HeaderRetryAfter      = "Retry-After"
+	HeaderLegacyLimit     = "X-RateLimit-Limit"
+	HeaderLegacyRemaining = "X-RateLimit-Remaining"
+	HeaderLegacyReset     = "X-RateLimit-Reset"
+	HeaderContentType     = "Content-Type"
+)
+
+// Problem types (draft-11 §5, RFC 9457) used in bodies.
+const (
+	ProblemQuotaExceeded   = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	ProblemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+	ProblemBadRequest      = "about:blank"
+	ContentTypeProblemJSON = "application/problem+json"
+	// The titles are the draft's (§5.1, §5.2).
+	titleQuotaExceeded   = "Request cannot be satisfied as assigned quota has been exceeded"
+	titleReducedCapacity = "Request cannot be satisfied due to temporary server capacity constraints"
+	titleBadRequest      = "Bad Request"
+)
+
+// policyItem is a RateLimit-Policy list member: "name";q=Q;w=W (§3.1; w is
+// whole seconds, rounded up, at least 1).
+func policyItem(name string, q int64, w time.Duration) string {
+	b := strconv.AppendQuote(make([]byte, 0, len(name)+24), name)
+	return string(appendPolicyParams(b, q, w))
+}
+
+func appendPolicyParams(b []byte, q int64, w time.Duration) []byte {
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, max(q, 0), 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, max(Seconds(w), 1), 10)
+}
+
+// appendLimitItem appends a RateLimit list member (§4.1): rItem is
+// `"name";r=`, then the available quota and, when the limiter gave one, the
+// effective window t in whole seconds, rounded up.
+func appendLimitItem(b []byte, rItem string, r int64, t time.Duration) []byte {
+	b = append(b, rItem...)
+	b = strconv.AppendInt(b, max(r, 0), 10)
+	if t > 0 {
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, Seconds(t), 10)
+	}
+	return b
+}
+
+// appendListSep separates list members (§3.1 of RFC 9651 allows optional
+// white space; edgelimit writes ", ").
+func appendListSep(b []byte) []byte {
+	if len(b) > 0 {
+		b = append(b, ", "...)
+	}
+	return b
+}
+
+// Seconds rounds d up to whole seconds, as RateLimit and X-RateLimit-Reset
+// carry it.
+func Seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// RetryAfterSeconds rounds d up to whole seconds, at least 1.
+func RetryAfterSeconds(d time.Duration) int64 {
+	return max(1, Seconds(d))
+}

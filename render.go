@@ -1,0 +1,358 @@
+package edgelimit
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/edgelimit/edgelimit/internal/jsonenc"
+)
+
+// Problem is an RFC 9457 problem details body as edgelimit sends it, without
+// the extension members a limiter may add (Decision.Extension).
+type Problem struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail,omitempty"`
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	RetryAfter       int64    `json:"retry-after,omitempty"`
+}
+
+func badRequest(v *Verdict, detail string) {
+	v.Allowed = false
+	v.Status = 400
+	v.Body = appendProblem(make([]byte, 0, 160), &Problem{Type: ProblemBadRequest, Title: titleBadRequest, Status: 400, Detail: detail}, nil, nil)
+	v.add(HeaderContentType, ContentTypeProblemJSON)
+}
+
+// listed reports whether a policy's decision is shown to the client: it was
+// decided (or peeked) and the policy is not a shadow.
+func listed(c member, s *slot) bool { return !c.Shadow && s.o != notEvaluated }
+
+// render turns the route's decisions into the Verdict: its Decisions, the
+// RateLimit fields of every listed policy, and, when a policy denied (or
+// failed closed), the status, Retry-After and problem body.
+func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
+	blocked, violated := false, 0
+	all, defaults := true, true
+	n := 0
+	for _, c := range rs.policies {
+		s := &slots[c.slot]
+		if c.Shadow {
+			continue
+		}
+		if s.o == notEvaluated {
+			all = false
+			continue
+		}
+		n++
+		if s.o == denied || s.o == failedClosed {
+			blocked = true
+		}
+		if s.o == denied {
+			violated++
+		}
+		if s.d.Limit != c.q || s.d.Window != c.w {
+			defaults = false
+		}
+	}
+	if n <= len(v.decBuf) {
+		v.Decisions = v.decBuf[:0:n]
+	} else {
+		v.Decisions = make([]Decision, 0, n)
+	}
+	for _, c := range rs.policies {
+		if s := &slots[c.slot]; listed(c, s) {
+			v.Decisions = append(v.Decisions, s.d)
+		}
+	}
+
+	// Every computed header value is appended to one buffer, which becomes
+	// one string that the values are sliced from: one allocation for all.
+	var stack [256]byte
+	buf := stack[:0]
+	var policyEnd int
+	if !all || !defaults {
+		for _, c := range rs.policies {
+			if s := &slots[c.slot]; listed(c, s) {
+				buf = appendListSep(buf)
+				if s.d.Limit == c.q && s.d.Window == c.w {
+					buf = append(buf, c.item...)
+				} else {
+					buf = strconv.AppendQuote(buf, c.Name)
+					buf = appendPolicyParams(buf, s.d.Limit, s.d.Window)
+				}
+			}
+		}
+		policyEnd = len(buf)
+	}
+	rlStart := len(buf)
+	var legacy *Decision
+	var retry time.Duration
+	for _, c := range rs.policies {
+		s := &slots[c.slot]
+		if !listed(c, s) {
+			continue
+		}
+		d := &s.d
+		if len(buf) > rlStart {
+			buf = append(buf, ", "...)
+		}
+		buf = appendLimitItem(buf, c.rItem, d.Remaining, d.Reset)
+		if legacy == nil || d.Remaining < legacy.Remaining || d.Remaining == legacy.Remaining && d.Reset > legacy.Reset {
+			legacy = d
+		}
+		if s.o == denied || s.o == failedClosed {
+			retry = max(retry, d.RetryAfter, d.Reset)
+		}
+	}
+	rlEnd := len(buf)
+	var limEnd, remEnd, resetEnd int
+	if e.legacy && legacy != nil {
+		buf = strconv.AppendInt(buf, max(legacy.Limit, 0), 10)
+		limEnd = len(buf)
+		buf = strconv.AppendInt(buf, max(legacy.Remaining, 0), 10)
+		remEnd = len(buf)
+		buf = strconv.AppendInt(buf, Seconds(legacy.Reset), 10)
+		resetEnd = len(buf)
+	}
+	var secs int64
+	if blocked {
+		secs = RetryAfterSeconds(retry)
+		buf = strconv.AppendInt(buf, secs, 10)
+	}
+	vals := string(buf)
+	switch {
+	case all && defaults && rs.policyHeader != "":
+		v.add(HeaderRateLimitPolicy, rs.policyHeader)
+	case policyEnd > 0:
+		v.add(HeaderRateLimitPolicy, vals[:policyEnd])
+	}
+	if rlEnd > rlStart {
+		v.add(HeaderRateLimit, vals[rlStart:rlEnd])
+	}
+	if e.legacy && legacy != nil {
+		v.add(HeaderLegacyLimit, vals[rlEnd:limEnd])
+		v.add(HeaderLegacyRemaining, vals[limEnd:remEnd])
+		v.add(HeaderLegacyReset, vals[remEnd:resetEnd])
+	}
+	// The limiters' own fields: those of the decisions that let the request
+	// through, or of those that denied it (a refunded decision's are
+	// dropped: its state was not spent).
+	want := allowed
+	if blocked {
+		want = denied
+	}
+	addDecisionFields(v, rs, slots, want)
+	if !blocked {
+		v.Allowed = true
+		return
+	}
+	v.Allowed = false
+	v.add(HeaderRetryAfter, vals[max(rlEnd, resetEnd):])
+	v.add(HeaderContentType, ContentTypeProblemJSON)
+	var namesBuf [8]string
+	names := namesBuf[:0]
+	var detail [256]byte
+	if violated == 0 {
+		v.Status = 503
+		for _, c := range rs.policies {
+			if s := &slots[c.slot]; !c.Shadow && s.o == failedClosed {
+				names = append(names, c.Name)
+			}
+		}
+		d := append(detail[:0], "The rate-limit store is unavailable and this endpoint fails closed. Retry in "...)
+		d = appendPlural(d, secs, "second")
+		d = append(d, '.')
+		v.Body = appendProblem(make([]byte, 0, 384), &Problem{Type: ProblemReducedCapacity, Title: titleReducedCapacity, Status: 503,
+			ViolatedPolicies: names, RetryAfter: secs}, d, nil)
+		return
+	}
+	v.Status = 429
+	var ext []string
+	for _, c := range rs.policies {
+		if s := &slots[c.slot]; !c.Shadow && s.o == denied {
+			names = append(names, c.Name)
+			if s.d.Extension != "" {
+				ext = append(ext, s.d.Extension)
+			}
+		}
+	}
+	d := append(detail[:0], "Quota exceeded for "...)
+	d = appendQuoteList(d, names)
+	d = append(d, ". Retry in "...)
+	d = appendPlural(d, secs, "second")
+	d = append(d, '.')
+	for _, c := range rs.policies {
+		if s := &slots[c.slot]; !c.Shadow && s.o == denied && s.d.Detail != "" && !bytes.Contains(d, []byte(s.d.Detail)) {
+			d = append(d, ' ')
+			d = append(d, s.d.Detail...)
+		}
+	}
+	v.Body = appendProblem(make([]byte, 0, 384), &Problem{Type: ProblemQuotaExceeded, Title: titleQuotaExceeded, Status: 429,
+		ViolatedPolicies: names, RetryAfter: secs}, d, ext)
+}
+
+// addDecisionFields adds the header fields of the listed decisions whose
+// outcome is want; fields of one name from several policies are joined
+// into one list value, in policy order.
+func addDecisionFields(v *Verdict, rs *routeSet, slots []slot, want outcome) {
+	for i, c := range rs.policies {
+		s := &slots[c.slot]
+		f := s.d.Field
+		if c.Shadow || s.o != want || f.Name == "" {
+			continue
+		}
+		dup := false
+		for _, p := range rs.policies[:i] {
+			if ps := &slots[p.slot]; !p.Shadow && ps.o == want && equalFoldASCII(ps.d.Field.Name, f.Name) {
+				dup = true // joined with the earlier policy's
+			}
+		}
+		if dup {
+			continue
+		}
+		value := f.Value
+		for _, q := range rs.policies[i+1:] {
+			if qs := &slots[q.slot]; !q.Shadow && qs.o == want && equalFoldASCII(qs.d.Field.Name, f.Name) {
+				value += ", " + qs.d.Field.Value
+			}
+		}
+		v.add(f.Name, value)
+	}
+}
+
+// equalFoldASCII compares header names, which are ASCII tokens, ignoring
+// case.
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// appendQuoteList appends `policy "a"` or `policies "a", "b"`.
+func appendQuoteList(b []byte, names []string) []byte {
+	if len(names) == 1 {
+		return strconv.AppendQuote(append(b, "policy "...), names[0])
+	}
+	b = append(b, "policies "...)
+	for i, n := range names {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendQuote(b, n)
+	}
+	return b
+}
+
+// appendPlural appends "1 second" or "n seconds".
+func appendPlural(b []byte, n int64, unit string) []byte {
+	b = strconv.AppendInt(b, n, 10)
+	b = append(b, ' ')
+	b = append(b, unit...)
+	if n != 1 {
+		b = append(b, 's')
+	}
+	return b
+}
+
+// problemMembers are the members the engine writes itself; an extension
+// cannot replace them.
+var problemMembers = []string{"type", "title", "status", "detail", "violated-policies", "retry-after"}
+
+// appendProblem appends p as JSON, byte for byte what encoding/json writes
+// for it (same field order, omitempty and escaping), without reflection.
+// detail, if not nil, is used in place of p.Detail. exts are JSON objects
+// whose members follow, in order; a member already written is skipped, as
+// is an extension that is not a JSON object.
+func appendProblem(b []byte, p *Problem, detail []byte, exts []string) []byte {
+	b = append(b, `{"type":`...)
+	b = jsonenc.AppendString(b, p.Type)
+	b = append(b, `,"title":`...)
+	b = jsonenc.AppendString(b, p.Title)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(p.Status), 10)
+	if detail != nil {
+		if len(detail) > 0 {
+			b = append(b, `,"detail":`...)
+			b = jsonenc.AppendString(b, detail)
+		}
+	} else if p.Detail != "" {
+		b = append(b, `,"detail":`...)
+		b = jsonenc.AppendString(b, p.Detail)
+	}
+	if len(p.ViolatedPolicies) > 0 {
+		b = append(b, `,"violated-policies":[`...)
+		for i, n := range p.ViolatedPolicies {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = jsonenc.AppendString(b, n)
+		}
+		b = append(b, ']')
+	}
+	if p.RetryAfter != 0 {
+		b = append(b, `,"retry-after":`...)
+		b = strconv.AppendInt(b, p.RetryAfter, 10)
+	}
+	if len(exts) > 0 {
+		b = appendExtensions(b, exts)
+	}
+	return append(b, '}')
+}
+
+// appendExtensions appends the members of each JSON object in exts.
+func appendExtensions(b []byte, exts []string) []byte {
+	seen := append([]string(nil), problemMembers...)
+	for _, ext := range exts {
+		dec := json.NewDecoder(strings.NewReader(ext))
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			continue
+		}
+		for dec.More() {
+			tok, err := dec.Token()
+			name, ok := tok.(string)
+			if err != nil || !ok {
+				break
+			}
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				break
+			}
+			dup := false
+			for _, s := range seen {
+				dup = dup || s == name
+			}
+			if dup {
+				continue
+			}
+			seen = append(seen, name)
+			b = append(b, ',')
+			b = jsonenc.AppendString(b, name)
+			b = append(b, ':')
+			var c bytes.Buffer
+			if json.Compact(&c, raw) == nil {
+				b = append(b, c.Bytes()...)
+			} else {
+				b = append(b, raw...)
+			}
+		}
+	}
+	return b
+}

@@ -1,0 +1,115 @@
+package edgelimit
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// routeSet is the set of policies that guard one kind of request (the
+// routes it matches), built once and cached by the set's policy mask.
+type routeSet struct {
+	label    string
+	policies []member
+	// policyHeader is the RateLimit-Policy value when every listed
+	// (non-shadow) policy answers with its default quota.
+	policyHeader string
+	// plain limiters are decided first, one by one (soft ones are refunded
+	// if another denies); then each batch group, atomically.
+	plain  []member
+	groups [][]member
+}
+
+// member is a policy of a route set and its slot: the index of its
+// request, outcome and Decision in this route's per-request arrays.
+type member struct {
+	*compiled
+	slot int
+}
+
+// match returns the set of policies whose routes match the canonical path,
+// or the gateway's route template, or nil.
+func (e *Engine) match(method, path, template string) *routeSet {
+	matches := func(r Route) bool {
+		return r.Matches(method, path) || template != "" && r.Matches(method, template)
+	}
+	if len(e.policies) <= 64 {
+		var mask uint64
+		for _, r := range e.routes {
+			if matches(r.route) {
+				mask |= 1 << uint(r.policy)
+			}
+		}
+		if mask == 0 {
+			return nil
+		}
+		if rs, ok := e.sets.Load(mask); ok {
+			return rs.(*routeSet)
+		}
+		rs := e.newRouteSet(matches)
+		e.sets.Store(mask, rs)
+		return rs
+	}
+	var key []byte
+	for _, r := range e.routes {
+		if matches(r.route) {
+			key = strconv.AppendInt(key, int64(r.policy), 36)
+			key = append(key, ',')
+		}
+	}
+	if key == nil {
+		return nil
+	}
+	if rs, ok := e.bigSets.Load(string(key)); ok {
+		return rs.(*routeSet)
+	}
+	rs := e.newRouteSet(matches)
+	e.bigSets.Store(string(key), rs)
+	return rs
+}
+
+func (e *Engine) newRouteSet(matches func(Route) bool) *routeSet {
+	rs := &routeSet{}
+	var best Route
+	bestScore := -1
+	seen := map[int]bool{}
+	var policies []*compiled
+	for _, r := range e.routes {
+		if !matches(r.route) {
+			continue
+		}
+		if s := r.route.specificity(); s > bestScore {
+			best, bestScore = r.route, s
+		}
+		if !seen[r.policy] {
+			seen[r.policy] = true
+			policies = append(policies, e.policies[r.policy])
+		}
+	}
+	slices.SortFunc(policies, func(a, b *compiled) int { return a.index - b.index })
+	for slot, c := range policies {
+		rs.policies = append(rs.policies, member{c, slot})
+	}
+	rs.label = best.String()
+	var items []string
+	groups := map[string]int{}
+	for _, c := range rs.policies {
+		if !c.Shadow {
+			items = append(items, c.item)
+		}
+		if c.batch != nil && !c.Shadow {
+			k := c.batch.BatchKey()
+			gi, ok := groups[k]
+			if !ok {
+				gi = len(rs.groups)
+				groups[k] = gi
+				rs.groups = append(rs.groups, nil)
+			}
+			rs.groups[gi] = append(rs.groups[gi], c)
+			continue
+		}
+		rs.plain = append(rs.plain, c)
+	}
+	rs.policyHeader = strings.Join(items, ", ")
+	return rs
+}
