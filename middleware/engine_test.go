@@ -430,3 +430,57 @@ func FuzzProblemBody(f *testing.F) {
 		sameAsEncodingJSON(t, v.Body)
 	})
 }
+
+// Regression (issue 10, item 1), through every adapter: no spelling of a
+// path escapes its route's policies.
+func TestPathSpellings(t *testing.T) {
+	const policies = `
+version: 1
+policies:
+  - {name: contact, routes: ["POST /contact"], key: ip, strategy: durable, limit: 3, window: 1m}
+`
+	spellings := []string{"/contact/", "//contact", "/contact//", "/./contact", "/x/../contact", "/%63ontact", "/contact%2F", "/contact"}
+	for _, a := range adapters {
+		e, _ := newEngine(t, policies)
+		run := a.build(t, e, nil, nil)
+		ok := 0
+		for _, p := range spellings {
+			r := run(call{Method: "POST", Path: p, IP: "203.0.113.7"})
+			switch r.Status {
+			case 200:
+				ok++
+			case 429:
+			default:
+				t.Errorf("%s: POST %s: status %d, want 200 or 429", a.name, p, r.Status)
+			}
+		}
+		if ok != 3 {
+			t.Errorf("%s: %d of %d spellings of /contact admitted, want the limit, 3", a.name, ok, len(spellings))
+		}
+	}
+}
+
+// The route the gateway matched guards the request too: an HTTP API
+// routeKey and a REST API resource.
+func TestGatewayRoute(t *testing.T) {
+	const policies = `
+version: 1
+policies:
+  - {name: paid, routes: ["GET /paid/*"], key: ip, strategy: durable, limit: 1, window: 1m}
+`
+	for _, a := range adapters {
+		if a.name != "HTTPAPI" && a.name != "RESTAPI" {
+			continue
+		}
+		e, _ := newEngine(t, policies)
+		run := a.build(t, e, nil, nil)
+		first := run(call{Method: "GET", Path: "/v1/report", IP: "203.0.113.7", Route: "/paid/{resource}"})
+		second := run(call{Method: "GET", Path: "/v1/report", IP: "203.0.113.7", Route: "/paid/{resource}"})
+		if first.Status != 200 || second.Status != 429 {
+			t.Errorf("%s: statuses %d, %d; want 200 then 429 (the gateway's route /paid/{resource} is limited)", a.name, first.Status, second.Status)
+		}
+		if r := run(call{Method: "GET", Path: "/v1/report", IP: "203.0.113.7"}); r.Status != 200 || r.Header.Get("RateLimit") != "" {
+			t.Errorf("%s: without a route: %d %v; want unguarded", a.name, r.Status, r.Header)
+		}
+	}
+}

@@ -71,7 +71,12 @@ func guard[Req, Resp any](name string, e *edgelimit.Engine, h func(context.Conte
 func HTTPAPI(e *edgelimit.Engine, h HTTPAPIHandler) HTTPAPIHandler {
 	return guard("HTTPAPI", e, h,
 		func(req *events.APIGatewayV2HTTPRequest) edgelimit.Input {
-			return v2Input(req.RequestContext.HTTP, req.RawPath, req.Headers, httpAPIClaims(req.RequestContext.Authorizer))
+			in := v2Input(req.RequestContext.HTTP, req.RawPath, req.Headers, httpAPIClaims(req.RequestContext.Authorizer))
+			in.Route = req.RouteKey
+			if in.Route == "" {
+				in.Route = req.RequestContext.RouteKey
+			}
+			return in
 		},
 		func(_ *events.APIGatewayV2HTTPRequest, v *edgelimit.Verdict) events.APIGatewayV2HTTPResponse {
 			return events.APIGatewayV2HTTPResponse{StatusCode: status(v), Headers: singleOf(v.Header()), Body: body(v)}
@@ -125,6 +130,7 @@ func RESTAPI(e *edgelimit.Engine, h RESTAPIHandler) RESTAPIHandler {
 			return edgelimit.Input{
 				Method:   req.HTTPMethod,
 				Path:     req.Path,
+				Route:    req.Resource,
 				SourceIP: req.RequestContext.Identity.SourceIP,
 				Header:   headersOf(req.Headers, req.MultiValueHeaders),
 				Claims:   restAPIClaims(req.RequestContext.Authorizer),

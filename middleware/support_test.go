@@ -149,6 +149,9 @@ type call struct {
 	Header map[string]string
 	// Sample overrides the adapter's default testdata event.
 	Sample string
+	// Route is the route the gateway matched (routeKey, resource), for the
+	// adapters whose events carry one; default none ($default, /{proxy+}).
+	Route string
 }
 
 // result is one response in adapter-neutral terms.
@@ -241,6 +244,10 @@ var adapters = []adapter{
 				ev := decodeSample[events.APIGatewayV2HTTPRequest](tb, sampleOr(c, "apigw-v2-request-no-authorizer.json"))
 				ev.RequestContext.HTTP.Method = c.Method
 				ev.RawPath, ev.RequestContext.HTTP.Path = c.Path, c.Path
+				ev.RouteKey, ev.RequestContext.RouteKey = "$default", "$default"
+				if c.Route != "" {
+					ev.RouteKey, ev.RequestContext.RouteKey = c.Method+" "+c.Route, c.Method+" "+c.Route
+				}
 				ev.RequestContext.HTTP.SourceIP = c.IP
 				for k, v := range c.Header {
 					ev.Headers[strings.ToLower(k)] = v
@@ -291,6 +298,10 @@ var adapters = []adapter{
 				ev := decodeSample[events.APIGatewayProxyRequest](tb, sampleOr(c, "apigw-request.json"))
 				ev.HTTPMethod, ev.RequestContext.HTTPMethod = c.Method, c.Method
 				ev.Path = c.Path
+				ev.Resource, ev.RequestContext.ResourcePath = "/{proxy+}", "/{proxy+}"
+				if c.Route != "" {
+					ev.Resource, ev.RequestContext.ResourcePath = c.Route, c.Route
+				}
 				ev.RequestContext.Identity.SourceIP = c.IP
 				for k, v := range c.Header {
 					ev.Headers[k] = v

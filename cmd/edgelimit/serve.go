@@ -154,7 +154,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	// The example functions' handlers answer their routes, exactly as they do
 	// on Lambda; every other route gets the demo echo.
 	app := handlers.Mux(handlers.Deps{Logger: log}, demoHandler)
-	api, err := apigwlocal.New(apigwlocal.Config{Handler: apigwlocal.Handler(middleware.HTTPAPI(engine, app)), Logger: log})
+	api, err := apigwlocal.New(apigwlocal.Config{Handler: apigwlocal.Handler(middleware.HTTPAPI(engine, app)), Logger: log, RouteKey: handlers.RouteKey})
 	if err != nil {
 		return nil, err
 	}

@@ -230,6 +230,23 @@ func Mux(d Deps, fallback middleware.HTTPAPIHandler) middleware.HTTPAPIHandler {
 	}
 }
 
+// RouteKey returns the route API Gateway would match for a request to the
+// example functions ("POST /contact", "GET /paid/{resource}"), with the
+// same matching as Mux, or "$default" when none does. `edgelimit serve`
+// puts it in the events it builds, as the gateway does.
+func RouteKey(method, path string) string {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	for _, f := range All() {
+		for _, r := range f.Routes {
+			m, p, _ := strings.Cut(r, " ")
+			if m == method && matchRoute(strings.Split(strings.Trim(p, "/"), "/"), segs) {
+				return r
+			}
+		}
+	}
+	return "$default"
+}
+
 // matchRoute matches path segments against an API Gateway route's.
 func matchRoute(route, path []string) bool {
 	for i, p := range route {

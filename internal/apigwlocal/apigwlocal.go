@@ -37,13 +37,17 @@ type Config struct {
 	Logger *slog.Logger
 	// Now stamps requestContext.time; default time.Now.
 	Now func() time.Time
+	// RouteKey names the route the gateway matched for a request, as
+	// routeKey ("POST /contact"); default "$default" for every request.
+	RouteKey func(method, rawPath string) string
 }
 
 // Server is an http.Handler that turns requests into API Gateway v2 events.
 type Server struct {
-	h   Handler
-	log *slog.Logger
-	now func() time.Time
+	h     Handler
+	log   *slog.Logger
+	now   func() time.Time
+	route func(method, rawPath string) string
 }
 
 // New returns a Server for cfg.
@@ -51,7 +55,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Handler == nil {
 		return nil, errors.New("apigwlocal: Config.Handler is required")
 	}
-	s := &Server{h: cfg.Handler, log: cfg.Logger, now: cfg.Now}
+	s := &Server{h: cfg.Handler, log: cfg.Logger, now: cfg.Now, route: cfg.RouteKey}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -120,16 +124,20 @@ func (s *Server) Event(r *http.Request) (events.APIGatewayV2HTTPRequest, error) 
 			query[k] = strings.Join(vs, ",")
 		}
 	}
+	routeKey := "$default"
+	if s.route != nil {
+		routeKey = s.route(r.Method, rawPath)
+	}
 	ev := events.APIGatewayV2HTTPRequest{
 		Version:               "2.0",
-		RouteKey:              "$default",
+		RouteKey:              routeKey,
 		RawPath:               rawPath,
 		RawQueryString:        r.URL.RawQuery,
 		Cookies:               cookies,
 		Headers:               headers,
 		QueryStringParameters: query,
 		RequestContext: events.APIGatewayV2HTTPRequestContext{
-			RouteKey:     "$default",
+			RouteKey:     routeKey,
 			AccountID:    "000000000000",
 			Stage:        "$default",
 			RequestID:    requestID(),
