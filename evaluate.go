@@ -140,7 +140,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, slots []slot) {
 	}
 	if e.observe != nil {
 		for _, c := range rs.policies {
-			if s := &slots[c.slot]; s.o != notEvaluated {
+			if s := &slots[c.slot]; s.o != notEvaluated || s.storeErr != nil {
 				e.emit(rs, c.compiled, s)
 			}
 		}

@@ -23,6 +23,9 @@ const (
 	MetricDenied       = "Denied"
 	MetricShadowDenied = "ShadowDenied"
 	MetricDegraded     = "Degraded"
+	MetricStoreErrors  = "StoreErrors"
+	MetricRefunded     = "Refunded"
+	MetricRefundFailed = "RefundFailed"
 	MetricStoreLatency = "StoreLatency"
 )
 
@@ -102,6 +105,9 @@ func NewEMF(cfg EMFConfig) (*EMF, error) {
 		`{"Name":"`+MetricDenied+`","Unit":"Count"},`+
 		`{"Name":"`+MetricShadowDenied+`","Unit":"Count"},`+
 		`{"Name":"`+MetricDegraded+`","Unit":"Count"},`+
+		`{"Name":"`+MetricStoreErrors+`","Unit":"Count"},`+
+		`{"Name":"`+MetricRefunded+`","Unit":"Count"},`+
+		`{"Name":"`+MetricRefundFailed+`","Unit":"Count"},`+
 		`{"Name":"`+MetricStoreLatency+`","Unit":"Milliseconds"}]}]},`...)
 	m.directive = d
 	if cfg.Function != "" {
@@ -159,12 +165,20 @@ func (m *EMF) AppendLine(b []byte, ev edgelimit.Event) []byte {
 		b = jsonenc.AppendString(b, ev.Strategy)
 		b = append(b, ',')
 	}
-	denied := !ev.Allowed && !ev.Shadow
+	// Allowed counts what the policy let through: not a decision another
+	// policy's denial undid (Refunded), nor a peek. Denied counts every
+	// violation the client was told of, peeked ones included.
+	// A peek that failed decided nothing.
+	allowed := ev.Allowed && !ev.Refunded && !ev.Peeked
+	denied := !ev.Allowed && !ev.Shadow && !(ev.Peeked && ev.StoreError != nil)
 	shadowDenied := !ev.Allowed && ev.Shadow
-	b = appendCount(b, MetricAllowed, ev.Allowed)
+	b = appendCount(b, MetricAllowed, allowed)
 	b = appendCount(b, MetricDenied, denied)
 	b = appendCount(b, MetricShadowDenied, shadowDenied)
 	b = appendCount(b, MetricDegraded, ev.Degraded)
+	b = appendCount(b, MetricStoreErrors, ev.StoreError != nil)
+	b = appendCount(b, MetricRefunded, ev.Refunded && ev.RefundError == nil)
+	b = appendCount(b, MetricRefundFailed, ev.RefundError != nil)
 	b = append(b, `"`+MetricStoreLatency+`":`...)
 	lat := max(ev.Latency, 0)
 	b = strconv.AppendFloat(b, float64(lat.Microseconds())/1000, 'f', -1, 64)

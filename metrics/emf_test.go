@@ -204,6 +204,31 @@ func TestEMFLinesFollowTheSpecification(t *testing.T) {
 			want: map[string]string{"Allowed": "0", "Denied": "1", "Degraded": "1"},
 		},
 		{
+			name: "refunded: another policy denied, so it let nothing through",
+			ev:   edgelimit.Event{Route: "GET /x", Policy: "soft", Strategy: "kv", Allowed: true, Refunded: true},
+			want: map[string]string{"Allowed": "0", "Denied": "0", "Refunded": "1", "RefundFailed": "0"},
+		},
+		{
+			name: "a refund that could not land is counted",
+			ev:   edgelimit.Event{Route: "GET /x", Policy: "soft", Strategy: "kv", Allowed: true, Refunded: true, RefundError: storeErr},
+			want: map[string]string{"Allowed": "0", "Refunded": "0", "RefundFailed": "1"},
+		},
+		{
+			name: "a peeked violation is a denial",
+			ev:   edgelimit.Event{Route: "GET /x", Policy: "hourly", Strategy: "durable", Peeked: true},
+			want: map[string]string{"Allowed": "0", "Denied": "1"},
+		},
+		{
+			name: "a peek that would allow lets nothing through",
+			ev:   edgelimit.Event{Route: "GET /x", Policy: "daily", Strategy: "durable", Peeked: true, Allowed: true},
+			want: map[string]string{"Allowed": "0", "Denied": "0"},
+		},
+		{
+			name: "store errors are counted, degraded or not",
+			ev:   edgelimit.Event{Route: "GET /x", Policy: "daily", Strategy: "durable", Peeked: true, StoreError: storeErr},
+			want: map[string]string{"StoreErrors": "1", "Degraded": "0", "Denied": "0", "Allowed": "0"},
+		},
+		{
 			name: "hostile route text stays one valid line",
 			ev:   edgelimit.Event{Route: "GET /a\"b\\c\n\x00\u2028\xff", Policy: "p", Allowed: true},
 			want: map[string]string{"Route": `"GET /a\"b\\c\n\u0000\u2028\ufffd"`},
@@ -275,7 +300,7 @@ func TestEMFDirectiveNamesEveryMetric(t *testing.T) {
 		def := d.(map[string]any)
 		names = append(names, fmt.Sprintf("%s/%s", def["Name"], def["Unit"]))
 	}
-	want := "Allowed/Count Denied/Count ShadowDenied/Count Degraded/Count StoreLatency/Milliseconds"
+	want := "Allowed/Count Denied/Count ShadowDenied/Count Degraded/Count StoreErrors/Count Refunded/Count RefundFailed/Count StoreLatency/Milliseconds"
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("Metrics = %s, want %s", got, want)
 	}

@@ -21,5 +21,5 @@ func ExampleEMF() {
 	}
 	m.Observe(edgelimit.Event{Route: "POST /contact", Policy: "contact", Strategy: "kv", Latency: 420 * time.Microsecond})
 	// Output:
-	// {"_aws":{"Timestamp":1700000000000,"CloudWatchMetrics":[{"Namespace":"edgelimit","Dimensions":[["Policy","Route"]],"Metrics":[{"Name":"Allowed","Unit":"Count"},{"Name":"Denied","Unit":"Count"},{"Name":"ShadowDenied","Unit":"Count"},{"Name":"Degraded","Unit":"Count"},{"Name":"StoreLatency","Unit":"Milliseconds"}]}]},"Policy":"contact","Route":"POST /contact","Function":"contact","Strategy":"kv","Allowed":0,"Denied":1,"ShadowDenied":0,"Degraded":0,"StoreLatency":0.42}
+	// {"_aws":{"Timestamp":1700000000000,"CloudWatchMetrics":[{"Namespace":"edgelimit","Dimensions":[["Policy","Route"]],"Metrics":[{"Name":"Allowed","Unit":"Count"},{"Name":"Denied","Unit":"Count"},{"Name":"ShadowDenied","Unit":"Count"},{"Name":"Degraded","Unit":"Count"},{"Name":"StoreErrors","Unit":"Count"},{"Name":"Refunded","Unit":"Count"},{"Name":"RefundFailed","Unit":"Count"},{"Name":"StoreLatency","Unit":"Milliseconds"}]}]},"Policy":"contact","Route":"POST /contact","Function":"contact","Strategy":"kv","Allowed":0,"Denied":1,"ShadowDenied":0,"Degraded":0,"StoreErrors":0,"Refunded":0,"RefundFailed":0,"StoreLatency":0.42}
 }
