@@ -40,10 +40,16 @@ type Key struct {
 }
 
 // NewKeyFromSecret returns the key id with secret, which must be at least
-// edgelimit.MinSecretLength (32) bytes, best 32 random bytes.
+// edgelimit.MinSecretLength (32) bytes, best 32 random bytes. The id is a
+// short public name (every token's header carries it): one that could be a
+// secret, base64 of 32 bytes or more, is refused, as ParseKeyRing refuses
+// it. Errors never repeat the id.
 func NewKeyFromSecret(id string, secret []byte) (Key, error) {
 	if !validKeyID(id) {
 		return Key{}, fmt.Errorf("%w: key id must be 1-%d characters of A-Z a-z 0-9 . _ -", ErrBadKey, MaxKeyIDLength)
+	}
+	if looksLikeSecret(id) {
+		return Key{}, fmt.Errorf("%w: the key id looks like a secret (43 or more base64 characters); a key id is a short public name", ErrBadKey)
 	}
 	if len(secret) < edgelimit.MinSecretLength {
 		return Key{}, fmt.Errorf("signedwindow: a secret of %d bytes: %w", len(secret), edgelimit.ErrShortSecret)

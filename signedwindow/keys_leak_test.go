@@ -74,6 +74,10 @@ func TestKeyConstructorsNeverShowTheID(t *testing.T) {
 	if _, err := NewKeyFromSecret(id, []byte("short")); err == nil || strings.Contains(err.Error(), id[:8]) || !errors.Is(err, edgelimit.ErrShortSecret) {
 		t.Errorf("NewKeyFromSecret(short) = %v, want ErrShortSecret without the id", err)
 	}
+	secretID := "vafSO7SA4By5DaA0Pcu0WmVAWI6f3df28Mxl_Kjlbrg" // URL-safe base64 of 32 bytes: a valid kid
+	if _, err := NewKeyFromSecret(secretID, secret1); err == nil || strings.Contains(err.Error(), secretID[:8]) || !errors.Is(err, ErrBadKey) {
+		t.Errorf("NewKeyFromSecret(a secret as the id) = %v, want ErrBadKey without the id", err)
+	}
 	k := mustKey(t, id, secret1)
 	if _, err := NewKeyRing(k, mustKey(t, id, secret2)); err == nil || strings.Contains(err.Error(), id[:8]) || !errors.Is(err, ErrBadKey) {
 		t.Errorf("NewKeyRing(duplicate ids) = %v, want ErrBadKey without the id", err)
