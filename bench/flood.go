@@ -190,7 +190,8 @@ func searchPolicy(body string) string {
 }
 
 // gcraPolicy is the search function's policy (functions/handlers/policies/
-// search.yaml, nginx's rate=10r/s burst=20): durable gcra per address, an
+// search.yaml; nginx's rate=10r/s burst=19 nodelay, one fewer at once than
+// the published experiment's burst=20): durable gcra per address, an
 // in-process limiter deciding while the store fails; extra adds fields.
 func gcraPolicy(extra string) string {
 	return searchPolicy("    strategy: durable\n    algorithm: gcra\n    limit: 10\n    window: 1s\n    burst: 20\n    on_store_error: local\n" + extra)

@@ -23,7 +23,9 @@
 //     per shard.
 //   - gcra: the generic cell rate algorithm, a token bucket of capacity
 //     burst (default limit) refilling limit units per window, kept as one
-//     theoretical arrival time. nginx limit_req with burst and nodelay.
+//     theoretical arrival time. nginx limit_req with nodelay, whose burst
+//     counts the requests beyond the first: burst B here is nginx's
+//     burst=B-1.
 //
 // A Decision's Remaining is the units that would pass now, Reset the time
 // until the quota is whole again (for the fixed and sliding windows, at

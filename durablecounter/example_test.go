@@ -135,8 +135,9 @@ func ExampleNew_slidingWindow() {
 	// 12:01:30 allowed=true remaining=3 retry-after=0s
 }
 
-// gcra is nginx's limit_req with burst and nodelay: from idle, burst
-// requests pass at once, then one per interval (window / limit).
+// gcra is nginx's limit_req with nodelay: from idle, burst requests pass
+// at once, then one per interval (window / limit). (nginx's burst=b passes
+// b+1 at once: burst B here is nginx's burst=B-1.)
 func ExampleNew_gcra() {
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	counter, err := durablecounter.New(durablecounter.Config{

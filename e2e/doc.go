@@ -18,6 +18,13 @@
 // function may call exactly the DynamoDB actions its strategies' narrow
 // SDK interfaces declare, on the one table, and cfn-lint passes.
 //
+// The secret tests start `edgelimit serve` (built once) and the tts function
+// with malformed EDGELIMIT_SECRETS and EDGELIMIT_HASH_KEY values
+// (internal/leaktest) and check that no output shows a trace of a secret.
+// TestNginxBurstIsEdgelimitBurstMinusOne runs Debian's nginx (installed by
+// .ci/run; the test skips without it except in CI) beside `edgelimit serve`
+// and pins how gcra's burst maps to limit_req's.
+//
 // TestColdStart measures each bootstrap's size and the emulator's Init
 // Duration (median of several cold starts); `make cold-start` prints the
 // table that docs/deploy.md shows.

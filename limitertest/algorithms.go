@@ -109,8 +109,9 @@ func (s *suite) testGCRASteps(t *testing.T) {
 	})
 }
 
-// testGCRABurst pins nginx's limit_req burst/nodelay behaviour: from idle,
-// burst requests pass at once, then exactly one per emission interval.
+// testGCRABurst pins the bucket's burst (nginx's limit_req nodelay with
+// burst=B-1): from idle, burst requests pass at once, then exactly one per
+// emission interval.
 func (s *suite) testGCRABurst(t *testing.T) {
 	e := s.env(t)
 	l := e.limiterBurst("burst", 60, time.Minute, 5) // one a second, burst 5

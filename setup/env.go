@@ -265,24 +265,57 @@ func lambdaDynamoDB(getenv func(string) string, endpoint string) (*dynamodb.Clie
 
 // HashKey decodes EDGELIMIT_HASH_KEY: standard base64 (padded or not),
 // surrounding white space ignored, at least edgelimit.MinSecretLength bytes.
-// The value is never echoed.
+// Its errors say what is wrong with the value's shape and never show any
+// part of it.
 func HashKey(s string) ([]byte, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return nil, fmt.Errorf("%w: %s is not set; every instance must hash client keys with the same secret: "+
-			"set it to %d or more random bytes in base64 (openssl rand -base64 32)", ErrEnv, EnvHashKey, edgelimit.MinSecretLength)
+		return nil, fmt.Errorf("%w: %s is not set; every instance must hash client keys with the same secret: %s",
+			ErrEnv, EnvHashKey, hashKeyFormat)
 	}
 	b, err := base64.StdEncoding.DecodeString(s)
 	if err != nil {
 		b, err = base64.RawStdEncoding.DecodeString(s)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s is not standard base64", ErrEnv, EnvHashKey)
+		return nil, fmt.Errorf("%w: %s is not standard base64: %s; %s", ErrEnv, EnvHashKey, hashKeyProblem(s), hashKeyFormat)
 	}
 	if len(b) < edgelimit.MinSecretLength {
-		return nil, fmt.Errorf("%w: %s decodes to %d bytes; it needs at least %d", ErrEnv, EnvHashKey, len(b), edgelimit.MinSecretLength)
+		clear(b)
+		return nil, fmt.Errorf("%w: %s decodes to %d bytes; it needs at least %d: %s", ErrEnv, EnvHashKey, len(b), edgelimit.MinSecretLength, hashKeyFormat)
 	}
 	return b, nil
+}
+
+// hashKeyFormat ends every EDGELIMIT_HASH_KEY error: what the value must be.
+var hashKeyFormat = fmt.Sprintf("set it to standard base64 of %d or more random bytes, such as the output of `openssl rand -base64 32`",
+	edgelimit.MinSecretLength)
+
+// hashKeyProblem says why s, which is not standard base64, is not, without
+// quoting it.
+func hashKeyProblem(s string) string {
+	const quotes = "\"'`"
+	base64ish := func(r rune) bool { // either alphabet, padding, and the line breaks the decoder skips
+		return r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune("+/-_=\r\n", r)
+	}
+	switch {
+	case strings.HasPrefix(s, "{"):
+		return "it holds JSON (the whole Secrets Manager secret?); set it to the hash_key value alone, as template.yaml's dynamic reference does"
+	case strings.ContainsAny(s[:1], quotes) || strings.ContainsAny(s[len(s)-1:], quotes):
+		return "it is in quotes; remove them"
+	case strings.ContainsAny(s, " \t\v\f"):
+		return "it contains white space"
+	case strings.Contains(s, ":"):
+		return "it has a colon, like a key ring entry (kid:base64 belongs in " + EnvSecrets + "); the hash key is base64 alone"
+	case strings.ContainsFunc(s, func(r rune) bool { return !base64ish(r) }):
+		return "it has a character other than A-Z a-z 0-9 + / ="
+	case strings.ContainsAny(s, "-_"):
+		if _, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "=")); err == nil {
+			return "it is URL-safe base64 (- and _); standard base64 uses + and / instead"
+		}
+		return "it has a character other than A-Z a-z 0-9 + / ="
+	}
+	return "its length or padding is wrong (cut short?)"
 }
 
 // loadPolicies reads the policy file (embedded or EDGELIMIT_POLICY_FILE)

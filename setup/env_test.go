@@ -97,7 +97,7 @@ func TestFromEnvRejectsBadEnvironments(t *testing.T) {
 		{"override window without unit", map[string]string{setup.EnvOverrides: "daily.window=10"}, durableFile, `needs a unit`},
 		{"shadow of an unknown policy", map[string]string{setup.EnvShadow: "dialy"}, durableFile, `EDGELIMIT_SHADOW names policy "dialy"`},
 		{"signed without key ring", map[string]string{setup.EnvSecrets: ""}, signedFile, "EDGELIMIT_SECRETS is not set"},
-		{"signed with a short key", map[string]string{setup.EnvSecrets: "k1:c2hvcnQtc2VjcmV0"}, signedFile, `"k1"`},
+		{"signed with a short key", map[string]string{setup.EnvSecrets: "k1:c2hvcnQtc2VjcmV0"}, signedFile, "entry 1 of EDGELIMIT_SECRETS: the secret decodes to 12 bytes"},
 		{"signed with a bad entry", map[string]string{setup.EnvSecrets: "just-a-secret"}, signedFile, "entry 1 of EDGELIMIT_SECRETS"},
 	}
 	for _, tt := range tests {

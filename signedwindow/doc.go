@@ -61,7 +61,9 @@
 // token signed by a key it does not know: "old,new" (new verifies), then
 // "new,old" (new signs), then, after the longest window plus the
 // proof-of-work TTL, "new". Keys never appear in errors, String, %v, %#v or
-// logs.
+// logs: ParseKeyRing's errors name an entry by position and describe its
+// shape, never its text, and it refuses a key id that could be a secret
+// (key ids are public: every token's header carries one).
 //
 // # Threat model and replay
 //

@@ -20,11 +20,12 @@ func ExampleParseKeyRing() {
 		panic(err)
 	}
 	fmt.Println(keys) // never shows the secrets
+	// Errors name the entry and what is wrong with it, never its text.
 	_, err = signedwindow.ParseKeyRing("k1:dG9vIHNob3J0")
 	fmt.Println(err)
 	// Output:
 	// signedwindow.KeyRing{k2 (signs), k1}
-	// signedwindow: key "k1": edgelimit: secret must be at least 32 bytes
+	// signedwindow: bad key: entry 1 of EDGELIMIT_SECRETS: the secret decodes to 9 bytes; it needs at least 32; expected kid:base64, like k1:<44 base64 characters> (`edgelimit keygen` prints one)
 }
 
 func ExampleNewKey() {
