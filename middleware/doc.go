@@ -78,5 +78,7 @@
 // the Cognito user pool authorizer's claims (REST API, the "claims" map,
 // looked up before the rest of the context). Numbers and booleans are used as
 // their JSON text; nested objects and lists are ignored. Function URLs (IAM
-// only), ALB and net/http carry no claims.
+// only) and ALB carry no claims. A net/http service that authenticates its
+// own requests says where their claims are with [WithClaims] (and [Claims]
+// for a decoded JWT claim map).
 package middleware

@@ -73,3 +73,55 @@ policies:
 	// 200 RateLimit: "search";r=0;t=60 Retry-After: ""
 	// 429 RateLimit: "search";r=0;t=60 Retry-After: "60"
 }
+
+// A net/http service behind its own authentication keys a policy by a
+// claim: WithClaims says where the claims are. Here a stand-in for a JWT
+// middleware (golang-jwt's parser would fill the same jwt.MapClaims) puts
+// them in the request's context.
+func ExampleWithClaims() {
+	policies, err := edgelimit.ParsePolicies("policies.yaml", []byte(`
+version: 1
+policies:
+  - name: per-user
+    routes: ["GET /reports"]
+    key: claim:sub
+    strategy: durable
+    limit: 1
+    window: 1h
+`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	engine, err := edgelimit.New(edgelimit.Config{Policies: policies, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	type claimsKey struct{}
+	authenticate := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// A real service verifies the bearer token here.
+			claims := map[string]any{"sub": r.Header.Get("X-Demo-User"), "scope": "reports"}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), claimsKey{}, claims)))
+		})
+	}
+	claimsOf := func(r *http.Request) edgelimit.ClaimGetter {
+		m, _ := r.Context().Value(claimsKey{}).(map[string]any)
+		return middleware.Claims(m)
+	}
+	reports := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "report") })
+	h := authenticate(middleware.Handler(engine, reports, middleware.WithClaims(claimsOf)))
+	for _, user := range []string{"alice", "alice", "bob"} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/reports", nil)
+		r.Header.Set("X-Demo-User", user)
+		h.ServeHTTP(w, r)
+		fmt.Println(user, w.Code)
+	}
+	// Output:
+	// alice 200
+	// alice 429
+	// bob 200
+}

@@ -8,21 +8,60 @@ import (
 	"github.com/edgelimit/edgelimit"
 )
 
+// An Option configures Handler.
+type Option interface{ apply(*options) }
+
+type options struct {
+	claims func(*http.Request) edgelimit.ClaimGetter
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithClaims tells Handler where a request's claims are, for policies
+// keyed by claim:NAME: claims(r) returns them, typically from what an
+// authentication middleware in front of Handler stored in r's context (see
+// Claims for a claim map), or nil when the request has none. Without it,
+// net/http requests carry no claims, and a claim-keyed policy answers them
+// as its on_missing_key says.
+func WithClaims(claims func(r *http.Request) edgelimit.ClaimGetter) Option {
+	return optionFunc(func(o *options) { o.claims = claims })
+}
+
+// Claims adapts a decoded JWT claim set (golang-jwt's jwt.MapClaims, or any
+// map[string]any from JSON) for WithClaims: strings as they are, numbers and
+// booleans as their JSON text; objects, lists and null are absent, as in the
+// Lambda adapters.
+func Claims(m map[string]any) edgelimit.ClaimGetter {
+	if m == nil {
+		return nil
+	}
+	return contextClaims(m)
+}
+
 // Handler wraps next so that e decides every request before next runs.
 //
 // The client address is the host part of r.RemoteAddr, the TCP peer. The
-// path is the request's escaped path, as sent. On an allowed request the
-// verdict's headers are set on the response when next first writes (or when
-// it returns without writing), replacing any of the same name next set;
-// otherwise the verdict's status, headers and problem body are written and
-// next does not run.
-func Handler(e *edgelimit.Engine, next http.Handler) http.Handler {
+// path is the request's escaped path, as sent. Claims come from
+// WithClaims, if given. On an allowed request the verdict's headers are set
+// on the response when next first writes (or when it returns without
+// writing), replacing any of the same name next set; otherwise the verdict's
+// status, headers and problem body are written and next does not run.
+func Handler(e *edgelimit.Engine, next http.Handler, opts ...Option) http.Handler {
 	mustWrap("Handler", e, next == nil)
+	var o options
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		in := edgelimit.Input{
 			Method:   r.Method,
 			SourceIP: remoteHost(r.RemoteAddr),
 			Header:   edgelimit.HTTPHeaders(r.Header),
+		}
+		if o.claims != nil {
+			in.Claims = o.claims(r)
 		}
 		if r.URL != nil {
 			in.Path = r.URL.EscapedPath()

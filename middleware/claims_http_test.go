@@ -1,0 +1,71 @@
+package middleware_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/middleware"
+)
+
+// A net/http service that verifies its own JWTs (golang-jwt) keys a
+// policy by a claim through WithClaims; without it, the claim is missing.
+func TestHandlerWithClaimsFromJWT(t *testing.T) {
+	const policies = `
+version: 1
+policies:
+  - {name: per-user, routes: ["GET /r"], key: "claim:sub", strategy: durable, limit: 1, window: 1h}
+  - {name: per-org, routes: ["GET /o"], key: "claim:org", strategy: durable, limit: 1, window: 1h}
+`
+	secret := []byte(strings.Repeat("s", 32))
+	sign := func(claims jwt.MapClaims) string {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	type key struct{}
+	auth := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tok, err := jwt.Parse(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "),
+				func(*jwt.Token) (any, error) { return secret, nil }, jwt.WithValidMethods([]string{"HS256"}))
+			if err != nil {
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), key{}, tok.Claims.(jwt.MapClaims))))
+		})
+	}
+	claims := func(r *http.Request) edgelimit.ClaimGetter {
+		c, _ := r.Context().Value(key{}).(jwt.MapClaims)
+		return middleware.Claims(c)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	run := func(h http.Handler, path, tok string) int {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", path, nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	e, _ := newEngine(t, policies)
+	h := auth(middleware.Handler(e, ok, middleware.WithClaims(claims)))
+	alice, bob := sign(jwt.MapClaims{"sub": "alice", "org": 42}), sign(jwt.MapClaims{"sub": "bob", "org": 42})
+	if got := []int{run(h, "/r", alice), run(h, "/r", alice), run(h, "/r", bob)}; got[0] != 200 || got[1] != 429 || got[2] != 200 {
+		t.Errorf("by sub: %v, want [200 429 200]", got)
+	}
+	// A numeric claim is its JSON text: alice and bob share org 42.
+	if got := []int{run(h, "/o", alice), run(h, "/o", bob)}; got[0] != 200 || got[1] != 429 {
+		t.Errorf("by org: %v, want [200 429]", got)
+	}
+	e2, _ := newEngine(t, policies)
+	if code := run(auth(middleware.Handler(e2, ok)), "/r", alice); code != 400 {
+		t.Errorf("without WithClaims: %d, want 400 (the claim is missing)", code)
+	}
+}
