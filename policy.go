@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -145,16 +144,44 @@ func (e *PolicyError) Error() string {
 	return b.String()
 }
 
-// ErrBadPolicyFile is wrapped by every error of ParsePolicies.
+// ErrBadPolicyFile is what every error of ParsePolicies is (errors.Is).
 var ErrBadPolicyFile = errors.New("edgelimit: bad policy file")
+
+// PolicyErrors is every problem ParsePolicies found in a file, in line
+// order. Its message is one problem per line, each naming the file and the
+// line; errors.Is(err, ErrBadPolicyFile) reports true.
+type PolicyErrors []*PolicyError
+
+func (es PolicyErrors) Error() string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+// Is reports whether target is ErrBadPolicyFile.
+func (es PolicyErrors) Is(target error) bool { return target == ErrBadPolicyFile }
+
+// Unwrap returns the problems, for errors.As.
+func (es PolicyErrors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
 
 // LoadPolicies reads and validates a policy file.
 func LoadPolicies(path string) (*PolicyFile, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("edgelimit: read policies: %w", err)
+		return nil, err // an *fs.PathError: it names the file and what failed
 	}
-	return ParsePolicies(filepath.Base(path), data)
+	return ParsePolicies(path, data)
 }
 
 // MaxPolicyFileSize bounds the policy file, which is operator input but may
@@ -162,8 +189,7 @@ func LoadPolicies(path string) (*PolicyFile, error) {
 const MaxPolicyFileSize = 1 << 20
 
 // ParsePolicies parses and validates a policy file. name is used in messages.
-// All problems are reported together, each as a *PolicyError naming the
-// line, joined and wrapping ErrBadPolicyFile.
+// All problems are reported together, as PolicyErrors.
 func ParsePolicies(name string, data []byte) (*PolicyFile, error) {
 	p := &fileParser{file: name}
 	if len(data) > MaxPolicyFileSize {
@@ -173,7 +199,8 @@ func ParsePolicies(name string, data []byte) (*PolicyFile, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		p.errorf(yamlErrLine(err), "", "not valid YAML: %s", yamlErrMsg(err))
+		line, msg := syntaxError(data, err)
+		p.errorf(line, "", "not valid YAML: %s", msg)
 		return nil, p.err()
 	}
 	var extra yaml.Node
@@ -190,7 +217,7 @@ func ParsePolicies(name string, data []byte) (*PolicyFile, error) {
 
 type fileParser struct {
 	file string
-	errs []error
+	errs PolicyErrors
 }
 
 func (p *fileParser) errorf(line int, policy, format string, args ...any) {
@@ -201,25 +228,8 @@ func (p *fileParser) err() error {
 	if len(p.errs) == 0 {
 		return nil
 	}
-	slices.SortStableFunc(p.errs, func(a, b error) int { return a.(*PolicyError).Line - b.(*PolicyError).Line })
-	return fmt.Errorf("%w:\n%w", ErrBadPolicyFile, errors.Join(p.errs...))
-}
-
-var (
-	yamlLineRe = regexp.MustCompile(`line (\d+)`)
-)
-
-func yamlErrLine(err error) int {
-	if m := yamlLineRe.FindStringSubmatch(err.Error()); m != nil {
-		n, _ := strconv.Atoi(m[1])
-		return n
-	}
-	return 0
-}
-
-func yamlErrMsg(err error) string {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	return yamlLineRe.ReplaceAllString(msg, "")
+	slices.SortStableFunc(p.errs, func(a, b *PolicyError) int { return a.Line - b.Line })
+	return p.errs
 }
 
 func (p *fileParser) parseFile(doc *yaml.Node) *PolicyFile {
@@ -590,6 +600,7 @@ func (p *fileParser) routes(v *yaml.Node, name string) []Route {
 		p.errorf(v.Line, name, "routes is empty")
 	}
 	var out []Route
+	var written []string
 	for _, it := range items {
 		s, ok := p.str(it, name, "routes")
 		if !ok {
@@ -600,7 +611,13 @@ func (p *fileParser) routes(v *yaml.Node, name string) []Route {
 			p.errorf(it.Line, name, "%s", strings.TrimPrefix(err.Error(), "edgelimit: "))
 			continue
 		}
-		out = append(out, r)
+		if j := slices.Index(out, r); j >= 0 {
+			// The same route twice, perhaps spelt differently ("/a" and
+			// "/a/"): a mistake, most likely for another route.
+			p.errorf(it.Line, name, "route %q is listed twice (it matches what %q does)", s, written[j])
+			continue
+		}
+		out, written = append(out, r), append(written, s)
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package edgelimit_test
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -205,4 +206,67 @@ func FuzzParsePolicies(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Regression (issue 15, item 5): a YAML syntax error is one clean message
+// at its true line. The YAML library reports several of these at the line
+// where the enclosing collection starts, counted from 0.
+func TestYAMLSyntaxErrors(t *testing.T) {
+	tests := []struct{ name, file, want string }{
+		{"unclosed [ on line 4", "version: 1\npolicies:\n  - name: a\n    routes: [\"GET /a\"\n    key: ip\n",
+			`p.yaml:4: not valid YAML: did not find expected ',' or ']'`},
+		{"tab on line 7", "version: 1\npolicies:\n  - name: a\n    routes: [\"GET /a\"]\n    key: ip\n    strategy: kv\n\tlimit: 5\n",
+			`p.yaml:7: not valid YAML: found a tab character that violates indentation (indent with spaces)`},
+		{"unclosed quote on line 4", "version: 1\npolicies:\n  - name: a\n    routes: \"GET /a\n    key: ip\n",
+			`p.yaml:4: not valid YAML: found unexpected end of stream`},
+		{"unclosed { on line 4", "version: 1\npolicies:\n  - name: a\n    pow: {bits: 3\n    key: ip\n",
+			`p.yaml:4: not valid YAML: did not find expected ',' or '}'`},
+		{"a second colon on line 1", "a: b: c\n", `p.yaml:1: not valid YAML: mapping values are not allowed in this context`},
+		{"stray ] on line 4", "version: 1\npolicies:\n  - name: a\n    routes: [\"GET /a\"]]\n    key: ip\n",
+			`p.yaml:4: not valid YAML: did not find expected key`},
+		{"bad indentation on line 5", "version: 1\npolicies:\n  - name: a\n    routes: [\"GET /a\"]\n   key: ip\n    limit: 3\n",
+			`p.yaml:5: not valid YAML: did not find expected '-' indicator`},
+		{"unknown anchor on line 4", "version: 1\npolicies:\n  - name: a\n    key: *nope\n", `p.yaml:4: not valid YAML: unknown anchor 'nope' referenced`},
+		{"a list continued over lines is fine until the error", "version: 1\npolicies:\n  - name: a\n    routes: [\"GET /a\",\n      \"GET /b\"]\n    key: ip\n\tlimit: 2\n",
+			`p.yaml:7: not valid YAML: found a tab character that violates indentation (indent with spaces)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := edgelimit.ParsePolicies("p.yaml", []byte(tt.file))
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("error =\n%v\nwant\n%s", err, tt.want)
+			}
+			if !errors.Is(err, edgelimit.ErrBadPolicyFile) {
+				t.Errorf("not ErrBadPolicyFile: %v", err)
+			}
+		})
+	}
+}
+
+// The path is shown as given, and the message is the problems alone.
+func TestLoadPoliciesNamesThePathAsGiven(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := os.MkdirAll(filepath.Join("sub", "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := "sub/dir/x.yaml"
+	if err := os.WriteFile(path, []byte("version: 1\npolicies:\n  - {name: a, routes: [\"GET /a\"], key: ip, strategy: kv, limit: 1,\n     window: 10}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := edgelimit.LoadPolicies(path)
+	if want := `sub/dir/x.yaml:4: policy "a": window "10" needs a unit, like 10s`; err == nil || err.Error() != want {
+		t.Errorf("error = %v, want %s", err, want)
+	}
+	if strings.Contains(err.Error(), "bad policy file") {
+		t.Errorf("error repeats the sentinel's text: %v", err)
+	}
+}
+
+// Regression (issue 15, item 5): a route listed twice in one policy, in
+// any spelling, is refused.
+func TestDuplicateRoute(t *testing.T) {
+	_, err := edgelimit.ParsePolicies("p.yaml", []byte("version: 1\npolicies:\n  - name: a\n    routes:\n      - POST /contact\n      - POST /contact/\n    key: ip\n    strategy: kv\n    limit: 1\n    window: 1s\n"))
+	if want := `p.yaml:6: policy "a": route "POST /contact/" is listed twice (it matches what "POST /contact" does)`; err == nil || err.Error() != want {
+		t.Errorf("error = %v, want %s", err, want)
+	}
 }

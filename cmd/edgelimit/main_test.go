@@ -369,3 +369,25 @@ func TestSolveAndKeygen(t *testing.T) {
 		t.Errorf("keygen output is not a valid key ring: %v", err)
 	}
 }
+
+// Regression (issue 15, item 5): check and serve report a bad file by the
+// path as given, at the true line, in one clean message each.
+func TestPolicyFileMessages(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := os.MkdirAll("sub/dir", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("sub/dir/x.yaml", []byte("version: 1\npolicies:\n  - name: a\n    routes: [\"GET /a\"\n    key: ip\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const problem = `sub/dir/x.yaml:4: not valid YAML: did not find expected ',' or ']'`
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"check", "sub/dir/x.yaml"}, &stdout, &stderr); code != 1 || stderr.String() != problem+"\n" {
+		t.Errorf("check: exit %d, stderr %q; want 1 and %q", code, stderr.String(), problem+"\n")
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := run(context.Background(), []string{"serve", "--policies", "sub/dir/x.yaml"}, &stdout, &stderr); code != 1 || stderr.String() != "edgelimit serve: "+problem+"\n" {
+		t.Errorf("serve: exit %d, stderr %q; want 1 and %q", code, stderr.String(), "edgelimit serve: "+problem+"\n")
+	}
+}
