@@ -189,7 +189,11 @@ func (b *Bucket) AllowAt(ctx context.Context, now time.Time, req edgelimit.Reque
 	if b.closed {
 		return b.closedDecision(), nil
 	}
-	return b.do(ctx, now.UnixNano(), req.Key, req.Units(), opAllow)
+	var d edgelimit.Decision
+	if err := b.do(ctx, now.UnixNano(), req.Key, req.Units(), opAllow, &d); err != nil {
+		return edgelimit.Decision{}, err
+	}
+	return d, nil
 }
 
 // closedDecision is the denial of a policy with limit 0.
@@ -216,8 +220,8 @@ func (b *Bucket) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.
 	if d.Receipt.ID != b.receiptID(h) || d.Receipt.Slot < 1 || b.closed {
 		return fmt.Errorf("%w: policy %q: the decision was not spent by this bucket for this key", ErrBadReceipt, b.prefix[:len(b.prefix)-1])
 	}
-	_, err := b.do(ctx, b.instant(req).UnixNano(), req.Key, d.Receipt.Slot, opRefund)
-	return err
+	var none edgelimit.Decision
+	return b.do(ctx, b.instant(req).UnixNano(), req.Key, d.Receipt.Slot, opRefund, &none)
 }
 
 // RefundAt adds req.Units() tokens back to req.Key's bucket at now, never
@@ -233,8 +237,8 @@ func (b *Bucket) RefundAt(ctx context.Context, now time.Time, req edgelimit.Requ
 	if b.closed {
 		return nil
 	}
-	_, err := b.do(ctx, now.UnixNano(), req.Key, req.Units(), opRefund)
-	return err
+	var none edgelimit.Decision
+	return b.do(ctx, now.UnixNano(), req.Key, req.Units(), opRefund, &none)
 }
 
 // Peek tells whether req would be allowed at its instant (see Allow), and
@@ -262,8 +266,9 @@ func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Reques
 	s, h := b.cache.shard(req.Key)
 	s.mu.Lock()
 	e := s.find(req.Key, h)
+	var d edgelimit.Decision
 	if e != nil && e.known && (e.syncing || !b.due(e, n, opPeek)) {
-		d := b.local(e, n, cost, opPeek)
+		b.local(e, n, cost, opPeek, &d)
 		s.stats.Local++
 		s.mu.Unlock()
 		return d, nil
@@ -285,10 +290,17 @@ func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Reques
 	if e = s.find(req.Key, h); e != nil && e.known && e.syncing {
 		// A sync is writing what this read may or may not have seen: the
 		// local state is what Allow decides from now.
-		return b.local(e, n, cost, opPeek), nil
+		b.local(e, n, cost, opPeek, &d)
+		return d, nil
 	}
 	merged, _, _ := b.merge(e, k, found, n)
-	return b.p.peek(merged, n, cost), nil
+	b.p.peek(merged, n, cost, &d)
+	return d, nil
+}
+
+// receipt records that cost tokens of the key of hash h were spent at n.
+func (b *Bucket) receipt(n, cost int64, h uint64) edgelimit.Receipt {
+	return edgelimit.Receipt{At: n, Slot: cost, ID: b.receiptID(h)}
 }
 
 // receiptID names this Bucket and the key of hash h in a receipt.
@@ -355,21 +367,19 @@ const (
 	opFlush            // write back what the KV does not know, then drop the entry
 )
 
-// do decides (or refunds) cost units of key at n.
-func (b *Bucket) do(ctx context.Context, n int64, key string, cost int64, o op) (edgelimit.Decision, error) {
+// do decides (or refunds) cost units of key at n, into d (which is zero).
+// On an error d is to be ignored.
+func (b *Bucket) do(ctx context.Context, n int64, key string, cost int64, o op, d *edgelimit.Decision) error {
 	s, h := b.cache.shard(key)
 	for {
 		s.mu.Lock()
 		e, victim := s.lookup(key, h, n)
 		if e.known && (e.syncing || !b.due(e, n, o)) {
 			// (A new entry is never known: victim is nil here.)
-			d := b.local(e, n, cost, o)
+			b.local(e, n, cost, o, d)
 			s.stats.Local++
 			s.mu.Unlock()
-			if d.Allowed {
-				d.Receipt = edgelimit.Receipt{At: n, Slot: cost, ID: b.receiptID(h)}
-			}
-			return d, nil
+			return nil
 		}
 		if e.syncing {
 			// The first sync of this key is in flight: its answer is the
@@ -380,7 +390,7 @@ func (b *Bucket) do(ctx context.Context, n int64, key string, cost int64, o op) 
 			case <-w:
 				continue
 			case <-ctx.Done():
-				return edgelimit.Decision{}, fmt.Errorf("kvbucket: wait for the sync of %q: %w", b.prefix+key, ctx.Err())
+				return fmt.Errorf("kvbucket: wait for the sync of %q: %w", b.prefix+key, ctx.Err())
 			}
 		}
 		e.syncing = true
@@ -390,9 +400,9 @@ func (b *Bucket) do(ctx context.Context, n int64, key string, cost int64, o op) 
 		}
 		s.stats.Synced++
 		s.mu.Unlock()
-		d, err := b.syncKey(ctx, s, e, n, cost, o)
+		err := b.syncKey(ctx, s, e, n, cost, o, d)
 		if err == nil && d.Allowed {
-			d.Receipt = edgelimit.Receipt{At: n, Slot: cost, ID: b.receiptID(h)}
+			d.Receipt = b.receipt(n, cost, h)
 		}
 		if victim != nil {
 			// Making room for key chose an entry with spending the KV does
@@ -401,7 +411,7 @@ func (b *Bucket) do(ctx context.Context, n int64, key string, cost int64, o op) 
 			// never eats its budget; its failure is not this request's.
 			b.flush(ctx, s, victim, n)
 		}
-		return d, err
+		return err
 	}
 }
 
@@ -411,7 +421,8 @@ func (b *Bucket) do(ctx context.Context, n int64, key string, cost int64, o op) 
 // again: spending is never dropped unwritten.
 func (b *Bucket) flush(ctx context.Context, s *shard, victim *entry, n int64) {
 	// An error is counted in Stats.Errors; the entry stays.
-	_, _ = b.syncKey(ctx, s, victim, n, 0, opFlush)
+	var none edgelimit.Decision
+	_ = b.syncKey(ctx, s, victim, n, 0, opFlush, &none)
 }
 
 // due reports whether e must be synced before o at n.
@@ -426,45 +437,46 @@ func (b *Bucket) due(e *entry, n int64, o op) bool {
 	return since >= b.sync || since < -b.sync
 }
 
-// local decides (or refunds, or peeks) from e alone. s.mu is held.
-func (b *Bucket) local(e *entry, n int64, cost int64, o op) edgelimit.Decision {
+// local decides (or refunds, or peeks) from e alone, into d (which is
+// zero). s.mu is held.
+func (b *Bucket) local(e *entry, n int64, cost int64, o op, d *edgelimit.Decision) {
 	if !e.contended {
 		r := b.p.refill(e.local, n)
 		switch o {
 		case opRefund:
 			e.local = b.p.add(r, cost)
 			e.pending -= e.local.Tokens - r.Tokens
-			return edgelimit.Decision{}
+			return
 		case opPeek:
-			return b.p.peek(r, n, cost)
+			b.p.peek(r, n, cost, d)
+			return
 		}
-		st, d, ok := b.p.take(r, n, cost)
+		st, ok := b.p.take(r, n, cost, d)
 		if ok {
 			e.local = st
 			e.pending += cost * TokenScale
+			d.Receipt = b.receipt(n, cost, e.hash)
 		} else if restamped(e.local, n) {
 			e.local = st
 		}
-		return d
+		return
 	}
 	// Contended: other instances spend this key too, and tokens refilled
 	// since the sync may be spent by each of them. Spend only what the sync
 	// saw (e.local is stamped then), until the next sync refills it.
 	frozen := b.p.refill(e.local, e.local.At)
-	var d edgelimit.Decision
 	switch o {
 	case opRefund:
 		e.local = b.p.add(frozen, cost)
 		e.pending -= e.local.Tokens - frozen.Tokens
-		return edgelimit.Decision{}
+		return
 	case opPeek:
-		d = b.p.peek(frozen, frozen.At, cost)
+		b.p.peek(frozen, frozen.At, cost, d)
 	default:
-		var st State
-		var ok bool
-		if st, d, ok = b.p.take(frozen, frozen.At, cost); ok {
+		if st, ok := b.p.take(frozen, frozen.At, cost, d); ok {
 			e.local = st
 			e.pending += cost * TokenScale
+			d.Receipt = b.receipt(n, cost, e.hash)
 		}
 	}
 	// The durations were counted from the sync; shift them to now. No
@@ -479,7 +491,6 @@ func (b *Bucket) local(e *entry, n int64, cost int64, o op) edgelimit.Decision {
 	if !d.Allowed {
 		d.RetryAfter = max(d.RetryAfter-elapsed, untilSync, d.Reset, time.Nanosecond)
 	}
-	return d
 }
 
 // merge returns the state a sync of e at n starts from, given what the KV
@@ -525,7 +536,7 @@ func (b *Bucket) merge(e *entry, k State, found bool, n int64) (merged, kvNow St
 // is strongly consistent, because an eventually consistent read could
 // return a state older than this instance's own last write, from before
 // the entry was dropped, and admit again what was already spent.
-func (b *Bucket) syncKey(ctx context.Context, s *shard, e *entry, n int64, cost int64, o op) (edgelimit.Decision, error) {
+func (b *Bucket) syncKey(ctx context.Context, s *shard, e *entry, n int64, cost int64, o op, d *edgelimit.Decision) error {
 	kvKey := b.prefix + e.key
 	c := Eventual
 	if !e.known {
@@ -538,21 +549,17 @@ func (b *Bucket) syncKey(ctx context.Context, s *shard, e *entry, n int64, cost 
 		s.stats.Errors++
 		b.endSync(e)
 		s.mu.Unlock()
-		return edgelimit.Decision{}, err
+		return err
 	}
 	merged, kvNow, mine := b.merge(e, k, found, n)
 	e.known, e.contended = true, !mine
 
-	var d edgelimit.Decision
 	next := merged
 	switch o {
 	case opRefund:
 		next = b.p.add(merged, cost)
 	case opAllow:
-		var ok bool
-		var st State
-		st, d, ok = b.p.take(merged, n, cost)
-		if ok {
+		if st, ok := b.p.take(merged, n, cost, d); ok {
 			next = st
 		}
 	}
@@ -567,7 +574,7 @@ func (b *Bucket) syncKey(ctx context.Context, s *shard, e *entry, n int64, cost 
 		b.endSync(e)
 		b.dropFlushed(s, e, o)
 		s.mu.Unlock()
-		return d, nil
+		return nil
 	}
 	s.mu.Unlock()
 
@@ -590,14 +597,14 @@ func (b *Bucket) syncKey(ctx context.Context, s *shard, e *entry, n int64, cost 
 			// This request spent nothing after all.
 			e.local = b.p.add(e.local, cost)
 		}
-		return edgelimit.Decision{}, err
+		return err
 	}
 	s.stats.Writes++
 	e.pending -= synced
 	e.written, e.hasWritten = next, true
 	e.remember(next.At, own)
 	b.dropFlushed(s, e, o)
-	return d, nil
+	return nil
 }
 
 // dropFlushed ends a successful flush: e is dropped unless requests spent

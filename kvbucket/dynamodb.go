@@ -50,11 +50,11 @@ type DynamoDBConfig struct {
 	// call (throttling, a dropped connection), so that its retries fit in
 	// the policy's store_timeout (default 100 ms) instead of outlasting it:
 	// the SDK's own back-off is up to seconds (up to 20 s). Retries stay
-	// bounded by the client's attempts (3 by default) and by the engine's
-	// time budget, so a throttled call fails after its attempts, well
-	// inside the budget, instead of waiting the budget out. Default
-	// DefaultRetryBackoff (10 ms, as durablecounter's DynamoConfig);
-	// negative leaves the client's retryer as it is.
+	// bounded by the client's attempts (4 for a DynamoDB client by default,
+	// so 3 back-offs) and by the engine's time budget: a throttled call
+	// fails after its attempts, well inside the budget, instead of waiting
+	// the budget out. Default DefaultRetryBackoff (10 ms, as durablecounter's
+	// DynamoConfig); negative leaves the client's retryer as it is.
 	RetryBackoff time.Duration
 }
 

@@ -87,7 +87,8 @@ func (p Params) StateAt(s State, now time.Time) State {
 // stamped beyond MaxClockSkew, so that refill can start.)
 func (p Params) TakeAt(s State, now time.Time, cost int64) (State, edgelimit.Decision) {
 	n := now.UnixNano()
-	st, d, ok := p.take(p.refill(s, n), n, cost)
+	var d edgelimit.Decision
+	st, ok := p.take(p.refill(s, n), n, cost, &d)
 	if !ok && !restamped(s, n) {
 		return s, d
 	}
@@ -182,46 +183,47 @@ func (p Params) untilTokens(r State, n int64, want int64) time.Duration {
 	return wait + time.Duration(d)
 }
 
-// take decides cost against the refilled state r at n. ok reports whether
-// the tokens were spent; the returned State is then r minus cost.
-func (p Params) take(r State, n int64, cost int64) (State, edgelimit.Decision, bool) {
+// take decides cost against the refilled state r at n, into d (which
+// is zero). ok reports whether the tokens were spent; the returned State is
+// then r minus cost. (The decision is filled in place: it is the hot path
+// of a cached decision, and a Decision is large to copy.)
+func (p Params) take(r State, n int64, cost int64, d *edgelimit.Decision) (State, bool) {
 	cost = max(cost, 1)
 	need := cost * TokenScale
 	if cost > p.Capacity || r.Tokens < need {
-		d := p.decision(r, n)
+		p.decision(r, n, d)
 		if cost > p.Capacity {
 			d.RetryAfter = max(p.Window, d.Reset)
 		} else {
 			d.RetryAfter = max(p.untilTokens(r, n, need), d.Reset, time.Nanosecond)
 		}
-		return r, d, false
+		return r, false
 	}
 	r.Tokens -= need
-	d := p.decision(r, n)
+	p.decision(r, n, d)
 	d.Allowed = true
-	return r, d, true
+	return r, true
 }
 
-// peek decides cost against the refilled state r at n without spending:
-// as take, but an allowed decision reports r itself.
-func (p Params) peek(r State, n int64, cost int64) edgelimit.Decision {
-	if _, d, ok := p.take(r, n, cost); !ok {
-		return d
+// peek decides cost against the refilled state r at n without spending,
+// into d (which is zero): as take, but an allowed decision reports r
+// itself.
+func (p Params) peek(r State, n int64, cost int64, d *edgelimit.Decision) {
+	if _, ok := p.take(r, n, cost, d); ok {
+		p.decision(r, n, d)
 	}
-	d := p.decision(r, n)
-	d.Allowed = true
-	return d
 }
 
-// decision reports the refilled state r at n: the quota as advertised,
-// the whole tokens left and the effective window. Allowed and RetryAfter
-// are the caller's.
-func (p Params) decision(r State, n int64) edgelimit.Decision {
-	d := edgelimit.Decision{Limit: p.Limit, Window: p.Window, Remaining: r.Tokens / TokenScale, Reset: p.nextToken(r, n)}
+// decision reports the refilled state r at n into d: the quota as
+// advertised, the whole tokens left and the effective window. Allowed and
+// RetryAfter are the caller's.
+func (p Params) decision(r State, n int64, d *edgelimit.Decision) {
+	d.Limit, d.Window = p.Limit, p.Window
 	if p.Capacity != p.Limit {
 		d.Limit, d.Window = p.Advertised()
 	}
-	return d
+	d.Remaining = r.Tokens / TokenScale
+	d.Reset = p.nextToken(r, n)
 }
 
 // nextToken is NextToken on the refilled state r at n.
