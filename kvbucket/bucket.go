@@ -407,8 +407,10 @@ func (b *Bucket) do(ctx context.Context, n int64, key string, cost int64, o op, 
 		if victim != nil {
 			// Making room for key chose an entry with spending the KV does
 			// not know yet: write it back before dropping it. This
-			// request's own decision is made first, so that the write-back
-			// never eats its budget; its failure is not this request's.
+			// request's own decision is made first, so that a slow or
+			// failed write-back cannot fail it: the write-back gets what is
+			// left of the request's budget (ctx), and its failure is not
+			// this request's.
 			b.flush(ctx, s, victim, n)
 		}
 		return err

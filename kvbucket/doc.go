@@ -79,8 +79,9 @@
 // is dropped (sampled LRU). A key whose state the KV knows entirely (clean)
 // is just dropped. One with unwritten spending or refunds (dirty) is first
 // written back, a sync without a request, by the request that needed the
-// room, after that request's own decision (so the write-back never eats its
-// time budget), and dropped once written; if the write fails the key stays,
+// room, after that request's own decision (so that a slow or failed
+// write-back cannot fail it; it gets what is left of that request's time
+// budget), and dropped once written; if the write fails the key stays,
 // dirty, for a later eviction. (A dirty key whose bucket has refilled
 // completely has nothing worth writing and is dropped as clean.) A key this
 // process holds no state for (new to it, or dropped and asked for again)
