@@ -132,8 +132,8 @@ func TestBucketLimitZero(t *testing.T) {
 	if err != nil || d != want {
 		t.Errorf("Allow = %+v, %v, want %+v", d, err, want)
 	}
-	if err := b.Refund(ctx, edgelimit.Request{Key: "k"}, edgelimit.Decision{}); err != nil {
-		t.Errorf("Refund = %v", err)
+	if err := b.Refund(ctx, edgelimit.Request{Key: "k"}, d); err != nil {
+		t.Errorf("Refund(the denial) = %v", err)
 	}
 	if kv.calls.Load() != 0 {
 		t.Errorf("%d KV calls, want 0", kv.calls.Load())
@@ -253,20 +253,21 @@ func TestBucketRefund(t *testing.T) {
 			kv := &faultKV{KV: NewMemory(MemoryConfig{Now: clk.Now})}
 			b := mustNew(t, Config{Policy: kvPolicy("r", 3, 3, time.Hour, time.Second), KV: kv, Now: clk.Now, NoCache: noCache})
 			req := edgelimit.Request{Key: "k", Cost: 2}
-			if d, _ := b.Allow(ctx, req); !d.Allowed || d.Remaining != 1 {
+			d, _ := b.Allow(ctx, req)
+			if !d.Allowed || d.Remaining != 1 {
 				t.Fatalf("Allow = %+v", d)
 			}
-			if err := b.Refund(ctx, req, edgelimit.Decision{}); err != nil {
+			if err := b.Refund(ctx, req, d); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.Refund(ctx, req, edgelimit.Decision{}); err != nil { // capped at capacity
+			if err := b.Refund(ctx, req, d); err != nil { // a second time: capped at capacity
 				t.Fatal(err)
 			}
 			if d, _ := b.Allow(ctx, edgelimit.Request{Key: "k", Cost: 3}); !d.Allowed || d.Remaining != 0 {
 				t.Errorf("after refunds, Allow(3) = %+v, want allowed with 0 left", d)
 			}
 			// A refund of a key this process does not know reads and writes.
-			if err := b.Refund(ctx, edgelimit.Request{Key: "other"}, edgelimit.Decision{}); err != nil {
+			if err := b.RefundAt(ctx, clk.Now(), edgelimit.Request{Key: "other"}); err != nil {
 				t.Fatal(err)
 			}
 			clk.Add(time.Second)
@@ -357,6 +358,8 @@ type faultKV struct {
 	KV
 	calls, gets, puts atomic.Int64
 	getErr, putErr    atomic.Pointer[error]
+	// putKey, if set, limits putErr to Puts of that key.
+	putKey atomic.Pointer[string]
 	// corrupt, if set, replaces what Get returns.
 	corrupt func() (State, bool)
 	// block, if set, is waited on by Get, which first sends on started
@@ -393,13 +396,17 @@ func (f *faultKV) Put(ctx context.Context, key string, s State, ttl time.Duratio
 	f.calls.Add(1)
 	f.puts.Add(1)
 	if e := f.putErr.Load(); e != nil {
-		return *e
+		if k := f.putKey.Load(); k == nil || *k == key {
+			return *e
+		}
 	}
 	return f.KV.Put(ctx, key, s, ttl)
 }
 
 func (f *faultKV) failGets(err error) { f.getErr.Store(&err) }
-func (f *faultKV) failPuts(err error) { f.putErr.Store(&err) }
+func (f *faultKV) failPuts(err error) { f.putKey.Store(nil); f.putErr.Store(&err) }
+
+func (f *faultKV) failPutsOf(key string, err error) { f.putKey.Store(&key); f.putErr.Store(&err) }
 
 var errBroken = errors.New("kvbucket: test KV is broken")
 
@@ -444,15 +451,16 @@ func TestBucketKVErrors(t *testing.T) {
 	}
 
 	// A refund whose write fails is kept and written with the next sync.
-	if err := b.Refund(ctx, edgelimit.Request{Key: "fresh"}, edgelimit.Decision{}); err != nil {
+	if err := b.RefundAt(ctx, clk.Now(), edgelimit.Request{Key: "fresh"}); err != nil {
 		t.Fatal(err)
 	}
 	b2 := mustNew(t, Config{Policy: kvPolicy("e", 3, 3, time.Hour, time.Second), KV: kv, Now: clk.Now, NoCache: true})
-	if _, err := b2.Allow(ctx, req); err != nil {
-		t.Fatal(err)
+	spent, err := b2.Allow(ctx, req)
+	if err != nil || !spent.Allowed {
+		t.Fatalf("b2.Allow = %+v, %v, want allowed", spent, err)
 	}
 	kv.failPuts(errBroken)
-	if err := b2.Refund(ctx, req, edgelimit.Decision{}); !errors.Is(err, errBroken) {
+	if err := b2.Refund(ctx, req, spent); !errors.Is(err, errBroken) {
 		t.Errorf("Refund with a failing write = %v, want errBroken", err)
 	}
 	kv.putErr.Store(nil)
@@ -473,23 +481,47 @@ func TestBucketSurvivesGarbage(t *testing.T) {
 	}}
 	for _, noCache := range []bool{false, true} {
 		b := mustNew(t, Config{Policy: kvPolicy("g", 5, 5, time.Minute, time.Millisecond), KV: kv, Now: clk.Now, NoCache: noCache})
-		for i := range 2000 {
+		last := map[string]edgelimit.Decision{}
+		for i := range 3000 {
 			clk.Add(time.Duration(rng.Int64N(int64(10 * time.Millisecond))))
 			req := edgelimit.Request{Key: fmt.Sprint(i % 3), Cost: rng.Int64N(7) - 1}
-			if rng.IntN(5) == 0 {
-				if err := b.Refund(ctx, req, edgelimit.Decision{}); err != nil {
+			switch rng.IntN(6) {
+			case 0:
+				if err := b.Refund(ctx, req, last[req.Key]); err != nil {
 					t.Fatal(err)
 				}
+				continue
+			case 1:
+				if err := b.RefundAt(ctx, clk.Now(), req); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			case 2:
+				d, err := b.Peek(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkInRange(t, "Peek", d, 5)
 				continue
 			}
 			d, err := b.Allow(ctx, req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.Remaining < 0 || d.Remaining > 5 || d.Reset < 0 || d.RetryAfter < 0 || d.Allowed && d.RetryAfter != 0 {
-				t.Fatalf("Allow = %+v, out of range", d)
-			}
+			checkInRange(t, "Allow", d, 5)
+			last[req.Key] = d
 		}
+	}
+}
+
+// checkInRange fails t unless d is a sane decision of a bucket of the given
+// capacity (whose limit is its capacity): Remaining within [0, Limit], the
+// durations not negative, and a denial's RetryAfter at least its Reset.
+func checkInRange(t *testing.T, what string, d edgelimit.Decision, capacity int64) {
+	t.Helper()
+	if d.Limit != capacity || d.Remaining < 0 || d.Remaining > d.Limit || d.Reset < 0 || d.RetryAfter < 0 ||
+		d.Allowed && d.RetryAfter != 0 || !d.Allowed && d.RetryAfter < d.Reset {
+		t.Fatalf("%s = %+v, out of range", what, d)
 	}
 }
 
@@ -550,22 +582,29 @@ func TestBucketSlowBucketKeepsItsState(t *testing.T) {
 // TestCacheHashCollisions: two keys with one 64-bit hash get two entries,
 // found again whichever of them is evicted first.
 func TestCacheHashCollisions(t *testing.T) {
-	s := &newCache(4).shards[0]
+	s := &newCache(4, Params{Capacity: 1, Limit: 1, Window: time.Second}).shards[0]
 	n := t0.UnixNano()
-	a := s.lookup("a", 42, n)
-	b := s.lookup("b", 42, n+1)
-	if a == b || s.lookup("a", 42, n+2) != a || s.lookup("b", 42, n+3) != b || s.len() != 2 {
+	get := func(key string, h uint64, at int64) *entry {
+		e, victim := s.lookup(key, h, at)
+		if victim != nil {
+			t.Fatalf("lookup(%q) chose a dirty victim among clean entries", key)
+		}
+		return e
+	}
+	a := get("a", 42, n)
+	b := get("b", 42, n+1)
+	if a == b || get("a", 42, n+2) != a || get("b", 42, n+3) != b || s.len() != 2 {
 		t.Fatalf("colliding keys share or lose entries: a %p b %p len %d", a, b, s.len())
 	}
 	s.remove(a)
-	if s.lookup("b", 42, n+4) != b {
+	if get("b", 42, n+4) != b {
 		t.Error("b lost after a was removed")
 	}
-	if c := s.lookup("a", 42, n+5); c == a || c == b || s.len() != 2 {
+	if c := get("a", 42, n+5); c == a || c == b || s.len() != 2 {
 		t.Errorf("a came back as %p (a %p b %p), len %d", c, a, b, s.len())
 	}
 	for range 3 {
-		s.lookup(fmt.Sprint("x", s.len()), uint64(100+s.len()), n+6)
+		get(fmt.Sprint("x", s.len()), uint64(100+s.len()), n+6)
 	}
 	if s.len() > 4 {
 		t.Errorf("len %d beyond the bound 4", s.len())

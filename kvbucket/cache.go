@@ -82,8 +82,12 @@ type shard struct {
 	m        map[uint64]*entry
 	collided map[string]*entry
 	max      int
-	stats    Stats
-	_        [64]byte // keep shards' locks on separate cache lines
+	// p are the bucket's numbers, for telling a dirty entry whose bucket
+	// has refilled (nothing left to write back) from one that must be
+	// written back before it is dropped.
+	p     Params
+	stats Stats
+	_     [64]byte // keep shards' locks on separate cache lines
 }
 
 // cache is the bounded in-process state, sharded by key hash.
@@ -98,7 +102,7 @@ type cache struct {
 // own entry instead of relinking a list.
 const evictSample = 8
 
-func newCache(size int) *cache {
+func newCache(size int, p Params) *cache {
 	n := 1
 	for n < 64 && n*128 <= size {
 		n *= 2
@@ -108,6 +112,7 @@ func newCache(size int) *cache {
 	for i := range c.shards {
 		c.shards[i].m = make(map[uint64]*entry)
 		c.shards[i].max = max(per, 1)
+		c.shards[i].p = p
 	}
 	return c
 }
@@ -118,19 +123,27 @@ func (c *cache) shard(key string) (*shard, uint64) {
 	return &c.shards[h&c.mask], h
 }
 
-// lookup returns key's entry stamped as used at n, creating it if needed
-// and dropping a least recently used one beyond the bound. s.mu is held.
-func (s *shard) lookup(key string, h uint64, n int64) *entry {
+// find returns key's entry, or nil. s.mu is held.
+func (s *shard) find(key string, h uint64) *entry {
 	e := s.m[h]
 	if e != nil && e.key != key || e == nil && len(s.collided) > 0 {
 		e = s.collided[key]
 	}
-	if e != nil {
+	return e
+}
+
+// lookup returns key's entry stamped as used at n, creating it if needed
+// and making room for it beyond the bound. Making room may need a write:
+// victim, when not nil, is a dirty entry that evict chose and marked
+// syncing, which the caller must flush (write back and drop) once s.mu is
+// released. s.mu is held.
+func (s *shard) lookup(key string, h uint64, n int64) (e, victim *entry) {
+	if e = s.find(key, h); e != nil {
 		e.used = max(e.used, n)
-		return e
+		return e, nil
 	}
 	if s.len() >= s.max {
-		s.evict()
+		victim = s.evict(n)
 	}
 	e = &entry{key: key, hash: h, used: n}
 	if s.m[h] == nil {
@@ -141,7 +154,7 @@ func (s *shard) lookup(key string, h uint64, n int64) *entry {
 		}
 		s.collided[key] = e
 	}
-	return e
+	return e, victim
 }
 
 func (s *shard) len() int { return len(s.m) + len(s.collided) }
@@ -155,28 +168,64 @@ func (s *shard) remove(e *entry) {
 	s.stats.Evicted++
 }
 
-// evict drops the least recently used of a few entries (Go's map range
-// starts at a random place) that are not syncing. When all of them are
-// syncing it drops nothing, so the bound can be exceeded by the syncs in
-// flight.
-func (s *shard) evict() {
-	var victim *entry
+// clean reports whether e can be dropped at n without losing anything:
+// the KV knows all its spending and refunds, or it holds only unwritten
+// spending of an uncontended bucket that has refilled completely since
+// (what the KV holds is then full too: dropping the spending changes no
+// answer).
+func (s *shard) clean(e *entry, n int64) bool {
+	return e.pending == 0 ||
+		e.pending > 0 && !e.contended && s.p.refill(e.local, n).Tokens >= s.p.Capacity*TokenScale
+}
+
+// evict makes room for one entry at n. It samples a few entries that are
+// not syncing (Go's map range starts at a random place) and drops the least
+// recently used clean one: that loses nothing, since a dropped key is read
+// back from the KV, strongly consistent. When the least recently used of
+// the sample is dirty (the KV lacks some of its spending) it is returned,
+// marked syncing, for the caller to write back and then drop (see
+// Bucket.flush): eviction never forgets spending, and a dirty entry does
+// not outstay its turn. (Dropping a clean one as well keeps the bound
+// while a write-back is in flight or has failed.) The bound can be
+// exceeded by the syncs and write-backs in flight, and by dirty entries
+// whose write-back failed when the sample held no clean one.
+func (s *shard) evict(n int64) *entry {
+	var clean, oldest *entry
 	i := 0
-	for _, e := range s.m {
-		if !e.syncing && (victim == nil || e.used < victim.used) {
-			victim = e
+	look := func(e *entry) bool {
+		if !e.syncing {
+			if oldest == nil || e.used < oldest.used {
+				oldest = e
+			}
+			if (clean == nil || e.used < clean.used) && s.clean(e, n) {
+				clean = e
+			}
 		}
-		if i++; i == evictSample {
+		i++
+		return i == evictSample
+	}
+	for _, e := range s.m {
+		if look(e) {
 			break
 		}
 	}
-	for _, e := range s.collided {
-		if !e.syncing && (victim == nil || e.used < victim.used) {
-			victim = e
+	if i < evictSample {
+		for _, e := range s.collided {
+			if look(e) {
+				break
+			}
 		}
-		break
 	}
-	if victim != nil {
-		s.remove(victim)
+	if clean != nil {
+		s.remove(clean)
 	}
+	if oldest == nil || oldest == clean {
+		return nil
+	}
+	if s.clean(oldest, n) {
+		return nil
+	}
+	oldest.syncing = true
+	oldest.syncedAt = n
+	return oldest
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -45,17 +46,32 @@ type DynamoDBConfig struct {
 	Table string
 	// Now is the clock that sets and checks expires_at; default time.Now.
 	Now func() time.Time
+	// RetryBackoff caps how long the SDK waits before it retries a failed
+	// call (throttling, a dropped connection), so that its retries fit in
+	// the policy's store_timeout (default 100 ms) instead of outlasting it:
+	// the SDK's own back-off is up to seconds (up to 20 s). Retries stay
+	// bounded by the client's attempts (4 for a DynamoDB client by default,
+	// so 3 back-offs) and by the engine's time budget: a throttled call
+	// fails after its attempts, well inside the budget, instead of waiting
+	// the budget out. Default DefaultRetryBackoff (10 ms, as durablecounter's
+	// DynamoConfig); negative leaves the client's retryer as it is.
+	RetryBackoff time.Duration
 }
 
+// DefaultRetryBackoff is DynamoDBConfig.RetryBackoff's default.
+const DefaultRetryBackoff = 10 * time.Millisecond
+
 // DynamoDB is a KV on one DynamoDB table: one item per bucket, read with an
-// eventually consistent GetItem and written with an unconditional PutItem
-// (last writer wins). Items carry expires_at, so the table's TTL deletes
+// eventually consistent GetItem (strongly consistent when asked) and
+// written with an unconditional PutItem (last writer wins). Items carry expires_at, so the table's TTL deletes
 // idle buckets; a reader treats an item past its expires_at as absent,
 // since TTL deletion is lazy.
 type DynamoDB struct {
 	client DynamoDBAPI
 	table  *string
 	now    func() time.Time
+	// opts go with every call (the capped retry back-off).
+	opts []func(*dynamodb.Options)
 }
 
 var _ KV = (*DynamoDB)(nil)
@@ -72,6 +88,17 @@ func NewDynamoDB(cfg DynamoDBConfig) (*DynamoDB, error) {
 	if d.now == nil {
 		d.now = time.Now
 	}
+	backoff := cfg.RetryBackoff
+	if backoff == 0 {
+		backoff = DefaultRetryBackoff
+	}
+	if backoff > 0 {
+		d.opts = []func(*dynamodb.Options){func(o *dynamodb.Options) {
+			if o.Retryer != nil {
+				o.Retryer = retry.AddWithMaxBackoffDelay(o.Retryer, backoff)
+			}
+		}}
+	}
 	return d, nil
 }
 
@@ -82,7 +109,7 @@ func (d *DynamoDB) Get(ctx context.Context, key string, c Consistency) (State, b
 		TableName:      d.table,
 		Key:            map[string]types.AttributeValue{ddb.AttrPK: &types.AttributeValueMemberS{Value: pk}},
 		ConsistentRead: aws.Bool(c == Strong),
-	})
+	}, d.opts...)
 	if err != nil {
 		return State{}, false, d.wrap("GetItem", pk, err)
 	}
@@ -120,7 +147,7 @@ func (d *DynamoDB) Put(ctx context.Context, key string, s State, ttl time.Durati
 			AttrAt:            &types.AttributeValueMemberN{Value: strconv.FormatInt(s.At, 10)},
 			ddb.AttrExpiresAt: &types.AttributeValueMemberN{Value: strconv.FormatInt(exp, 10)},
 		},
-	})
+	}, d.opts...)
 	if err != nil {
 		return d.wrap("PutItem", pk, err)
 	}

@@ -243,3 +243,98 @@ func TestDynamoDBErrors(t *testing.T) {
 		})
 	}
 }
+
+// slowRetryer is a client's retryer whose back-off is a second, as the
+// SDK's own is for a throttled call (up to seconds, growing per attempt):
+// fixed, so that the test does not depend on the SDK's jitter.
+type slowRetryer struct{ aws.Retryer }
+
+func (slowRetryer) RetryDelay(int, error) (time.Duration, error) { return time.Second, nil }
+
+// throttlingDynamo is a DynamoDBAPI that throttles every call and runs the
+// SDK's retry loop on a fake clock: it applies the call's options to the
+// client's options, as the SDK does per call, then asks the resulting
+// retryer attempt after attempt whether to retry and how long to wait, and
+// adds the waits up instead of sleeping.
+type throttlingDynamo struct {
+	base     dynamodb.Options
+	attempts int
+	waited   time.Duration // the back-off the SDK would have slept
+}
+
+func (f *throttlingDynamo) call(opts []func(*dynamodb.Options)) error {
+	o := f.base.Copy()
+	for _, fn := range opts {
+		fn(&o)
+	}
+	err := &smithy.GenericAPIError{Code: "ThrottlingException", Message: "Rate of requests exceeds the allowed throughput."}
+	for attempt := 1; ; attempt++ {
+		f.attempts++
+		if attempt >= o.Retryer.MaxAttempts() || !o.Retryer.IsErrorRetryable(err) {
+			return err
+		}
+		d, derr := o.Retryer.RetryDelay(attempt, err)
+		if derr != nil {
+			return derr
+		}
+		f.waited += d
+	}
+}
+
+func (f *throttlingDynamo) GetItem(_ context.Context, _ *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	return nil, f.call(opts)
+}
+
+func (f *throttlingDynamo) PutItem(_ context.Context, _ *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	return nil, f.call(opts)
+}
+
+// TestDynamoDBRetryBackoffFitsTheBudget pins issue #10's "time budgets"
+// for kv: under throttling the KV waited out its whole budget (a median
+// of 101 ms at 100 ms), because the SDK's back-off between attempts is up to
+// seconds, where durablecounter caps it (35 ms). DynamoDBConfig.RetryBackoff
+// caps it the same way (default 10 ms): a throttled call makes the client's
+// attempts, no more, and gives up after their back-off, well inside the
+// default 100 ms budget. Counted on a fake clock, not timed.
+func TestDynamoDBRetryBackoffFitsTheBudget(t *testing.T) {
+	client, err := ddb.NewClient(ctx, ddb.ClientOptions{Endpoint: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := client.Options()
+	base.Retryer = slowRetryer{base.Retryer}
+	attempts := base.Retryer.MaxAttempts()
+	budget := edgelimit.DefaultStoreTimeout
+	for _, tc := range []struct {
+		name    string
+		backoff time.Duration
+		want    time.Duration // back-off in all, per call
+	}{
+		{"default", 0, time.Duration(attempts-1) * DefaultRetryBackoff},
+		{"5ms", 5 * time.Millisecond, time.Duration(attempts-1) * 5 * time.Millisecond},
+		{"client's own", -1, time.Duration(attempts-1) * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &throttlingDynamo{base: base}
+			kv, err := NewDynamoDB(DynamoDBConfig{Client: f, Table: "t", RetryBackoff: tc.backoff})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Through a Bucket, as the engine calls it: the read is
+			// throttled, so nothing is written.
+			b := mustNew(t, Config{Policy: kvPolicy("p", 1, 1, time.Second, 0), KV: kv})
+			if _, err := b.Allow(ctx, edgelimit.Request{Key: "k"}); !errors.Is(err, ErrThrottled) {
+				t.Errorf("Allow = %v, want ErrThrottled", err)
+			}
+			if err := kv.Put(ctx, "p#k", State{}, time.Second); !errors.Is(err, ErrThrottled) {
+				t.Errorf("Put = %v, want ErrThrottled", err)
+			}
+			if f.attempts != 2*attempts || f.waited != 2*tc.want {
+				t.Errorf("2 calls: %d attempts, %s of back-off; want %d, %s", f.attempts, f.waited, 2*attempts, 2*tc.want)
+			}
+			if perCall := f.waited / 2; tc.backoff >= 0 && perCall >= budget/2 {
+				t.Errorf("a throttled call backs off %s in all, want well inside the %s budget", perCall, budget)
+			}
+		})
+	}
+}

@@ -13,6 +13,9 @@ var (
 	// ErrBadItem reports a stored item that is not a bucket state (missing
 	// or malformed attributes).
 	ErrBadItem = errors.New("kvbucket: malformed item")
+	// ErrBadReceipt reports a Refund of a Decision this Bucket did not
+	// spend for that key (another Bucket's, another key's, or a Peek's).
+	ErrBadReceipt = errors.New("kvbucket: bad receipt")
 	// ErrThrottled is wrapped, next to the SDK's error, when DynamoDB
 	// throttled the call.
 	ErrThrottled = errors.New("kvbucket: throttled")

@@ -13,7 +13,8 @@ import (
 )
 
 // A contact form: 3 messages per minute per client, bursts of up to 3.
-// The clock is fixed so that the output is deterministic.
+// The clock is fixed so that the output is deterministic. Reset is the
+// effective window (RateLimit's t): a token comes back every 20s.
 func ExampleNew() {
 	t0 := time.Unix(1_700_000_000, 0)
 	now := t0
@@ -39,10 +40,10 @@ func ExampleNew() {
 	}
 	// Output:
 	// t0+0s  allowed=true  remaining=2 reset=20s retry-after=0s
-	// t0+0s  allowed=true  remaining=1 reset=40s retry-after=0s
-	// t0+0s  allowed=true  remaining=0 reset=1m0s retry-after=0s
-	// t0+0s  allowed=false remaining=0 reset=1m0s retry-after=20s
-	// t0+20s allowed=true  remaining=0 reset=1m0s retry-after=0s
+	// t0+0s  allowed=true  remaining=1 reset=20s retry-after=0s
+	// t0+0s  allowed=true  remaining=0 reset=20s retry-after=0s
+	// t0+0s  allowed=false remaining=0 reset=20s retry-after=20s
+	// t0+20s allowed=true  remaining=0 reset=20s retry-after=0s
 }
 
 // Two Lambda instances are two Buckets sharing a KV. Each decides a hot key

@@ -76,19 +76,52 @@ func (p Params) StateAt(s State, now time.Time) State {
 
 // TakeAt decides a request of cost tokens against s at now. When the bucket
 // holds cost tokens they are spent and the new state is returned; otherwise
-// s is returned unchanged. The Decision carries Limit, Window, Remaining
-// (whole tokens left), Reset (time until the bucket is full again) and, when
-// denied, RetryAfter (time until cost tokens are there). A cost above
-// Capacity can never be admitted: it is denied with RetryAfter = Window.
-// A cost below 1 counts as 1. (A denial returns s re-stamped instead when
-// s was stamped beyond MaxClockSkew, so that refill can start.)
+// s is returned unchanged. The Decision carries Limit and Window as the
+// client is told them (Capacity over the time the bucket takes to fill, see
+// Advertised), Remaining (whole tokens left), Reset (draft-11's effective
+// window: the time until the next whole token comes back, see NextToken)
+// and, when denied, RetryAfter (time until cost tokens are there, never
+// shorter than Reset). A cost above Capacity can never be admitted: it is
+// denied with RetryAfter = Window (or Reset, if that is longer). A cost
+// below 1 counts as 1. (A denial returns s re-stamped instead when s was
+// stamped beyond MaxClockSkew, so that refill can start.)
 func (p Params) TakeAt(s State, now time.Time, cost int64) (State, edgelimit.Decision) {
 	n := now.UnixNano()
-	st, d, ok := p.take(p.refill(s, n), n, cost)
+	var d edgelimit.Decision
+	st, ok := p.take(p.refill(s, n), n, cost, &d)
 	if !ok && !restamped(s, n) {
 		return s, d
 	}
 	return st, d
+}
+
+// Advertised returns the quota a client is told for this bucket
+// (RateLimit-Policy's q and w): its capacity, over the time it takes to
+// fill from empty. 10 per second with a capacity of 20 is 20 per 2s, so
+// that Remaining never exceeds the quota announced. A bucket whose capacity
+// is its limit announces Limit per Window. (The engine computed this from
+// the policy until the limiter's Decision carried it, with the same
+// arithmetic; a window too long for a Duration saturates.)
+func (p Params) Advertised() (limit int64, window time.Duration) {
+	if p.Capacity == p.Limit || p.Limit <= 0 {
+		return p.Limit, p.Window
+	}
+	w := float64(p.Window) * float64(p.Capacity) / float64(p.Limit)
+	if w >= math.MaxInt64 {
+		return p.Capacity, time.Duration(math.MaxInt64)
+	}
+	return p.Capacity, time.Duration(w)
+}
+
+// NextToken returns draft-11's effective window of s at now: the time
+// within which the client can use no more than the whole tokens s holds,
+// which is the time until it holds one more. A full bucket gains no more:
+// for it, the time one token takes to come back after a spend (one
+// emission interval, Window / Limit rounded up; later if s is stamped in
+// the future).
+func (p Params) NextToken(s State, now time.Time) time.Duration {
+	n := now.UnixNano()
+	return p.nextToken(p.refill(s, n), n)
 }
 
 // restamped reports whether s is stamped so far after n that reading it at
@@ -150,30 +183,59 @@ func (p Params) untilTokens(r State, n int64, want int64) time.Duration {
 	return wait + time.Duration(d)
 }
 
-// take decides cost against the refilled state r at n. ok reports whether
-// the tokens were spent; the returned State is then r minus cost.
-func (p Params) take(r State, n int64, cost int64) (State, edgelimit.Decision, bool) {
+// take decides cost against the refilled state r at n, into d (which
+// is zero). ok reports whether the tokens were spent; the returned State is
+// then r minus cost. (The decision is filled in place: it is the hot path
+// of a cached decision, and a Decision is large to copy.)
+func (p Params) take(r State, n int64, cost int64, d *edgelimit.Decision) (State, bool) {
 	cost = max(cost, 1)
-	capN := p.Capacity * TokenScale
-	d := edgelimit.Decision{Limit: p.Limit, Window: p.Window}
-	if cost > p.Capacity {
-		d.Remaining = r.Tokens / TokenScale
-		d.Reset = p.untilTokens(r, n, capN)
-		d.RetryAfter = p.Window
-		return r, d, false
-	}
 	need := cost * TokenScale
-	if r.Tokens < need {
-		d.Remaining = r.Tokens / TokenScale
-		d.Reset = p.untilTokens(r, n, capN)
-		d.RetryAfter = max(p.untilTokens(r, n, need), time.Nanosecond)
-		return r, d, false
+	if cost > p.Capacity || r.Tokens < need {
+		p.decision(r, n, d)
+		if cost > p.Capacity {
+			d.RetryAfter = max(p.Window, d.Reset)
+		} else {
+			d.RetryAfter = max(p.untilTokens(r, n, need), d.Reset, time.Nanosecond)
+		}
+		return r, false
 	}
 	r.Tokens -= need
+	p.decision(r, n, d)
 	d.Allowed = true
+	return r, true
+}
+
+// peek decides cost against the refilled state r at n without spending,
+// into d (which is zero): as take, but an allowed decision reports r
+// itself.
+func (p Params) peek(r State, n int64, cost int64, d *edgelimit.Decision) {
+	if _, ok := p.take(r, n, cost, d); ok {
+		p.decision(r, n, d)
+	}
+}
+
+// decision reports the refilled state r at n into d: the quota as
+// advertised, the whole tokens left and the effective window. Allowed and
+// RetryAfter are the caller's.
+func (p Params) decision(r State, n int64, d *edgelimit.Decision) {
+	d.Limit, d.Window = p.Limit, p.Window
+	if p.Capacity != p.Limit {
+		d.Limit, d.Window = p.Advertised()
+	}
 	d.Remaining = r.Tokens / TokenScale
-	d.Reset = p.untilTokens(r, n, capN)
-	return r, d, true
+	d.Reset = p.nextToken(r, n)
+}
+
+// nextToken is NextToken on the refilled state r at n.
+func (p Params) nextToken(r State, n int64) time.Duration {
+	capN := p.Capacity * TokenScale
+	if r.Tokens >= capN {
+		// Full: after a spend, the token comes back in one emission
+		// interval.
+		r.Tokens = capN - TokenScale
+		return p.untilTokens(r, n, capN)
+	}
+	return p.untilTokens(r, n, (r.Tokens/TokenScale+1)*TokenScale)
 }
 
 // add puts cost tokens (at least 1) back into r, never beyond Capacity.

@@ -32,17 +32,19 @@ type stepTable struct {
 
 // stepTables are the token-bucket behaviours every layer must reproduce
 // exactly for a single client: the pure Params, and Bucket over each KV.
+// Reset is draft-11's effective window: the time until the next whole token
+// comes back (one emission interval, Window/Limit, from a full bucket).
 var stepTables = []stepTable{
 	{
 		name: "burst then empty",
-		p:    Params{Capacity: 5, Limit: 5, Window: time.Second},
+		p:    Params{Capacity: 5, Limit: 5, Window: time.Second}, // a token every 200ms
 		steps: []step{
 			{0, 1, true, 4, 200 * time.Millisecond, 0},
-			{0, 1, true, 3, 400 * time.Millisecond, 0},
-			{0, 1, true, 2, 600 * time.Millisecond, 0},
-			{0, 1, true, 1, 800 * time.Millisecond, 0},
-			{0, 1, true, 0, time.Second, 0},
-			{0, 1, false, 0, time.Second, 200 * time.Millisecond},
+			{0, 1, true, 3, 200 * time.Millisecond, 0},
+			{0, 1, true, 2, 200 * time.Millisecond, 0},
+			{0, 1, true, 1, 200 * time.Millisecond, 0},
+			{0, 1, true, 0, 200 * time.Millisecond, 0},
+			{0, 1, false, 0, 200 * time.Millisecond, 200 * time.Millisecond},
 		},
 	},
 	{
@@ -50,11 +52,11 @@ var stepTables = []stepTable{
 		p:    Params{Capacity: 2, Limit: 5, Window: time.Second},
 		steps: []step{
 			{0, 1, true, 1, 200 * time.Millisecond, 0},
-			{0, 1, true, 0, 400 * time.Millisecond, 0},
-			{100 * time.Millisecond, 1, false, 0, 300 * time.Millisecond, 100 * time.Millisecond},
-			{200 * time.Millisecond, 1, true, 0, 400 * time.Millisecond, 0},
-			{399 * time.Millisecond, 1, false, 0, 201 * time.Millisecond, time.Millisecond},
-			{400 * time.Millisecond, 1, true, 0, 400 * time.Millisecond, 0},
+			{0, 1, true, 0, 200 * time.Millisecond, 0},
+			{100 * time.Millisecond, 1, false, 0, 100 * time.Millisecond, 100 * time.Millisecond}, // half a token
+			{200 * time.Millisecond, 1, true, 0, 200 * time.Millisecond, 0},
+			{399 * time.Millisecond, 1, false, 0, time.Millisecond, time.Millisecond},
+			{400 * time.Millisecond, 1, true, 0, 200 * time.Millisecond, 0},
 			{time.Second, 1, true, 1, 200 * time.Millisecond, 0},
 		},
 	},
@@ -62,12 +64,12 @@ var stepTables = []stepTable{
 		name: "cost greater than one",
 		p:    Params{Capacity: 10, Limit: 10, Window: 10 * time.Second},
 		steps: []step{
-			{0, 4, true, 6, 4 * time.Second, 0},
-			{0, 4, true, 2, 8 * time.Second, 0},
-			{0, 4, false, 2, 8 * time.Second, 2 * time.Second},
-			{time.Second, 4, false, 3, 7 * time.Second, time.Second},
-			{2 * time.Second, 4, true, 0, 10 * time.Second, 0},
-			{2 * time.Second, 11, false, 0, 10 * time.Second, 10 * time.Second}, // above capacity: never
+			{0, 4, true, 6, time.Second, 0},
+			{0, 4, true, 2, time.Second, 0},
+			{0, 4, false, 2, time.Second, 2 * time.Second},
+			{time.Second, 4, false, 3, time.Second, time.Second},
+			{2 * time.Second, 4, true, 0, time.Second, 0},
+			{2 * time.Second, 11, false, 0, time.Second, 10 * time.Second}, // above capacity: never
 		},
 	},
 	{
@@ -76,29 +78,29 @@ var stepTables = []stepTable{
 		steps: []step{
 			{0, 1, true, 2, time.Second, 0},
 			{10 * time.Second, 1, true, 2, time.Second, 0}, // not 11: the bucket holds 3
-			{10 * time.Second, 1, true, 1, 2 * time.Second, 0},
-			{10 * time.Second, 1, true, 0, 3 * time.Second, 0},
-			{10 * time.Second, 1, false, 0, 3 * time.Second, time.Second},
+			{10 * time.Second, 1, true, 1, time.Second, 0},
+			{10 * time.Second, 1, true, 0, time.Second, 0},
+			{10 * time.Second, 1, false, 0, time.Second, time.Second},
 		},
 	},
 	{
 		name: "burst above the limit",
 		p:    Params{Capacity: 4, Limit: 2, Window: time.Second},
 		steps: []step{
-			{0, 4, true, 0, 2 * time.Second, 0},
-			{500 * time.Millisecond, 1, true, 0, 2 * time.Second, 0},
-			{500 * time.Millisecond, 1, false, 0, 2 * time.Second, 500 * time.Millisecond},
-			{2500 * time.Millisecond, 4, true, 0, 2 * time.Second, 0},
+			{0, 4, true, 0, 500 * time.Millisecond, 0},
+			{500 * time.Millisecond, 1, true, 0, 500 * time.Millisecond, 0},
+			{500 * time.Millisecond, 1, false, 0, 500 * time.Millisecond, 500 * time.Millisecond},
+			{2500 * time.Millisecond, 4, true, 0, 500 * time.Millisecond, 0},
 		},
 	},
 	{
 		name: "idle for a long time",
 		p:    Params{Capacity: 5, Limit: 5, Window: time.Minute},
 		steps: []step{
-			{0, 5, true, 0, time.Minute, 0},
+			{0, 5, true, 0, 12 * time.Second, 0},
 			{100 * 365 * 24 * time.Hour, 1, true, 4, 12 * time.Second, 0},
-			{100 * 365 * 24 * time.Hour, 4, true, 0, time.Minute, 0},
-			{200 * 365 * 24 * time.Hour, 5, true, 0, time.Minute, 0},
+			{100 * 365 * 24 * time.Hour, 4, true, 0, 12 * time.Second, 0},
+			{200 * 365 * 24 * time.Hour, 5, true, 0, 12 * time.Second, 0},
 		},
 	},
 	{
@@ -107,13 +109,13 @@ var stepTables = []stepTable{
 		steps: []step{
 			{10 * time.Second, 1, true, 1, time.Second, 0},
 			// 5s earlier: no refill, and the state keeps its later stamp.
-			{5 * time.Second, 1, true, 0, 7 * time.Second, 0},
-			{5 * time.Second, 1, false, 0, 7 * time.Second, 6 * time.Second},
-			{10 * time.Second, 1, false, 0, 2 * time.Second, time.Second},
-			{11 * time.Second, 1, true, 0, 2 * time.Second, 0},
+			{5 * time.Second, 1, true, 0, 6 * time.Second, 0},
+			{5 * time.Second, 1, false, 0, 6 * time.Second, 6 * time.Second},
+			{10 * time.Second, 1, false, 0, time.Second, time.Second},
+			{11 * time.Second, 1, true, 0, time.Second, 0},
 			// An hour back (beyond MaxClockSkew): re-stamped, tokens kept.
-			{11*time.Second - time.Hour, 1, false, 0, 2 * time.Second, time.Second},
-			{12*time.Second - time.Hour, 1, true, 0, 2 * time.Second, 0},
+			{11*time.Second - time.Hour, 1, false, 0, time.Second, time.Second},
+			{12*time.Second - time.Hour, 1, true, 0, time.Second, 0},
 		},
 	},
 	{
@@ -131,8 +133,8 @@ var stepTables = []stepTable{
 		p:    Params{Capacity: 2, Limit: 2, Window: time.Minute},
 		steps: []step{
 			{0, 0, true, 1, 30 * time.Second, 0},
-			{0, -3, true, 0, time.Minute, 0},
-			{0, 0, false, 0, time.Minute, 30 * time.Second},
+			{0, -3, true, 0, 30 * time.Second, 0},
+			{0, 0, false, 0, 30 * time.Second, 30 * time.Second},
 		},
 	},
 }
@@ -165,8 +167,8 @@ func TestParamsTakeAtStepTables(t *testing.T) {
 			for i, st := range tc.steps {
 				next, d := tc.p.TakeAt(s, t0.Add(st.at), st.cost)
 				checkStep(t, i, st, allowResult{d.Allowed, d.Remaining, d.Reset, d.RetryAfter})
-				if d.Limit != tc.p.Limit || d.Window != tc.p.Window {
-					t.Errorf("step %d: Limit, Window = %d, %s, want %d, %s", i, d.Limit, d.Window, tc.p.Limit, tc.p.Window)
+				if q, w := tc.p.Advertised(); d.Limit != q || d.Window != w {
+					t.Errorf("step %d: Limit, Window = %d, %s, want %d, %s", i, d.Limit, d.Window, q, w)
 				}
 				if !d.Allowed && next != s && !restamped(s, t0.Add(st.at).UnixNano()) {
 					t.Errorf("step %d: a denial changed the state: %+v, want %+v", i, next, s)
