@@ -168,7 +168,7 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 			signed = true
 		}
 	}
-	fc := Config{Logger: log, Now: now}
+	fc := Config{Logger: log, Now: cfg.Now} // nil: the limiters decide at the engine's instant
 	if len(needTable) > 0 {
 		table := strings.TrimSpace(getenv(EnvTable))
 		if table == "" {

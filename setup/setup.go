@@ -35,7 +35,8 @@ type Config struct {
 	Keys *signedwindow.KeyRing
 	// Logger receives strategy warnings; default slog.Default().
 	Logger *slog.Logger
-	// Now is every limiter's clock; default time.Now.
+	// Now, if set, is every limiter's clock; by default each decides at the
+	// instant the engine read for the request (edgelimit.Request.At).
 	Now func() time.Time
 }
 
@@ -45,9 +46,6 @@ type Config struct {
 func Factory(cfg Config) (edgelimit.Factory, error) {
 	if cfg.DynamoDB != nil && cfg.Table == "" {
 		return nil, errors.New("setup: Config.Table is required with DynamoDB")
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
 	}
 	var durable durablecounter.Store
 	var kv kvbucket.KV
