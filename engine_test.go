@@ -566,10 +566,10 @@ policies:
   - {name: tts, routes: ["POST /tts"], key: ip, strategy: signed, limit: 10, window: 1m, proof_of_work: {bits: 8}}
 `, func(name string, c *counter) edgelimit.Limiter {
 		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
-			return edgelimit.Decision{Limit: 10, Window: time.Minute,
+			return edgelimit.Decision{Limit: 10, Window: time.Minute, Response: &edgelimit.Response{
 				Field:     edgelimit.Field{Name: "Edgelimit-Challenge", Value: "v1.abc"},
 				Detail:    "Solve it.",
-				Extension: `{"challenge": {"challenge":"v1.abc","bits":8}, "type": "not-replaced"}`}, nil
+				Extension: `{"challenge": {"challenge":"v1.abc","bits":8}, "type": "not-replaced"}`}}, nil
 		})
 	})
 	v := fx.do("POST", "/tts", "1.2.3.4", nil)
@@ -596,7 +596,7 @@ policies:
 			return c
 		}
 		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
-			return edgelimit.Decision{Allowed: true, Limit: 10, Window: time.Minute, Remaining: 9, Field: edgelimit.Field{Name: "Edgelimit-Token", Value: "tok"}}, nil
+			return edgelimit.Decision{Allowed: true, Limit: 10, Window: time.Minute, Remaining: 9, Response: &edgelimit.Response{Field: edgelimit.Field{Name: "Edgelimit-Token", Value: "tok"}}}, nil
 		})
 	})
 	if v := fx.do("POST", "/t", "1.2.3.4", nil); header(v, "Edgelimit-Token") != "tok" {

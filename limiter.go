@@ -55,27 +55,33 @@ type Decision struct {
 	// RetryAfter is how long the client should wait before a retry can
 	// succeed; zero when Allowed. It is never shorter than Reset.
 	RetryAfter time.Duration
-	// Field is a response header field the limiter hands the client (a
-	// signed window token, a proof-of-work challenge), or the zero Field:
-	// the strategy's own client state, which the engine passes on without
-	// reading it. It is sent with the response the decision leads to, unless
-	// the decision is undone (refunded) because another policy denied the
-	// request; fields of one name from several policies are joined into one
-	// list.
-	Field Field
-	// Detail, for a denial, is a sentence the problem body's detail adds for
-	// the client (what to do besides waiting).
-	Detail string
-	// Extension, for a denial, is a JSON object whose members the 429's
-	// problem body carries (RFC 9457 extension members), e.g.
-	// {"challenge":{...}}. Members the engine writes itself are not replaced.
-	Extension string
+	// Response, when set, is what the limiter adds to the response besides
+	// the RateLimit fields: its own client state (a signed window token, a
+	// proof-of-work challenge) and, for a denial, words and members for the
+	// problem body. The engine passes it on without reading it.
+	Response *Response
 	// Receipt records what an allowed decision spent, for Refunder.Refund.
 	Receipt Receipt
 }
 
 // Field is one HTTP header field.
 type Field struct{ Name, Value string }
+
+// Response is what a limiter adds to the response a Decision leads to.
+type Response struct {
+	// Field is a response header field for the client (Edgelimit-Token,
+	// Edgelimit-Challenge). It is sent unless the decision is undone
+	// (refunded) because another policy denied the request; fields of one
+	// name from several policies are joined into one list.
+	Field Field
+	// Detail, for a denial, is a sentence the problem body's detail adds
+	// (what to do besides waiting).
+	Detail string
+	// Extension, for a denial, is a JSON object whose members the problem
+	// body carries (RFC 9457 extension members), e.g. {"challenge":{...}}.
+	// Members the engine writes itself are not replaced.
+	Extension string
+}
 
 // Receipt records what an allowed Decision spent, in its limiter's own
 // terms, so that Refunder.Refund undoes exactly that spending and nothing

@@ -176,8 +176,8 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	for _, c := range rs.policies {
 		if s := &slots[c.slot]; !c.Shadow && s.o == denied {
 			names = append(names, c.Name)
-			if s.d.Extension != "" {
-				ext = append(ext, s.d.Extension)
+			if r := s.d.Response; r != nil && r.Extension != "" {
+				ext = append(ext, r.Extension)
 			}
 		}
 	}
@@ -187,9 +187,10 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	d = appendPlural(d, secs, "second")
 	d = append(d, '.')
 	for _, c := range rs.policies {
-		if s := &slots[c.slot]; !c.Shadow && s.o == denied && s.d.Detail != "" && !bytes.Contains(d, []byte(s.d.Detail)) {
+		s := &slots[c.slot]
+		if r := s.d.Response; !c.Shadow && s.o == denied && r != nil && r.Detail != "" && !bytes.Contains(d, []byte(r.Detail)) {
 			d = append(d, ' ')
-			d = append(d, s.d.Detail...)
+			d = append(d, r.Detail...)
 		}
 	}
 	v.Body = appendProblem(make([]byte, 0, 384), &Problem{Type: ProblemQuotaExceeded, Title: titleQuotaExceeded, Status: 429,
@@ -200,25 +201,29 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 // outcome is want; fields of one name from several policies are joined
 // into one list value, in policy order.
 func addDecisionFields(v *Verdict, rs *routeSet, slots []slot, want outcome) {
-	for i, c := range rs.policies {
+	field := func(c member) Field {
 		s := &slots[c.slot]
-		f := s.d.Field
-		if c.Shadow || s.o != want || f.Name == "" {
+		if c.Shadow || s.o != want || s.d.Response == nil {
+			return Field{}
+		}
+		return s.d.Response.Field
+	}
+	for i, c := range rs.policies {
+		f := field(c)
+		if f.Name == "" {
 			continue
 		}
 		dup := false
 		for _, p := range rs.policies[:i] {
-			if ps := &slots[p.slot]; !p.Shadow && ps.o == want && equalFoldASCII(ps.d.Field.Name, f.Name) {
-				dup = true // joined with the earlier policy's
-			}
+			dup = dup || equalFoldASCII(field(p).Name, f.Name) // joined with the earlier policy's
 		}
 		if dup {
 			continue
 		}
 		value := f.Value
 		for _, q := range rs.policies[i+1:] {
-			if qs := &slots[q.slot]; !q.Shadow && qs.o == want && equalFoldASCII(qs.d.Field.Name, f.Name) {
-				value += ", " + qs.d.Field.Value
+			if g := field(q); equalFoldASCII(g.Name, f.Name) {
+				value += ", " + g.Value
 			}
 		}
 		v.add(f.Name, value)

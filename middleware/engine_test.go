@@ -231,7 +231,7 @@ policies:
 			mu.Unlock()
 			d := edgelimit.Decision{Allowed: true, Limit: 10, Remaining: 9}
 			if p.Strategy == edgelimit.StrategySigned {
-				d.Field = edgelimit.Field{Name: "Edgelimit-Token", Value: "new-token"}
+				d.Response = &edgelimit.Response{Field: edgelimit.Field{Name: "Edgelimit-Token", Value: "new-token"}}
 			}
 			return d, nil
 		})

@@ -58,8 +58,8 @@ func ExampleLimiter() {
 		}
 		d, _ := l.Allow(context.Background(), req)
 		fmt.Printf("allowed=%v remaining=%d retry-after=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
-		if f := d.Field; f.Name != "" { // the response's Edgelimit-Token...
-			h.Set(f.Name, f.Value) // ...which the client sends back
+		if d.Response != nil { // the response's Edgelimit-Token...
+			h.Set(d.Response.Field.Name, d.Response.Field.Value) // ...which the client sends back
 		}
 	}
 	// Output:
@@ -106,8 +106,8 @@ func ExampleLimiter_proofOfWork() {
 
 // header returns the value of a field a decision hands the client.
 func header(d edgelimit.Decision, name string) string {
-	if d.Field.Name == name {
-		return d.Field.Value
+	if d.Response != nil && d.Response.Field.Name == name {
+		return d.Response.Field.Value
 	}
 	return ""
 }

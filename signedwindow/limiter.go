@@ -223,7 +223,7 @@ func (l *Limiter) decide(now time.Time, req edgelimit.Request, spend bool) edgel
 				d.Reset = time.Unix(exp, 0).Sub(now)
 				d.Receipt = edgelimit.Receipt{At: now.UnixNano(), Slot: c.n, ID: receiptID(c.id)}
 				if spend {
-					d.Field = edgelimit.Field{Name: HeaderToken, Value: l.keys.keys[0].sign(l.name, sub, c.id, c.nbf.Unix(), exp, c.n+cost)}
+					d.Response = &edgelimit.Response{Field: edgelimit.Field{Name: HeaderToken, Value: l.keys.keys[0].sign(l.name, sub, c.id, c.nbf.Unix(), exp, c.n+cost)}}
 				}
 				return d
 			}
@@ -251,9 +251,8 @@ func (l *Limiter) decide(now time.Time, req edgelimit.Request, spend bool) edgel
 	// A proof buys a window: until one comes, nothing is available and
 	// there is no effective window to announce (t is left out).
 	ch := l.pow.IssueAt(now, req.Key, l.name)
-	d.Field = edgelimit.Field{Name: HeaderChallenge, Value: ch.Value}
-	d.Detail = detailProof
-	d.Extension = challengeJSON(ch)
+	d.Response = &edgelimit.Response{Field: edgelimit.Field{Name: HeaderChallenge, Value: ch.Value},
+		Detail: detailProof, Extension: challengeJSON(ch)}
 	return d
 }
 
@@ -275,7 +274,7 @@ func (l *Limiter) mint(d edgelimit.Decision, now time.Time, sub string, id pow.I
 	d.Reset = time.Unix(exp, 0).Sub(now)
 	d.Receipt = edgelimit.Receipt{At: now.UnixNano(), Slot: 0, ID: receiptID(id)}
 	if spend {
-		d.Field = edgelimit.Field{Name: HeaderToken, Value: l.keys.keys[0].sign(l.name, sub, id, nbf, exp, cost)}
+		d.Response = &edgelimit.Response{Field: edgelimit.Field{Name: HeaderToken, Value: l.keys.keys[0].sign(l.name, sub, id, nbf, exp, cost)}}
 	}
 	return d
 }
