@@ -82,7 +82,7 @@ type Alarm struct {
 // Pseudo parameters as Load substitutes them.
 const (
 	Region    = "us-east-1"
-	StackName = "edgelimit"
+	StackName = "example"
 	AccountID = "123456789012"
 )
 
