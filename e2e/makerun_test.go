@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -55,7 +56,9 @@ func TestMakeRunStops(t *testing.T) {
 			// (where a user's own `make run` may be running).
 			cmd := exec.Command(makeBin, "--no-print-directory", "run", "ADDR="+addr, "RUN_BIN="+bin)
 			cmd.Dir = root(t)
-			cmd.Env = append(os.Environ(), "GO="+goTool())
+			// As from a shell: not a sub-make of the `make test` that may be
+			// running this test.
+			cmd.Env = append(withoutMake(os.Environ()), "GO="+goTool())
 			cmd.Stdout, cmd.Stderr = out, out
 			// Its own process group, as a shell job has: the group is what
 			// Ctrl-C signals, and what the cleanup kills if the test fails.
@@ -98,6 +101,19 @@ func TestMakeRunStops(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withoutMake drops what a parent make passes to its sub-makes.
+func withoutMake(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 var errExited = errors.New("make exited before the server answered")
