@@ -10,6 +10,9 @@
 #   make bench-quick    the same with short runs, into bench/out/quick/ (development;
 #                       BENCHMARKS.md and docs/bench are left alone)
 #   make bench-report   BENCHMARKS.md and the plots again from bench/out/*.json
+#   make dashboard-mock docs/dashboard.png: template.yaml's CloudWatch dashboard drawn
+#                       from the EMF lines of a simulated hour of the example functions
+#                       on dynalite (bench/dashmock; about 30 s)
 #
 # bench/ is its own Go module (bench/go.mod, with a replace of the main module
 # by ../), so the alternatives it compares never enter the main module's
@@ -28,7 +31,7 @@ BENCH_BIN   := bench/out/edgelimit-bench
 # BENCH_FLAGS are passed to the program, e.g. BENCH_FLAGS='-phase 15s -count 5'.
 BENCH_FLAGS ?=
 
-.PHONY: bench bench-quick bench-report bench-build bench-deps
+.PHONY: bench bench-quick bench-report bench-build bench-deps dashboard-mock
 
 ## bench-build: the benchmark program (bench/ module) as bench/out/edgelimit-bench.
 bench-build:
@@ -50,5 +53,11 @@ bench-quick: bench-build bench-deps
 ## bench-report: rewrite BENCHMARKS.md and the plots from bench/out/*.json.
 bench-report: bench-build
 	$(BENCH_BIN) -root . report
+
+## dashboard-mock: docs/dashboard.png, the dashboard of template.yaml rendered
+## from a local run (DASHMOCK_FLAGS, e.g. '-emf lines.json' to draw other EMF lines).
+DASHMOCK_FLAGS ?=
+dashboard-mock: bench-deps
+	$(GO) run ./internal/tools/testservers -only dynalite -- $(GO) -C bench run ./dashmock -root .. $(DASHMOCK_FLAGS)
 
 .DEFAULT_GOAL := $(bench_mk_default_goal)

@@ -30,6 +30,8 @@ type serveFlags struct {
 	table       string
 	createTable bool
 	logFormat   string
+	// exitWithParent: stop when the parent process exits (make run).
+	exitWithParent bool
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -43,6 +45,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&f.table, "table", "edgelimit", "DynamoDB table (with --store dynamodb)")
 	fs.BoolVar(&f.createTable, "create-table", false, "create the DynamoDB table if it does not exist")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.BoolVar(&f.exitWithParent, "exit-with-parent", false, "stop when the process that started serve exits (make run sets it, so that stopping make stops the server)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: edgelimit serve [flags]\n\nServes every route of a policy file, running each request through the API Gateway v2\nLambda middleware around a demo handler that echoes the route and the decision.\n\nFlags:")
 		fs.PrintDefaults()
@@ -53,6 +56,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if fs.NArg() != 0 {
 		fs.Usage()
 		return 2
+	}
+	if f.exitWithParent {
+		var cancel context.CancelFunc
+		ctx, cancel = withParent(ctx, os.Getppid, parentPollInterval, stderr)
+		defer cancel()
 	}
 	log := newLogger(stderr, f.logFormat)
 	srv, err := newServer(ctx, f, log, stderr)
