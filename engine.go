@@ -41,8 +41,9 @@ type Event struct {
 	// Peeked, would have).
 	Allowed bool
 	Shadow  bool
-	// Peeked: another policy had denied the request, so this one was asked
-	// without spending (Peeker).
+	// Peeked: the policy spent nothing for the request, because another
+	// denied it: it was asked without spending (Peeker), or it was a member
+	// of an atomic batch that another member denied.
 	Peeked bool
 	// Refunded: the policy admitted and spent, another denied, and what it
 	// spent was given back.

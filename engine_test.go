@@ -885,3 +885,26 @@ policies:
 		t.Errorf("hard's deadline is %v after soft's, want exactly 40ms (both from the request's start)", gap)
 	}
 }
+
+// A batch member that would have admitted, in a batch another member
+// denied, spent nothing: it is reported as such, not as an admission.
+func TestEngineBatchMemberThatFitReportsNothingSpent(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: a, routes: ["GET /x"], key: ip, strategy: durable, limit: 5, window: 1m}
+  - {name: b, routes: ["GET /x"], key: ip, strategy: durable, limit: 1, window: 1m}
+`, func(name string, c *counter) edgelimit.Limiter {
+		c.batchKey = "store-1"
+		return batcher{c}
+	})
+	fx.do("GET", "/x", "1.2.3.4", nil)
+	fx.events = nil
+	if v := fx.do("GET", "/x", "1.2.3.4", nil); v.Status != 429 {
+		t.Fatalf("status %d, want 429", v.Status)
+	}
+	for _, ev := range fx.events {
+		if ev.Policy == "a" && (!ev.Allowed || !ev.Peeked || ev.Refunded) {
+			t.Errorf("event for a = %+v, want Allowed and Peeked (it would fit; nothing was spent)", ev)
+		}
+	}
+}

@@ -306,7 +306,7 @@ func (e *Engine) refund(ctx context.Context, start time.Time, rs *routeSet, cs [
 
 func (e *Engine) emit(rs *routeSet, c *compiled, s *slot) {
 	e.observe(Event{Route: rs.label, Policy: c.Name, Strategy: c.Strategy, Allowed: s.d.Allowed, Shadow: c.Shadow,
-		Peeked: s.peeked, Refunded: s.o == refunded, Degraded: s.d.Degraded, StoreError: s.storeErr,
+		Peeked: s.peeked || s.o == known, Refunded: s.o == refunded, Degraded: s.d.Degraded, StoreError: s.storeErr,
 		RefundError: s.refundErr, Latency: s.lat})
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 // Problem is an RFC 9457 problem details body as edgelimit sends it, without
-// the extension members a limiter may add (Decision.Extension).
+// the extension members a limiter may add (Decision.Response).
 type Problem struct {
 	Type             string   `json:"type"`
 	Title            string   `json:"title"`
