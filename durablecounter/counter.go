@@ -469,9 +469,23 @@ func (c *Counter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.De
 		c.told(&d)
 		return d, nil
 	}
+	if len(c.algs) == 1 {
+		o := c.op(0, req.Key, cost, t)
+		d, denied, _, _ := c.cached(&o)
+		if !denied {
+			st, err := c.store.get(ctx, o)
+			if err != nil {
+				return edgelimit.Decision{}, err
+			}
+			fits := o.alg.fits(st, t, cost)
+			d = o.alg.decision(st, t, cost, fits)
+			c.remember(&o, &result{ok: fits, known: true, st: st, d: d}, 0)
+		}
+		c.told(&d)
+		return d, nil
+	}
 	n := len(c.algs)
-	ops := make([]op, n)
-	ds := make([]edgelimit.Decision, n)
+	ops, ds := make([]op, n), make([]edgelimit.Decision, n)
 	proven := 0
 	for i := range n {
 		ops[i] = c.op(i, req.Key, cost, t)
@@ -490,7 +504,7 @@ func (c *Counter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.De
 			fits := o.alg.fits(sts[i], t, cost)
 			ds[i] = o.alg.decision(sts[i], t, cost, fits)
 			c.remember(o, &result{ok: fits, known: true, st: sts[i], d: ds[i]}, 0)
-			if fits && n > 1 {
+			if fits {
 				// What the shard has left, for the policy's sum.
 				ds[i] = o.alg.decision(sts[i], t, cost, true)
 			}

@@ -366,6 +366,10 @@ func (s *DynamoStore) refund(ctx context.Context, op1 op, rc edgelimit.Receipt) 
 	}
 }
 
+func (s *DynamoStore) get(ctx context.Context, o op) (state, error) {
+	return s.getItem(ctx, &o, o.id.pk())
+}
+
 func (s *DynamoStore) read(ctx context.Context, ops []op, out []state) error {
 	if len(ops) == 1 {
 		st, err := s.getItem(ctx, &ops[0], ops[0].id.pk())

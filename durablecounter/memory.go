@@ -234,6 +234,13 @@ func (s *MemoryStore) refund(_ context.Context, o op, rc edgelimit.Receipt) (boo
 	return ok, nil
 }
 
+func (s *MemoryStore) get(_ context.Context, o op) (state, error) {
+	sh := &s.shards[s.shardIndex(o.id.key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return clone(sh.get(&o)), nil
+}
+
 func (s *MemoryStore) read(_ context.Context, ops []op, out []state) error {
 	for i := range ops {
 		o := &ops[i]

@@ -31,8 +31,10 @@ type Store interface {
 	// nothing is left to give back, or ctx ends. It reports whether
 	// anything was given back; an error means the refund did not land.
 	refund(ctx context.Context, o op, rc edgelimit.Receipt) (bool, error)
-	// read fills out[i] with the state of ops[i]'s item (the zero state if
-	// absent), read consistently, without spending anything.
+	// get returns the state of o's item (the zero state if absent), read
+	// consistently, without spending anything; read does that for several
+	// items, filling out[i] for ops[i].
+	get(ctx context.Context, o op) (state, error)
 	read(ctx context.Context, ops []op, out []state) error
 	// batchKey identifies the store for edgelimit.BatchLimiter.
 	batchKey() string

@@ -9,7 +9,7 @@
 //			return func(p *edgelimit.Policy, now func() time.Time) (edgelimit.Limiter, error) {
 //				return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: now})
 //			}
-//		}, limitertest.Options{Algorithm: edgelimit.AlgorithmGCRA, Batch: true, Refund: true, Concurrency: true})
+//		}, limitertest.Options{Algorithm: edgelimit.AlgorithmGCRA, Batch: true, Refund: true, Peek: true, Concurrency: true})
 //	}
 //
 // Time comes from an injected Clock starting at T0; the suite never sleeps.
