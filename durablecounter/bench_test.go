@@ -215,3 +215,32 @@ func BenchmarkBaselineRateMap(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPeekMemory measures Peek on the memory store over 100,000 keys
+// (1,000 of which have spent a unit): a read under the shard's lock and the
+// decision, nothing spent.
+//
+//	go test -run '^$' -bench 'BenchmarkPeekMemory' -benchmem ./durablecounter/
+func BenchmarkPeekMemory(b *testing.B) {
+	for _, alg := range []string{edgelimit.AlgorithmFixedWindow, edgelimit.AlgorithmSlidingWindow, edgelimit.AlgorithmSlidingLog, edgelimit.AlgorithmGCRA} {
+		b.Run(alg, func(b *testing.B) {
+			now := time.Unix(1_700_000_000, 0)
+			c, err := durablecounter.New(durablecounter.Config{
+				Policy: benchPolicy("peek", alg, time.Hour), Store: durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+				Now: func() time.Time { return now },
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, k := range benchKeys[:1000] {
+				if _, err := c.Allow(context.Background(), edgelimit.Request{Key: k}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runParallel(b, func(key string) error {
+				_, err := c.Peek(context.Background(), edgelimit.Request{Key: key})
+				return err
+			})
+		})
+	}
+}

@@ -178,8 +178,9 @@ func TestDynamoCallsRefundAndBatch(t *testing.T) {
 		}
 
 		c := counter("calls", 3)
-		if d, err := c.Allow(ctx, edgelimit.Request{Key: "k2", Cost: 2}); err != nil || !d.Allowed || d.Remaining != 1 {
-			t.Fatalf("Allow(cost 2) = %+v, %v", d, err)
+		spent, err := c.Allow(ctx, edgelimit.Request{Key: "k2", Cost: 2})
+		if err != nil || !spent.Allowed || spent.Remaining != 1 {
+			t.Fatalf("Allow(cost 2) = %+v, %v", spent, err)
 		}
 		expect("an allowed decision of cost 2", map[string]int{"UpdateItem": 1})
 		if d, err := c.Allow(ctx, edgelimit.Request{Key: "k2", Cost: 2}); err != nil || d.Allowed || d.Remaining != 1 {
@@ -190,7 +191,7 @@ func TestDynamoCallsRefundAndBatch(t *testing.T) {
 		} else {
 			expect("a denial of cost 2 (ALL_OLD ignored: one consistent read)", map[string]int{"UpdateItem": 1, "GetItem": 1})
 		}
-		if err := c.Refund(ctx, edgelimit.Request{Key: "k2", Cost: 2}, edgelimit.Decision{}); err != nil {
+		if err := c.Refund(ctx, edgelimit.Request{Key: "k2", Cost: 2}, spent); err != nil {
 			t.Fatal(err)
 		}
 		expect("a refund", map[string]int{"UpdateItem": 1})
@@ -416,6 +417,94 @@ func TestDenyCacheExpiryAsksOnce(t *testing.T) {
 			if got := admitted.Load(); got != 1 {
 				t.Errorf("%s on %s: %d admitted after one unit refilled, want 1", alg, s.Name, got)
 			}
+		}
+	})
+}
+
+// TestDynamoCallsPerPeek pins what Peek and Refund cost on each server and
+// algorithm: a peek is one consistent GetItem, or none when the deny cache
+// proves the denial, and a read that shows a denial is remembered, so a
+// repeat peek of a denied key is free; a peek that finds room reads every
+// time; a sharded policy's peek is one BatchGetItem. A refund as of its
+// decision's instant (the engine's case) is one UpdateItem.
+func TestDynamoCallsPerPeek(t *testing.T) {
+	t.Parallel()
+	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
+		t.Parallel()
+		client, table, calls := ddbtest.Table(t, s)
+		ctx := context.Background()
+		clock := limitertest.NewClock(limitertest.T0)
+		for _, alg := range allAlgorithms {
+			t.Run(alg, func(t *testing.T) {
+				p := &edgelimit.Policy{Name: "peek", Algorithm: alg, Limit: 2, Window: time.Hour, DenyCache: true}
+				instance := func(p *edgelimit.Policy) *durablecounter.Counter {
+					store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+					if err != nil {
+						t.Fatal(err)
+					}
+					c, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: clock.Now})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return c
+				}
+				expect := func(what string, want map[string]int) {
+					t.Helper()
+					got, total := calls.Snapshot(), 0
+					for op, n := range want {
+						total += n
+						if got[op] != n {
+							t.Errorf("%s: %d %s calls, want %d (all: %v)", what, got[op], op, n, got)
+						}
+					}
+					if int(calls.Total()) != total {
+						t.Errorf("%s: %d calls in all, want %d (%v)", what, calls.Total(), total, got)
+					}
+					calls.Reset()
+				}
+				peek := func(c *durablecounter.Counter, wantAllowed bool) {
+					t.Helper()
+					d, err := c.Peek(ctx, edgelimit.Request{Key: alg})
+					if err != nil || d.Allowed != wantAllowed {
+						t.Fatalf("Peek = %+v, %v; want allowed %v", d, err, wantAllowed)
+					}
+				}
+				a, b := instance(p), instance(p)
+				calls.Reset()
+				for i := range 2 {
+					peek(a, true)
+					expect(fmt.Sprintf("peek %d with room", i+1), map[string]int{"GetItem": 1})
+				}
+				d, err := a.Allow(ctx, edgelimit.Request{Key: alg})
+				if err != nil || !d.Allowed {
+					t.Fatal(d, err)
+				}
+				calls.Reset()
+				if err := a.Refund(ctx, edgelimit.Request{Key: alg}, d); err != nil {
+					t.Fatal(err)
+				}
+				expect("a refund as of its decision's instant", map[string]int{"UpdateItem": 1})
+				for range 2 {
+					if _, err := a.Allow(ctx, edgelimit.Request{Key: alg}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				calls.Reset()
+				peek(a, false) // the admission that took the last unit is remembered
+				expect("peek after this instance's admission took the last unit", map[string]int{})
+				peek(b, false)
+				expect("another instance's first peek of the denied key", map[string]int{"GetItem": 1})
+				for i := range 3 {
+					peek(b, false)
+					expect(fmt.Sprintf("repeat peek %d of the denied key", i+1), map[string]int{})
+				}
+				sp := *p
+				sp.Name, sp.Limit, sp.Shards = "peek-sharded", 8, 4
+				sharded := instance(&sp)
+				calls.Reset()
+				peek(sharded, true)
+				expect("peek of a policy over 4 shards", map[string]int{"BatchGetItem": 1})
+			})
 		}
 	})
 }

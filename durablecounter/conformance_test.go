@@ -19,7 +19,7 @@ var allAlgorithms = []string{
 }
 
 func capabilities(alg string) limitertest.Options {
-	return limitertest.Options{Algorithm: alg, Batch: true, Refund: true, Concurrency: true}
+	return limitertest.Options{Algorithm: alg, Batch: true, Refund: true, Peek: true, Concurrency: true}
 }
 
 func counters(store durablecounter.Store) limitertest.NewLimiter {

@@ -22,7 +22,9 @@ type Config struct {
 	// Store keeps the counts; default a MemoryStore shared by every Counter
 	// in the process built without a Store (so they can be batched).
 	Store Store
-	// Now is the Counter's clock; default time.Now.
+	// Now is the Counter's clock. Without it the Counter decides at the
+	// Request's At (the engine reads the instant once for every policy of
+	// a request), or at time.Now() when At is zero.
 	Now func() time.Time
 	// DenyCacheSize bounds the Counter's deny cache (when the policy's
 	// DenyCache is on): entries, plus one per sliding-log bucket they hold;
@@ -44,8 +46,14 @@ const MaxShards = 1000
 type Counter struct {
 	name  string
 	limit int64
-	store Store
-	now   func() time.Time
+	// qLimit and qWindow are what decisions tell the client (Limit and
+	// Window): the limit and window, or for gcra with a burst other than
+	// the limit, the burst over the time the bucket takes to fill.
+	qLimit  int64
+	qWindow time.Duration
+	store   Store
+	// clock is Config.Now, or nil: then decisions are at Request.At.
+	clock func() time.Time
 	// algs has one algorithm per shard, each with its share of the limit
 	// (one for a policy that is not sharded).
 	algs []algorithm
@@ -61,6 +69,7 @@ var (
 	_ edgelimit.Limiter      = (*Counter)(nil)
 	_ edgelimit.BatchLimiter = (*Counter)(nil)
 	_ edgelimit.Refunder     = (*Counter)(nil)
+	_ edgelimit.Peeker       = (*Counter)(nil)
 	_ edgelimit.Localizer    = (*Counter)(nil)
 )
 
@@ -134,7 +143,13 @@ func New(cfg Config) (*Counter, error) {
 	if burst < 0 || alg == edgelimit.AlgorithmGCRA && p.Limit > 0 && burst < int64(shards) {
 		return nil, fmt.Errorf("%w: policy %q: burst %d must be at least 1 per shard (%d)", ErrConfig, p.Name, burst, shards)
 	}
-	c := &Counter{name: p.Name, limit: p.Limit, store: cfg.Store, now: cfg.Now, cfg: cfg}
+	c := &Counter{name: p.Name, limit: p.Limit, qLimit: p.Limit, qWindow: p.Window, store: cfg.Store, clock: cfg.Now, cfg: cfg}
+	if alg == edgelimit.AlgorithmGCRA && p.Limit > 0 && burst != p.Limit {
+		// As the engine's RateLimit-Policy has always announced a bucket:
+		// 10/s with burst 20 is q=20, w=2s, so Remaining never exceeds q.
+		c.qLimit = burst
+		c.qWindow = time.Duration(float64(p.Window) * float64(burst) / float64(p.Limit))
+	}
 	for i := range shards {
 		sp := params{name: p.Name, limit: share(p.Limit, shards, i), window: p.Window, burst: share(burst, shards, i)}
 		switch alg {
@@ -155,9 +170,6 @@ func New(cfg Config) (*Counter, error) {
 	}
 	if c.store == nil {
 		c.store = defaultStore()
-	}
-	if c.now == nil {
-		c.now = time.Now
 	}
 	if p.DenyCache {
 		size := cfg.DenyCacheSize
@@ -190,6 +202,45 @@ func (c *Counter) shardID(i int) int32 {
 func (c *Counter) op(shard int, key string, cost, t int64) op {
 	alg := c.algs[shard]
 	return op{alg: alg, id: alg.itemFor(key, c.shardID(shard), t), cost: cost, t: t}
+}
+
+// instant returns when req is decided (Unix nanoseconds): by the Counter's
+// clock if it has one, else at req.At, the instant the engine read once
+// for every policy of the request, else now.
+func (c *Counter) instant(req edgelimit.Request) int64 {
+	switch {
+	case c.clock != nil:
+		return c.clock().UnixNano()
+	case !req.At.IsZero():
+		return req.At.UnixNano()
+	}
+	return time.Now().UnixNano()
+}
+
+// later returns the instant of a decision at t that waited for another
+// request's store call: t moved on by the time that passed, unless req.At
+// fixed it.
+func (c *Counter) later(req edgelimit.Request, t int64) int64 {
+	switch {
+	case c.clock != nil:
+		return max(t, c.clock().UnixNano())
+	case !req.At.IsZero():
+		return t
+	}
+	return max(t, time.Now().UnixNano())
+}
+
+// told fills in what every decision tells the client: the policy's name
+// and its quota (RateLimit-Policy's q and w).
+func (c *Counter) told(d *edgelimit.Decision) {
+	d.Policy, d.Limit, d.Window = c.name, c.qLimit, c.qWindow
+}
+
+// receiptOf returns the receipt of an admission r on shard.
+func receiptOf(r *result, shard int) edgelimit.Receipt {
+	rc := r.rc
+	rc.Slot |= int64(shard)
+	return rc
 }
 
 // cached answers o from the deny cache when it proves a denial. held
@@ -230,33 +281,34 @@ func (c *Counter) remember(o *op, r *result, until int64) {
 
 // Allow decides req: it spends req.Units() of the key's quota if they fit
 // and reports the quota left. A denial spends nothing. An error means the
-// store failed; the engine then applies the policy's on_store_error.
+// store failed; the engine then applies the policy's on_store_error. An
+// allowed decision carries the Receipt that Refund needs to undo it.
 func (c *Counter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
 	if req.Key == "" {
 		return edgelimit.Decision{}, ErrNoKey
 	}
-	t, cost := c.now().UnixNano(), req.Units()
+	t, cost := c.instant(req), req.Units()
 	var d edgelimit.Decision
 	switch {
 	case c.limit == 0: // denied without asking the store
 		d = c.algs[0].decision(state{}, t, cost, false)
 	case len(c.algs) == 1:
 		var err error
-		if d, err = c.decide(ctx, 0, req.Key, cost, t); err != nil {
+		if d, err = c.decide(ctx, req, 0, cost, t); err != nil {
 			return edgelimit.Decision{}, err
 		}
 	default:
 		var err error
-		if d, err = c.decideSharded(ctx, req.Key, cost, t); err != nil {
+		if d, err = c.decideSharded(ctx, req, cost, t); err != nil {
 			return edgelimit.Decision{}, err
 		}
 	}
-	d.Policy, d.Limit = c.name, c.limit
+	c.told(&d)
 	return d, nil
 }
 
-func (c *Counter) decide(ctx context.Context, shard int, key string, cost, t int64) (edgelimit.Decision, error) {
-	o := c.op(shard, key, cost, t)
+func (c *Counter) decide(ctx context.Context, req edgelimit.Request, shard int, cost, t int64) (edgelimit.Decision, error) {
+	o := c.op(shard, req.Key, cost, t)
 	d, denied, held, expired := c.cached(&o)
 	if denied {
 		return d, nil
@@ -272,7 +324,7 @@ func (c *Counter) decide(ctx context.Context, shard int, key string, cost, t int
 			case <-ctx.Done():
 				return edgelimit.Decision{}, fmt.Errorf("durablecounter: waiting for %q: %w", o.id.pk(), ctx.Err())
 			}
-			o = c.op(shard, key, cost, max(t, c.now().UnixNano()))
+			o = c.op(shard, req.Key, cost, c.later(req, t))
 			if d, denied, held, _ = c.cached(&o); denied {
 				return d, nil
 			}
@@ -298,7 +350,11 @@ func (c *Counter) decide(ctx context.Context, shard int, key string, cost, t int
 		// The entry is out of date now that this instance spent units.
 		c.deny.del(o.id)
 	}
-	return r.d, nil
+	d = r.d
+	if r.ok {
+		d.Receipt = receiptOf(&r, shard)
+	}
+	return d, nil
 }
 
 // decideSharded tries the shards from a random one on until one admits the
@@ -306,74 +362,209 @@ func (c *Counter) decide(ctx context.Context, shard int, key string, cost, t int
 // cache answers for shards known to be full), so a sharded policy admits
 // exactly its limit, at the price of up to one call per shard for a denial
 // the cache does not know yet.
-func (c *Counter) decideSharded(ctx context.Context, key string, cost, t int64) (edgelimit.Decision, error) {
+func (c *Counter) decideSharded(ctx context.Context, req edgelimit.Request, cost, t int64) (edgelimit.Decision, error) {
 	n := len(c.algs)
 	start := rand.IntN(n)
 	var worst edgelimit.Decision
 	for k := range n {
-		d, err := c.decide(ctx, (start+k)%n, key, cost, t)
+		shard := (start + k) % n
+		d, err := c.decide(ctx, req, shard, cost, t)
 		if err != nil {
 			return edgelimit.Decision{}, err
 		}
 		if d.Allowed {
+			if d.Remaining == 0 {
+				c.wholePolicy(ctx, req.Key, shard, t, &d)
+			}
 			return d, nil
 		}
 		if k == 0 {
 			worst = d
 			continue
 		}
-		// Denied by every shard: the most any shard has left, the soonest
-		// any could take the request.
+		// Denied by every shard: the most any shard has left (what one
+		// request could still spend, less than its cost), the soonest any
+		// could take the request, the soonest a unit comes back anywhere.
 		worst.Remaining = max(worst.Remaining, d.Remaining)
 		worst.RetryAfter = min(worst.RetryAfter, d.RetryAfter)
-		worst.Reset = max(worst.Reset, d.Reset)
+		worst.Reset = min(worst.Reset, d.Reset)
 	}
 	return worst, nil
 }
 
-// Refund gives back the units an allowed req spent, as the engine does when
-// another policy on the route denies the request. It never takes a count
-// below zero, and is a no-op when nothing of req's size is left to give
-// back. It refunds at the current time: a refund that arrives after the
-// window of its Allow has ended gives nothing back to the old window (which
-// no longer matters) but may give up to the request's cost to the new one
-// (fixed and sliding window). On a sharded policy it gives back to the
-// first shard, from a random one on, that has that much spent.
-func (c *Counter) Refund(ctx context.Context, req edgelimit.Request, _ edgelimit.Decision) error {
+// wholePolicy makes an admission that left its shard with nothing report
+// what the other shards have left, so that a sharded policy's Remaining
+// reads 0 only when the whole policy has nothing left: otherwise it is the
+// answering shard's, a lower bound of the policy's. It costs one read of
+// the other shards (one BatchGetItem), only for such an admission; should
+// the read fail, the shard's 0 stands. Reset becomes the soonest instant a
+// unit comes back in any shard.
+func (c *Counter) wholePolicy(ctx context.Context, key string, shard int, t int64, d *edgelimit.Decision) {
+	ops := make([]op, 0, len(c.algs)-1)
+	for i := range c.algs {
+		if i != shard {
+			ops = append(ops, c.op(i, key, 1, t))
+		}
+	}
+	sts := make([]state, len(ops))
+	if err := c.store.read(ctx, ops, sts); err != nil {
+		return
+	}
+	for k := range ops {
+		o := &ops[k]
+		od := o.alg.decision(sts[k], t, 1, true)
+		d.Remaining += od.Remaining
+		d.Reset = min(d.Reset, od.Reset)
+		c.remember(o, &result{ok: true, known: true, st: sts[k]}, 0)
+	}
+}
+
+// Refund undoes what the allowed decision d spent for req, by d's Receipt:
+// on the same item (the window of d's instant, its shard) and the same
+// units (the sliding log's millisecond, gcra's slot of the emission
+// schedule), as of the later of d's instant and req's (the Counter's clock,
+// or req.At): never a later window's count, never below zero. A refund
+// after the spent units stopped mattering (the window ended, they left the
+// log, they came back to the bucket) gives nothing back. A decision without
+// a Receipt (a denial, a peek, a member of a batch that was not committed,
+// a degraded decision) spent nothing, and Refund returns nil. A refund that
+// cannot land is retried until ctx ends, then returned as an error.
+func (c *Counter) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.Decision) error {
 	if req.Key == "" {
 		return ErrNoKey
 	}
-	if c.limit == 0 {
+	rc := d.Receipt
+	if !d.Allowed || rc.At == 0 || c.limit == 0 {
 		return nil
 	}
-	t, cost := c.now().UnixNano(), req.Units()
-	n, start := len(c.algs), 0
-	if n > 1 {
-		start = rand.IntN(n)
+	shard := int(rc.Slot & shardMask)
+	if shard >= len(c.algs) {
+		return fmt.Errorf("%w: shard %d of policy %q, which has %d", ErrReceipt, shard, c.name, len(c.algs))
 	}
-	for k := range n {
-		o := c.op((start+k)%n, req.Key, cost, t)
-		if c.deny != nil {
-			c.deny.del(o.id)
+	o := op{alg: c.algs[shard], cost: req.Units(), t: max(c.instant(req), rc.At)}
+	o.id = o.alg.itemFor(req.Key, c.shardID(shard), rc.At)
+	if c.deny != nil {
+		c.deny.del(o.id)
+	}
+	_, err := c.store.refund(ctx, o, rc)
+	return err
+}
+
+// Peek reports whether req would be allowed now, and the policy's state,
+// without spending anything; the decision has no Receipt. A denial it
+// reports is real. It answers from the deny cache only where the cached
+// state (a lower bound of the stored one) proves the denial; otherwise it
+// reads the item (one consistent GetItem; a sharded policy reads its
+// shards with one BatchGetItem) and remembers what the read showed in the
+// deny cache, so that repeat peeks, and requests, of a key the read showed
+// denied cost no call until it could fit. A peek that finds room costs one
+// read every time: the cache cannot prove that anything fits.
+func (c *Counter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
+	if req.Key == "" {
+		return edgelimit.Decision{}, ErrNoKey
+	}
+	t, cost := c.instant(req), req.Units()
+	if c.limit == 0 {
+		d := c.algs[0].decision(state{}, t, cost, false)
+		c.told(&d)
+		return d, nil
+	}
+	if len(c.algs) == 1 {
+		o := c.op(0, req.Key, cost, t)
+		d, denied, _, _ := c.cached(&o)
+		if !denied {
+			st, err := c.store.get(ctx, o)
+			if err != nil {
+				return edgelimit.Decision{}, err
+			}
+			fits := o.alg.fits(st, t, cost)
+			d = o.alg.decision(st, t, cost, fits)
+			c.remember(&o, &result{ok: fits, known: true, st: st, d: d}, 0)
 		}
-		ok, err := c.store.refund(ctx, o)
-		if err != nil || ok {
-			return err
+		c.told(&d)
+		return d, nil
+	}
+	n := len(c.algs)
+	ops, ds := make([]op, n), make([]edgelimit.Decision, n)
+	proven := 0
+	for i := range n {
+		ops[i] = c.op(i, req.Key, cost, t)
+		if d, denied, _, _ := c.cached(&ops[i]); denied {
+			ds[i] = d
+			proven++
 		}
 	}
-	return nil
+	if proven < n { // something may fit: read every shard
+		sts := make([]state, n)
+		if err := c.store.read(ctx, ops, sts); err != nil {
+			return edgelimit.Decision{}, err
+		}
+		for i := range ops {
+			o := &ops[i]
+			fits := o.alg.fits(sts[i], t, cost)
+			ds[i] = o.alg.decision(sts[i], t, cost, fits)
+			c.remember(o, &result{ok: fits, known: true, st: sts[i], d: ds[i]}, 0)
+			if fits {
+				// What the shard has left, for the policy's sum.
+				ds[i] = o.alg.decision(sts[i], t, cost, true)
+			}
+		}
+	}
+	d := combine(ds)
+	c.told(&d)
+	return d, nil
+}
+
+// combine reports the decisions of a sharded policy's shards as the
+// policy's: allowed if any shard allows, with the units every shard has
+// left and the soonest a unit comes back anywhere; else denied with what
+// the best shard has left (less than the cost: a request must fit one
+// shard), the soonest any shard could take the request, and the soonest a
+// unit comes back anywhere.
+func combine(ds []edgelimit.Decision) edgelimit.Decision {
+	if len(ds) == 1 {
+		return ds[0]
+	}
+	var out edgelimit.Decision
+	for i, d := range ds {
+		out.Allowed = out.Allowed || d.Allowed
+		if i == 0 || d.Reset < out.Reset {
+			out.Reset = d.Reset
+		}
+	}
+	first := true
+	for _, d := range ds {
+		switch {
+		case out.Allowed:
+			out.Remaining += d.Remaining
+		case first:
+			out.Remaining, out.RetryAfter, first = d.Remaining, d.RetryAfter, false
+		default:
+			out.Remaining = max(out.Remaining, d.Remaining)
+			out.RetryAfter = min(out.RetryAfter, d.RetryAfter)
+		}
+	}
+	return out
 }
 
 // BatchKey identifies the Counter's Store: Counters with equal keys can be
 // decided together by AllowBatch.
 func (c *Counter) BatchKey() string { return c.store.batchKey() }
 
+// batchInstant returns when a batch is decided: by c's clock, else at the
+// first request's At (the engine gives every policy of a request the same
+// one), else now.
+func (c *Counter) batchInstant(items []edgelimit.BatchItem) int64 {
+	return c.instant(items[0].Request)
+}
+
 // AllowBatch decides several requests, each against its own Counter, all or
 // nothing: either every decision is allowed and every request spent its
 // units, or nothing was spent; then every member whose quota was exceeded
 // is denied and the others are reported allowed with their quota without
-// this request. Every member must be a *Counter on c's Store, each policy
-// at most once. The batch is decided at one instant, read from c's clock.
+// this request (and without a Receipt: they spent nothing). Every member
+// must be a *Counter on c's Store, each policy at most once. The batch is
+// decided at one instant: c's clock, else the first request's At, else now.
 //
 // On a MemoryStore the batch is decided under the members' shard locks; on
 // a DynamoStore with one TransactWriteItems, or, on a server without
@@ -384,7 +575,7 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 	if len(items) == 0 {
 		return nil, nil
 	}
-	t := c.now().UnixNano()
+	t := c.batchInstant(items)
 	n := len(items)
 	members := make([]*Counter, n)
 	for i, it := range items {
@@ -437,7 +628,7 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 		until := t
 		for i, m := range members {
 			out[i] = res[i].d
-			out[i].Policy, out[i].Limit = m.name, m.limit
+			m.told(&out[i])
 			if !res[i].ok {
 				denied = true
 				until = max(until, t+int64(res[i].d.RetryAfter))
@@ -447,12 +638,16 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 		}
 		if committed {
 			for i, m := range members {
+				out[i].Receipt = receiptOf(&res[i], cur[i])
 				switch {
 				case m.deny == nil:
 				case res[i].d.Remaining == 0:
 					m.remember(&ops[i], &res[i], 0)
 				default:
 					m.deny.del(ops[i].id)
+				}
+				if len(m.algs) > 1 && out[i].Remaining == 0 {
+					m.wholePolicy(ctx, items[i].Request.Key, cur[i], t, &out[i])
 				}
 			}
 			return out, nil
@@ -504,7 +699,7 @@ func fromCaches(members []*Counter, ops []op) ([]edgelimit.Decision, bool) {
 	for i, m := range members {
 		o := &ops[i]
 		out[i] = o.alg.decision(sts[i], o.t, o.cost, m.limit > 0 && o.alg.fits(sts[i], o.t, o.cost))
-		out[i].Policy, out[i].Limit = m.name, m.limit
+		m.told(&out[i])
 	}
 	return out, true
 }

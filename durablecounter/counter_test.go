@@ -93,6 +93,45 @@ func TestEmptyKey(t *testing.T) {
 	if err := c.Refund(context.Background(), edgelimit.Request{}, edgelimit.Decision{}); !errors.Is(err, durablecounter.ErrNoKey) {
 		t.Errorf("Refund(no key) = %v, want ErrNoKey", err)
 	}
+	if _, err := c.Peek(context.Background(), edgelimit.Request{}); !errors.Is(err, durablecounter.ErrNoKey) {
+		t.Errorf("Peek(no key) = %v, want ErrNoKey", err)
+	}
+}
+
+// TestRequestAt: a Counter without a clock of its own decides at the
+// request's At (the engine reads the instant once for every policy of a
+// request); one with Config.Now uses its clock, whatever At says.
+func TestRequestAt(t *testing.T) {
+	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	p := &edgelimit.Policy{Name: "at", Limit: 1, Window: time.Minute}
+	free, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := time.Unix(1_700_000_000, 0).Truncate(time.Minute)
+	ctx := context.Background()
+	for i, tc := range []struct {
+		at      time.Time
+		allowed bool
+		reset   time.Duration
+	}{
+		{ws.Add(10 * time.Second), true, 50 * time.Second},
+		{ws.Add(20 * time.Second), false, 40 * time.Second},
+		{ws.Add(time.Minute), true, time.Minute}, // the next window
+	} {
+		d, err := free.Allow(ctx, edgelimit.Request{Key: "k", At: tc.at})
+		if err != nil || d.Allowed != tc.allowed || d.Reset != tc.reset || (d.Allowed && d.Receipt.At != tc.at.UnixNano()) {
+			t.Errorf("request %d at ws+%s: %+v, %v; want allowed %v, Reset %s, decided at its At", i, tc.at.Sub(ws), d, err, tc.allowed, tc.reset)
+		}
+	}
+	own, err := durablecounter.New(durablecounter.Config{Policy: &edgelimit.Policy{Name: "own", Limit: 1, Window: time.Minute}, Store: store,
+		Now: func() time.Time { return ws.Add(30 * time.Second) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := own.Allow(ctx, edgelimit.Request{Key: "k", At: ws.Add(5 * time.Minute)}); err != nil || d.Reset != 30*time.Second {
+		t.Errorf("Counter with its own clock: %+v, %v; want Reset 30s (its clock, not At)", d, err)
+	}
 }
 
 func TestBatchMisuse(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 )
 
@@ -43,11 +44,13 @@ const (
 	TransactionsRequired
 	// TransactionsOff commits a batch without transactions: one conditional
 	// update per member in order; at the first denial, the members already
-	// spent are given back (a guarded decrement each) and the rest are read
-	// to name every violated policy. It never over-admits, but between a
-	// member's increment and its compensation a concurrent request to that
-	// member can be denied spuriously, and a compensation that fails leaves
-	// its units spent until the window ends (under-admission, never over).
+	// spent are refunded by their receipts and the rest are read to name
+	// every violated policy. It never over-admits, but between a member's
+	// increment and its compensation a concurrent request to that member
+	// can be denied spuriously. A compensation is retried until it lands or
+	// the context ends; one that cannot land makes AllowBatch return its
+	// error (its units stay spent until they leave the window: the engine
+	// logs and counts it as a store failure).
 	TransactionsOff
 )
 
@@ -157,8 +160,13 @@ const (
 	// maxAttempts bounds the conditional updates (or transactions) of one
 	// decision: the first, and retries after a condition failed only
 	// because this instance's view of the item was out of date, or a
-	// transaction met another. The engine's time budget bounds them too.
-	maxAttempts = 4
+	// transaction met another. The context (the engine's time budget)
+	// bounds them first: a failure that a retry would resolve is retried
+	// while the budget lasts, not reported as a store failure.
+	maxAttempts = 32
+	// maxRefundFailures bounds the retries of a refund whose call failed
+	// (throttling, a dropped connection), within the context.
+	maxRefundFailures = 8
 	// maxReadRounds bounds BatchGetItem's rounds for unprocessed keys.
 	maxReadRounds = 4
 	// viewGrace keeps a view after its item stopped mattering: a sliding
@@ -214,7 +222,7 @@ func (s *DynamoStore) apply(ctx context.Context, op1 op) (result, error) {
 		var u ddbUpdate
 		o.alg.update(view, o.t, o.cost, s.margin, &u)
 		if u.readOnly { // can never fit: read the state for the headers
-			st, err := s.read(ctx, o, pk)
+			st, err := s.getItem(ctx, o, pk)
 			if err != nil {
 				return result{}, err
 			}
@@ -239,7 +247,7 @@ func (s *DynamoStore) apply(ctx context.Context, op1 op) (result, error) {
 				return result{}, fmt.Errorf("durablecounter: update %q: reply has no state", pk)
 			}
 			s.remember(o, st)
-			return result{ok: true, known: true, st: st, d: o.alg.decision(st, o.t, o.cost, true)}, nil
+			return result{ok: true, known: true, st: st, d: o.alg.decision(st, o.t, o.cost, true), rc: o.alg.receipt(st, u.at, o.cost)}, nil
 		}
 		var cf *types.ConditionalCheckFailedException
 		if !errors.As(err, &cf) {
@@ -279,7 +287,7 @@ func (s *DynamoStore) failed(ctx context.Context, o *op, pk string, old map[stri
 	if lb, ok := o.alg.blind(o.t, o.cost); ok {
 		return lb, true, nil
 	}
-	st, err := s.read(ctx, o, pk)
+	st, err := s.getItem(ctx, o, pk)
 	if err != nil {
 		if o.alg.exact() {
 			return state{}, false, nil
@@ -293,8 +301,8 @@ func (s *DynamoStore) denied(o *op, st state) result {
 	return result{known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, false)}
 }
 
-// read returns the state of o's item with a strongly consistent read.
-func (s *DynamoStore) read(ctx context.Context, o *op, pk string) (state, error) {
+// getItem returns the state of o's item with a strongly consistent read.
+func (s *DynamoStore) getItem(ctx context.Context, o *op, pk string) (state, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      s.table,
 		Key:            s.key1(pk),
@@ -311,48 +319,73 @@ func (s *DynamoStore) read(ctx context.Context, o *op, pk string) (state, error)
 	return st, nil
 }
 
-func (s *DynamoStore) refund(ctx context.Context, op1 op) (bool, error) {
+func (s *DynamoStore) refund(ctx context.Context, op1 op, rc edgelimit.Receipt) (bool, error) {
 	o := &op1
 	pk := o.id.pk()
-	view := s.view(o)
+	var seen *state
+	failures := 0
 	for attempt := 1; ; attempt++ {
 		var u ddbUpdate
-		if !o.alg.refundUpdate(view, o.t, o.cost, &u) {
-			if attempt > 1 || !o.alg.needsView() {
-				return false, nil
-			}
-			// Nothing to give back by the view: read, and look again.
-			var err error
-			if view, err = s.read(ctx, o, pk); err != nil {
-				return false, err
-			}
-			continue
+		if !o.alg.refundUpdate(rc, seen, attempt, o.t, o.cost, &u) {
+			return false, nil // nothing (left) to give back
 		}
 		_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 s.table,
-			Key:                       s.key1(pk),
-			UpdateExpression:          aws.String(u.update),
-			ConditionExpression:       aws.String(u.cond),
-			ExpressionAttributeNames:  names(u.names),
-			ExpressionAttributeValues: u.values,
+			TableName:                           s.table,
+			Key:                                 s.key1(pk),
+			UpdateExpression:                    aws.String(u.update),
+			ConditionExpression:                 aws.String(u.cond),
+			ExpressionAttributeNames:            names(u.names),
+			ExpressionAttributeValues:           u.values,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}, s.opts...)
 		if err == nil {
 			s.forget(o) // the view is out of date now
 			return true, nil
 		}
-		if !ddb.IsConditionFailed(err) {
+		var cf *types.ConditionalCheckFailedException
+		if errors.As(err, &cf) {
+			if !o.alg.refundRetries() {
+				return false, nil // the guard failed: nothing left to give back
+			}
+			// A concurrent refund changed what is left: look again.
+			st, derr := o.alg.decode(cf.Item, o.t)
+			if cf.Item == nil || derr != nil {
+				if st, err = s.getItem(ctx, o, pk); err != nil {
+					if failures++; failures > maxRefundFailures || ctx.Err() != nil {
+						return false, err
+					}
+					continue
+				}
+			}
+			seen = &st
+			continue
+		}
+		if failures++; failures > maxRefundFailures || ctx.Err() != nil {
 			return false, wrap("refund", pk, err)
 		}
-		// A failed guard means there is nothing (that much) to give back,
-		// unless the guard came from an out-of-date view.
-		if attempt > 1 || !o.alg.refundUsesView() {
-			return false, nil
-		}
-		var rerr error
-		if view, rerr = s.read(ctx, o, pk); rerr != nil {
-			return false, rerr
-		}
 	}
+}
+
+func (s *DynamoStore) get(ctx context.Context, o op) (state, error) {
+	return s.getItem(ctx, &o, o.id.pk())
+}
+
+func (s *DynamoStore) read(ctx context.Context, ops []op, out []state) error {
+	if len(ops) == 1 {
+		st, err := s.getItem(ctx, &ops[0], ops[0].id.pk())
+		out[0] = st
+		return err
+	}
+	pks := make([]string, len(ops))
+	all := make([]int, len(ops))
+	for i := range ops {
+		pks[i], all[i] = ops[i].id.pk(), i
+	}
+	got, err := s.readAll(ctx, ops, pks, all)
+	for i := range ops {
+		out[i] = got[i]
+	}
+	return err
 }
 
 // readAll returns the states of the items of ops[i] for i in which
@@ -457,12 +490,14 @@ func (s *DynamoStore) applyTransaction(ctx context.Context, ops []op, res []resu
 	}
 	verdicts := make([]memberVerdict, n)
 	states := make(map[int]state, n)
+	rcs := make([]edgelimit.Receipt, n)
 	for attempt := 1; ; attempt++ {
 		in := &dynamodb.TransactWriteItemsInput{TransactItems: make([]types.TransactWriteItem, n)}
 		never := false
 		for i := range ops {
-			var u ddbUpdate
+			u := ddbUpdate{tx: true}
 			ops[i].alg.update(views[i], ops[i].t, ops[i].cost, s.margin, &u)
+			rcs[i] = u.rc
 			if u.readOnly {
 				never = true
 				break
@@ -499,6 +534,7 @@ func (s *DynamoStore) applyTransaction(ctx context.Context, ops []op, res []resu
 				} else {
 					res[i] = result{ok: true, d: ops[i].alg.unknown(ops[i].t, ops[i].cost, true)}
 				}
+				res[i].rc = rcs[i]
 			}
 			return true, nil
 		}
@@ -634,14 +670,15 @@ func (s *DynamoStore) applySequential(ctx context.Context, ops []op, res []resul
 	for i := range ops {
 		r, err := s.apply(ctx, ops[i])
 		if err != nil {
-			s.compensate(ctx, ops[:i], res[:i])
-			return false, err
+			return false, errors.Join(err, s.compensate(ctx, ops[:i], res[:i]))
 		}
 		res[i] = r
 		if r.ok {
 			continue
 		}
-		s.compensate(ctx, ops[:i], res[:i])
+		if err := s.compensate(ctx, ops[:i], res[:i]); err != nil {
+			return false, err
+		}
 		// Read the members not tried yet, to name every violated policy.
 		rest := make([]int, 0, len(ops)-i-1)
 		verdicts := make([]memberVerdict, len(ops))
@@ -661,20 +698,27 @@ func (s *DynamoStore) applySequential(ctx context.Context, ops []op, res []resul
 }
 
 // compensate gives back what the members of a failed sequential batch
-// spent, and reports their state without the batch.
-func (s *DynamoStore) compensate(ctx context.Context, ops []op, res []result) {
+// spent, each by its receipt, and reports their state without the batch. A
+// refund that does not land (Store.refund retries until its context ends)
+// is an error: its units would stay spent until they leave the window, and
+// the caller must know.
+func (s *DynamoStore) compensate(ctx context.Context, ops []op, res []result) error {
+	var errs []error
 	for j := range ops {
 		o := &ops[j]
-		// A failed compensation leaves the units spent: under-admission
-		// until they leave the window, never over-admission.
-		_, _ = s.refund(ctx, *o)
+		rc := res[j].rc
+		res[j].rc = edgelimit.Receipt{}
+		if _, err := s.refund(ctx, *o, rc); err != nil {
+			errs = append(errs, fmt.Errorf("durablecounter: compensating a batch member: %w", err))
+		}
 		if !res[j].known {
 			continue
 		}
-		st, _ := o.alg.giveBack(o.alg.compact(res[j].st, o.t), o.t, o.cost)
+		st, _ := o.alg.giveBack(o.alg.compact(res[j].st, o.t), rc, o.t, o.cost)
 		res[j].st = st
 		res[j].d = o.alg.decision(st, o.t, o.cost, true)
 	}
+	return errors.Join(errs...)
 }
 
 func wrap(what, pk string, err error) error {

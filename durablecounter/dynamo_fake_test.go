@@ -407,13 +407,32 @@ func TestMalformedReply(t *testing.T) {
 func TestRefundRequest(t *testing.T) {
 	var got *dynamodb.UpdateItemInput
 	fail := error(nil)
+	refunds := 0
 	f := &fakeDynamo{update: func(_ context.Context, in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+		if strings.HasPrefix(aws.ToString(in.UpdateExpression), "ADD n :d") { // the Allow
+			return &dynamodb.UpdateItemOutput{Attributes: item(2, 1_700_002_860)}, nil
+		}
 		got = in
+		refunds++
 		return &dynamodb.UpdateItemOutput{}, fail
 	}}
 	c, _ := fakeCounter(t, f, 10, durablecounter.TransactionsAuto)
-	if err := c.Refund(context.Background(), edgelimit.Request{Key: "k", Cost: 2}, edgelimit.Decision{}); err != nil {
+	req := edgelimit.Request{Key: "k", Cost: 2}
+	d, err := c.Allow(context.Background(), req)
+	if err != nil || !d.Allowed {
+		t.Fatalf("Allow = %+v, %v", d, err)
+	}
+	// A decision that spent nothing has nothing to refund: no call.
+	for _, nothing := range []edgelimit.Decision{{}, {Allowed: true}, {Allowed: false, Receipt: d.Receipt}} {
+		if err := c.Refund(context.Background(), req, nothing); err != nil || refunds != 0 {
+			t.Errorf("Refund(%+v) = %v after %d calls, want nil and no call", nothing, err, refunds)
+		}
+	}
+	if err := c.Refund(context.Background(), req, d); err != nil {
 		t.Fatal(err)
+	}
+	if pk := pkOf(got.Key); pk != pk0 {
+		t.Errorf("refund of %s, want the item of the decision's window %s", pk, pk0)
 	}
 	if e, cond := aws.ToString(got.UpdateExpression), aws.ToString(got.ConditionExpression); e != "ADD n :r" || cond != "n >= :d" {
 		t.Errorf("refund = %q if %q, want \"ADD n :r\" if \"n >= :d\"", e, cond)
@@ -422,12 +441,22 @@ func TestRefundRequest(t *testing.T) {
 		t.Errorf(":r, :d = %s, %s; want -2, 2", r, d)
 	}
 	fail = conditionFailed(nil)
-	if err := c.Refund(context.Background(), edgelimit.Request{Key: "k", Cost: 2}, edgelimit.Decision{}); err != nil {
-		t.Errorf("Refund with nothing to give back = %v, want nil", err)
+	refunds = 0
+	if err := c.Refund(context.Background(), req, d); err != nil || refunds != 1 {
+		t.Errorf("Refund with nothing to give back = %v after %d calls, want nil after 1", err, refunds)
 	}
+	// A call that fails is retried (within the context), then reported:
+	// a refund is never dropped silently.
 	fail = &types.ProvisionedThroughputExceededException{Message: aws.String("slow down")}
-	if err := c.Refund(context.Background(), edgelimit.Request{Key: "k", Cost: 2}, edgelimit.Decision{}); !errors.Is(err, durablecounter.ErrThrottled) {
-		t.Errorf("Refund when throttled = %v, want ErrThrottled", err)
+	refunds = 0
+	if err := c.Refund(context.Background(), req, d); !errors.Is(err, durablecounter.ErrThrottled) || refunds < 2 {
+		t.Errorf("Refund when throttled = %v after %d calls, want ErrThrottled after retries", err, refunds)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	refunds = 0
+	if err := c.Refund(ctx, req, d); err == nil || refunds != 1 {
+		t.Errorf("Refund when throttled with the context done = %v after %d calls, want an error after 1", err, refunds)
 	}
 }
 
@@ -671,8 +700,8 @@ func TestUpdateExpressions(t *testing.T) {
 		{
 			alg:   edgelimit.AlgorithmSlidingWindow,
 			reply: map[string]types.AttributeValue{"w": &types.AttributeValueMemberN{Value: "472222"}, "c472222": &types.AttributeValueMemberN{Value: "1"}},
-			first: "ADD #c :d SET #w = :i, expires_at = :e REMOVE #s0", firstIf: "(attribute_not_exists(#w) OR #w <= :i) AND (attribute_not_exists(#c) OR #c <= :m) AND (attribute_not_exists(#p) OR #p <= :pg)",
-			second: "ADD #c :d SET #w = :i, expires_at = :e REMOVE #s0", secondIf: "(attribute_not_exists(#w) OR #w <= :i) AND (attribute_not_exists(#c) OR #c <= :m) AND (attribute_not_exists(#p) OR #p <= :pg)",
+			first: "ADD #c :d SET #w = :i, #a = :te, expires_at = :e REMOVE #s0", firstIf: "(attribute_not_exists(#w) OR #w <= :i) AND (attribute_not_exists(#c) OR #c <= :m) AND (attribute_not_exists(#p) OR #p <= :pg)",
+			second: "ADD #c :d SET #w = :i, #a = :te, expires_at = :e REMOVE #s0", secondIf: "(attribute_not_exists(#w) OR #w <= :i) AND (attribute_not_exists(#c) OR #c <= :m) AND (attribute_not_exists(#p) OR #p <= :pg)",
 		},
 		{
 			alg:   edgelimit.AlgorithmSlidingLog,
@@ -685,8 +714,10 @@ func TestUpdateExpressions(t *testing.T) {
 		{
 			alg:   edgelimit.AlgorithmGCRA,
 			reply: map[string]types.AttributeValue{"tat": &types.AttributeValueMemberN{Value: strconv.FormatInt(t0.UnixNano()+int64(360*time.Second), 10)}},
-			first: "SET #t = :nt, expires_at = :e", firstIf: "attribute_not_exists(#t) OR #t <= :t",
-			second: "SET #t = #t + :ct, expires_at = :e", secondIf: "#t > :t AND #t <= :lim",
+			// The idle update records the instant it decided at, and never
+			// sets a TAT behind an instant another request was decided at.
+			first: "SET #t = :nt, #a = :te, #p = :p, expires_at = :e REMOVE #z", firstIf: "(attribute_not_exists(#t) OR #t <= :te) AND (attribute_not_exists(#a) OR #a <= :te)",
+			second: "SET #t = #t + :ct, #a = :te, expires_at = :e", secondIf: "#t > :te AND #t <= :lim",
 		},
 	} {
 		t.Run(tc.alg, func(t *testing.T) {

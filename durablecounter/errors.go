@@ -36,6 +36,9 @@ var (
 	// ErrNoTransactions is returned by AllowBatch on a DynamoStore with
 	// TransactionsRequired when the server lacks TransactWriteItems.
 	ErrNoTransactions = errors.New("durablecounter: server does not support transactions")
+	// ErrReceipt is returned by Refund for a decision whose Receipt this
+	// Counter did not write (it names a shard the policy does not have).
+	ErrReceipt = errors.New("durablecounter: receipt is not this policy's")
 )
 
 func errNotNumber(name string, v any) error {

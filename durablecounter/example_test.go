@@ -137,7 +137,8 @@ func ExampleNew_slidingWindow() {
 
 // gcra is nginx's limit_req with nodelay: from idle, burst requests pass
 // at once, then one per interval (window / limit). (nginx's burst=b passes
-// b+1 at once: burst B here is nginx's burst=B-1.)
+// b+1 at once: burst B here is nginx's burst=B-1.) Reset is until the next
+// unit comes back: one interval here.
 func ExampleNew_gcra() {
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	counter, err := durablecounter.New(durablecounter.Config{
@@ -158,9 +159,9 @@ func ExampleNew_gcra() {
 	fmt.Printf("100ms later: allowed=%v\n", d.Allowed)
 	// Output:
 	// allowed=true remaining=2 reset=100ms retry-after=0s
-	// allowed=true remaining=1 reset=200ms retry-after=0s
-	// allowed=true remaining=0 reset=300ms retry-after=0s
-	// allowed=false remaining=0 reset=300ms retry-after=100ms
+	// allowed=true remaining=1 reset=100ms retry-after=0s
+	// allowed=true remaining=0 reset=100ms retry-after=0s
+	// allowed=false remaining=0 reset=100ms retry-after=100ms
 	// 100ms later: allowed=true
 }
 

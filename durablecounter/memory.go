@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/edgelimit/edgelimit"
 )
 
 // MemoryConfig configures a MemoryStore. The zero value is ready to use.
@@ -156,17 +158,19 @@ func (sh *memShard) commitOp(o *op, e *memEntry, st state, margin time.Duration)
 		e = new(memEntry)
 		sh.m[o.id] = e
 	}
+	te := o.alg.instant(st, o.t)
 	st = o.alg.commit(st, o.t, o.cost)
 	e.st = st
 	e.expires = o.alg.expiry(st, o.t) + int64(margin)
 	sh.nextExpiry = min(sh.nextExpiry, e.expires)
-	return admitted(o, st)
+	return admitted(o, st, te)
 }
 
-// admitted reports an admission whose state after it is st (owned by the
-// store): the state itself only when nothing is left, for the deny cache.
-func admitted(o *op, st state) result {
-	r := result{ok: true, known: true, d: o.alg.decision(st, o.t, o.cost, true)}
+// admitted reports an admission decided at te whose state after it is st
+// (owned by the store): the state itself only when nothing is left, for
+// the deny cache.
+func admitted(o *op, st state, te int64) result {
+	r := result{ok: true, known: true, d: o.alg.decision(st, o.t, o.cost, true), rc: o.alg.receipt(st, te, o.cost)}
 	if r.d.Remaining == 0 {
 		r.st = o.alg.compact(st, o.t)
 	}
@@ -217,17 +221,43 @@ func (s *MemoryStore) applyAll(_ context.Context, ops []op, res []result) (bool,
 	return true, nil
 }
 
-func (s *MemoryStore) refund(_ context.Context, o op) (bool, error) {
+func (s *MemoryStore) refund(_ context.Context, o op, rc edgelimit.Receipt) (bool, error) {
 	sh := &s.shards[s.shardIndex(o.id.key)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.m[o.id]
 	if e == nil || e.expires <= o.t {
-		return false, nil
+		return false, nil // the item stopped mattering: what it held came back
 	}
-	st, ok := o.alg.giveBack(e.st, o.t, o.cost)
+	st, ok := o.alg.giveBack(e.st, rc, o.t, o.cost)
 	e.st = st
 	return ok, nil
+}
+
+func (s *MemoryStore) get(_ context.Context, o op) (state, error) {
+	sh := &s.shards[s.shardIndex(o.id.key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return clone(sh.get(&o)), nil
+}
+
+func (s *MemoryStore) read(_ context.Context, ops []op, out []state) error {
+	for i := range ops {
+		o := &ops[i]
+		sh := &s.shards[s.shardIndex(o.id.key)]
+		sh.mu.Lock()
+		out[i] = clone(sh.get(o))
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// clone returns a copy of s that shares no buckets with it.
+func clone(s state) state {
+	if s.ext != nil {
+		s.ext = &stateExt{buckets: slices.Clone(s.ext.buckets), stale: slices.Clone(s.ext.stale)}
+	}
+	return s
 }
 
 // get returns the live state of o's item. The shard is locked.

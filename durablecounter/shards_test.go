@@ -125,8 +125,10 @@ func itemsByPrefix(t *testing.T, client *dynamodb.Client, table string) map[stri
 
 // TestShardsTradeOff pins what sharding costs: a request must fit one
 // shard's share of the limit (cost 30 of a limit of 100 over 4 shards is
-// denied although 100 units are free), the headers report the shard that
-// answered, and a denial the deny cache does not know yet asks every shard.
+// denied although 100 units are free), and a denial the deny cache does not
+// know yet asks every shard. Remaining describes the policy: an admission
+// that empties its shard reports what the others have left. A refund goes
+// back to the shard its decision spent in.
 func TestShardsTradeOff(t *testing.T) {
 	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
 	clock := limitertest.NewClock(limitertest.T0)
@@ -141,8 +143,9 @@ func TestShardsTradeOff(t *testing.T) {
 	if d, _ := c.Allow(ctx, edgelimit.Request{Key: "g", Cost: 30}); d.Allowed || d.Remaining != 25 || d.Limit != 100 {
 		t.Errorf("Allow(cost 30) over 4 shards of 25 = %+v, want denied with Remaining 25 (a shard's share) and Limit 100", d)
 	}
-	if d, _ := c.Allow(ctx, edgelimit.Request{Key: "g", Cost: 25}); !d.Allowed || d.Remaining != 0 {
-		t.Errorf("Allow(cost 25) = %+v, want allowed with Remaining 0 (the shard's)", d)
+	d25, _ := c.Allow(ctx, edgelimit.Request{Key: "g", Cost: 25})
+	if !d25.Allowed || d25.Remaining != 75 {
+		t.Errorf("Allow(cost 25) = %+v, want allowed with Remaining 75 (the shard is empty: what the others have left)", d25)
 	}
 	spent := int64(25)
 	for range 100 {
@@ -153,11 +156,11 @@ func TestShardsTradeOff(t *testing.T) {
 	if spent != 100 {
 		t.Errorf("spent %d, want 100", spent)
 	}
-	if err := c.Refund(ctx, edgelimit.Request{Key: "g", Cost: 5}, edgelimit.Decision{}); err != nil {
+	if err := c.Refund(ctx, edgelimit.Request{Key: "g", Cost: 25}, d25); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := c.Allow(ctx, edgelimit.Request{Key: "g", Cost: 5}); !d.Allowed {
-		t.Errorf("Allow(cost 5) after a refund of 5 = %+v, want allowed (the refund went to a shard with 5 spent)", d)
+	if d, _ := c.Allow(ctx, edgelimit.Request{Key: "g", Cost: 25}); !d.Allowed {
+		t.Errorf("Allow(cost 25) after refunding an admission of 25 = %+v, want allowed (the refund went back to its shard)", d)
 	}
 }
 

@@ -109,7 +109,7 @@ func TestClockSkew(t *testing.T) {
 							return
 						}
 						admitted[who]++
-						if msg := checkStored(t, b, alg0, c.now().UnixNano(), ahead.Now().UnixNano()); msg != "" {
+						if msg := checkStored(t, b, alg0, c.clock().UnixNano(), ahead.Now().UnixNano()); msg != "" {
 							t.Fatalf("%s, after an admission of %d by the instance %s: %s", label, cost, who, msg)
 						}
 					}

@@ -98,7 +98,19 @@ func buckets(s *state) []bucket {
 // by a clock ahead of ours counts too).
 func (a *slidingLog) live(b bucket, tm int64) bool { return b.ms > tm-a.wms }
 
-// used returns the units in the window at t.
+// instant is t, or the start of the item's newest millisecond if that is
+// later (algorithm.instant): units only leave the window as time passes, so
+// a request a little behind the item's latest writer is decided there, and
+// its units are stamped there too, which keeps every window-long interval
+// of the log within the limit.
+func (a *slidingLog) instant(s state, t int64) int64 {
+	if bs := buckets(&s); len(bs) > 0 {
+		return max(t, bs[len(bs)-1].ms*int64(time.Millisecond))
+	}
+	return t
+}
+
+// used returns the units in the window at t (the decision's instant).
 func (a *slidingLog) used(s *state, t int64) int64 {
 	tm, n := msOf(t), int64(0)
 	for _, b := range buckets(s) {
@@ -110,11 +122,11 @@ func (a *slidingLog) used(s *state, t int64) int64 {
 }
 
 func (a *slidingLog) fits(s state, t, cost int64) bool {
-	return cost <= a.limit && a.used(&s, t) <= a.limit-cost
+	return cost <= a.limit && a.used(&s, a.instant(s, t)) <= a.limit-cost
 }
 
 func (a *slidingLog) commit(s state, t, cost int64) state {
-	tm := msOf(t)
+	tm := msOf(a.instant(s, t))
 	s.exists = true
 	if s.ext == nil {
 		s.ext = &stateExt{}
@@ -149,62 +161,50 @@ func cmp64(a, b int64) int {
 	return 0
 }
 
-// takeOldest returns which live buckets a refund of cost at t takes from,
-// oldest first (index and units), or false when fewer are in the window.
-// Taking from the oldest is conservative: the units given back would have
-// left the window first.
-func (a *slidingLog) takeOldest(s *state, t, cost int64) ([][2]int64, bool) {
-	if a.used(s, t) < cost {
-		return nil, false
-	}
-	tm := msOf(t)
-	var take [][2]int64
-	left := cost
-	for k, b := range buckets(s) {
-		if left == 0 {
-			break
-		}
-		if !a.live(b, tm) || b.units <= 0 {
-			continue
-		}
-		u := min(b.units, left)
-		take = append(take, [2]int64{int64(k), u})
-		left -= u
-	}
-	return take, true
+func (a *slidingLog) receipt(s state, te, _ int64) edgelimit.Receipt {
+	rc := edgelimit.Receipt{At: te}
+	putInt64(rc.ID[:8], s.w)
+	return rc
 }
 
-func (a *slidingLog) giveBack(s state, t, cost int64) (state, bool) {
-	take, ok := a.takeOldest(&s, t, cost)
-	if !ok {
+// giveBack takes the cost from the millisecond the spending went to, while
+// it is still in the window at tr (after that its units have left anyway).
+// Other refunds take only their own units from it, so it still holds the
+// cost unless something is wrong.
+func (a *slidingLog) giveBack(s state, rc edgelimit.Receipt, tr, cost int64) (state, bool) {
+	ms := msOf(rc.At)
+	if !a.live(bucket{ms: ms}, msOf(tr)) {
 		return s, false
 	}
-	for _, tk := range take {
-		s.ext.buckets[tk[0]].units -= tk[1]
+	bs := buckets(&s)
+	k, found := slices.BinarySearchFunc(bs, ms, func(b bucket, ms int64) int { return cmp64(b.ms, ms) })
+	if !found || bs[k].units < cost {
+		return s, false
 	}
+	bs[k].units -= cost
 	s.n -= cost
 	s.r++
 	return s, true
 }
 
 func (a *slidingLog) decision(s state, t, cost int64, allowed bool) edgelimit.Decision {
-	tm := msOf(t)
-	used, newest := int64(0), int64(0)
+	tm := msOf(a.instant(s, t))
+	used, oldest := int64(0), int64(0)
 	any := false
 	for _, b := range buckets(&s) {
 		if a.live(b, tm) && b.units > 0 {
 			used += b.units
-			newest, any = b.ms, true
+			if !any {
+				oldest, any = b.ms, true
+			}
 		}
 	}
-	d := edgelimit.Decision{
-		Allowed:   allowed,
-		Limit:     a.limit,
-		Window:    time.Duration(a.window),
-		Remaining: max(0, a.limit-used),
-	}
-	if any { // when the newest unit leaves the window
-		d.Reset = time.Duration((newest+a.wms)*int64(time.Millisecond) - t)
+	d := edgelimit.Decision{Allowed: allowed, Remaining: max(0, a.limit-used)}
+	// Reset, the effective window: until the oldest unit in the window
+	// leaves it, the whole window when nothing is in it.
+	d.Reset = time.Duration(a.window)
+	if any {
+		d.Reset = time.Duration((oldest+a.wms)*int64(time.Millisecond) - t)
 	}
 	if allowed {
 		return d
@@ -228,13 +228,11 @@ func (a *slidingLog) decision(s state, t, cost int64, allowed bool) edgelimit.De
 	if d.RetryAfter <= 0 { // not reached for a real denial
 		d.RetryAfter = time.Millisecond
 	}
-	d.Reset = max(d.Reset, d.RetryAfter)
 	return d
 }
 
 func (a *slidingLog) unknown(_, _ int64, allowed bool) edgelimit.Decision {
-	d := edgelimit.Decision{Allowed: allowed, Limit: a.limit, Window: time.Duration(a.window),
-		Reset: time.Duration(a.window)}
+	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration(a.window)}
 	if !allowed {
 		d.RetryAfter = d.Reset
 	}
@@ -283,7 +281,8 @@ func (a *slidingLog) update(view state, t, cost int64, margin time.Duration, u *
 		u.readOnly = true
 		return
 	}
-	tm := msOf(t)
+	te := a.instant(view, t)
+	tm := msOf(te)
 	u.name("#n", "n")
 	u.name("#b", bucketName(tm))
 	u.name("#g", "g")
@@ -311,9 +310,11 @@ func (a *slidingLog) update(view state, t, cost int64, margin time.Duration, u *
 	// the view (a refund lowers buckets the view counts as expired); and,
 	// when pruning, nobody pruned since the view (x would count twice).
 	guards := "#n <= :m"
+	u.at, u.rc = te, edgelimit.Receipt{At: te} // the incarnation, unknown without a reply
 	if E > 0 {
 		guards += " AND #g = :g0"
 		u.value(":g0", view.w)
+		u.rc = a.receipt(view, te, cost)
 	}
 	if expired > 0 {
 		u.name("#r", "r")
@@ -395,30 +396,29 @@ func (a *slidingLog) decode(item map[string]types.AttributeValue, _ int64) (stat
 	return s, nil
 }
 
-func (a *slidingLog) refundUpdate(view state, t, cost int64, u *ddbUpdate) bool {
-	take, ok := a.takeOldest(&view, t, cost)
-	if !ok {
+// refundUpdate takes the cost from the millisecond the spending went to
+// (its bucket, and n), and counts the refund in r, which views that count
+// expired buckets check. A refund after the bucket left the window has
+// nothing to do, and a failed guard means the bucket no longer holds the
+// cost (pruned, or the item recreated): nothing to give back either.
+func (a *slidingLog) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, tr, cost int64, u *ddbUpdate) bool {
+	ms := msOf(rc.At)
+	if seen != nil || !a.live(bucket{ms: ms}, msOf(tr)) {
 		return false
 	}
 	u.name("#n", "n")
-	u.name("#g", "g")
+	u.name("#b", bucketName(ms))
 	u.name("#r", "r")
-	var add, cond strings.Builder
-	add.WriteString("ADD #n :nc, #r :one")
-	cond.WriteString("#g = :g0")
-	for k, tk := range take {
-		ph, v := "#t"+strconv.Itoa(k), ":t"+strconv.Itoa(k)
-		u.name(ph, bucketName(view.ext.buckets[tk[0]].ms))
-		add.WriteString(", " + ph + " :n" + strconv.Itoa(k))
-		cond.WriteString(" AND " + ph + " >= " + v)
-		u.value(v, tk[1])
-		u.value(":n"+strconv.Itoa(k), -tk[1])
+	u.update = "ADD #n :nc, #b :nc, #r :one"
+	u.cond = "#b >= :c"
+	if g := getInt64(rc.ID[:8]); g != 0 {
+		u.name("#g", "g")
+		u.cond += " AND #g = :g0"
+		u.value(":g0", g)
 	}
-	u.update = add.String()
-	u.cond = cond.String()
 	u.value(":nc", -cost)
+	u.value(":c", cost)
 	u.value(":one", 1)
-	u.value(":g0", view.w)
 	return true
 }
 
@@ -426,6 +426,6 @@ func (a *slidingLog) blind(_, _ int64) (state, bool) { return state{}, false }
 
 func (a *slidingLog) exact() bool { return false }
 
-func (a *slidingLog) needsView() bool { return true }
+func (a *slidingLog) refundRetries() bool { return false }
 
-func (a *slidingLog) refundUsesView() bool { return true }
+func (a *slidingLog) needsView() bool { return true }

@@ -26,9 +26,16 @@ type Store interface {
 	// one fits. res[i] reports ops[i]; with committed false nothing was
 	// spent, and a member that fits reports its state without the batch.
 	applyAll(ctx context.Context, ops []op, res []result) (committed bool, err error)
-	// refund gives back what a successful o spent, never below zero. It
-	// reports whether anything was given back.
-	refund(ctx context.Context, o op) (bool, error)
+	// refund undoes the spending rc records (of o.cost units, on o's item)
+	// as of o.t, never below zero, retrying until it lands, proves that
+	// nothing is left to give back, or ctx ends. It reports whether
+	// anything was given back; an error means the refund did not land.
+	refund(ctx context.Context, o op, rc edgelimit.Receipt) (bool, error)
+	// get returns the state of o's item (the zero state if absent), read
+	// consistently, without spending anything; read does that for several
+	// items, filling out[i] for ops[i].
+	get(ctx context.Context, o op) (state, error)
+	read(ctx context.Context, ops []op, out []state) error
 	// batchKey identifies the store for edgelimit.BatchLimiter.
 	batchKey() string
 }
@@ -93,4 +100,7 @@ type result struct {
 	st    state
 	// d is the decision, filled by the store.
 	d edgelimit.Decision
+	// rc is what an admission spent (ok, and spent: not for a member of a
+	// batch that was not committed).
+	rc edgelimit.Receipt
 }

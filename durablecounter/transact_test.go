@@ -190,8 +190,11 @@ policies:
 			if retryAfter != "90" {
 				t.Errorf("Retry-After = %q, want 90", retryAfter)
 			}
-			// Nothing of daily or audit was spent by the denied request.
-			if want := `"burst";r=0;t=2, "daily";r=998;t=43200, "per-ip";r=0;t=120, "audit";r=3;t=60`; rateLimit != want {
+			// Nothing of daily or audit was spent by the denied request. t
+			// is each policy's effective window (issue #10): burst's next
+			// unit in 1 s, per-ip's estimate falls by one at 12:01:30 (its
+			// Retry-After), audit's oldest units leave at 12:01:00.
+			if want := `"burst";r=0;t=1, "daily";r=998;t=43200, "per-ip";r=0;t=90, "audit";r=3;t=60`; rateLimit != want {
 				t.Errorf("RateLimit of the 429 = %q, want %q", rateLimit, want)
 			}
 		})
