@@ -424,9 +424,10 @@ func TestDenyCacheExpiryAsksOnce(t *testing.T) {
 // TestDynamoCallsPerPeek pins what Peek and Refund cost on each server and
 // algorithm: a peek is one consistent GetItem, or none when the deny cache
 // proves the denial, and a read that shows a denial is remembered, so a
-// repeat peek of a denied key is free; a peek that finds room reads every
-// time; a sharded policy's peek is one BatchGetItem. A refund as of its
-// decision's instant (the engine's case) is one UpdateItem.
+// repeat peek of a denied key is free; a peek that finds room is answered
+// from that read for PeekFreshness, then reads again; a sharded policy's
+// peek is one BatchGetItem. A refund as of its decision's instant (the
+// engine's case) is one UpdateItem.
 func TestDynamoCallsPerPeek(t *testing.T) {
 	t.Parallel()
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
@@ -471,10 +472,15 @@ func TestDynamoCallsPerPeek(t *testing.T) {
 				}
 				a, b := instance(p), instance(p)
 				calls.Reset()
-				for i := range 2 {
+				peek(a, true)
+				expect("first peek with room", map[string]int{"GetItem": 1})
+				for i := range 3 {
 					peek(a, true)
-					expect(fmt.Sprintf("peek %d with room", i+1), map[string]int{"GetItem": 1})
+					expect(fmt.Sprintf("repeat peek %d with room, within PeekFreshness", i+1), map[string]int{})
 				}
+				clock.Advance(durablecounter.PeekFreshness)
+				peek(a, true)
+				expect("peek with room after PeekFreshness", map[string]int{"GetItem": 1})
 				d, err := a.Allow(ctx, edgelimit.Request{Key: alg})
 				if err != nil || !d.Allowed {
 					t.Fatal(d, err)

@@ -35,6 +35,17 @@ type Config struct {
 // DefaultDenyCacheSize is Config.DenyCacheSize's default.
 const DefaultDenyCacheSize = 1 << 16
 
+// PeekFreshness is how long Peek answers "there is room" from what it last
+// read of an item instead of reading again (with the deny cache on). Peeks
+// only fill the headers of a request another policy denied, so the cost of
+// the staleness is a 429 that may show this policy with up to a second's
+// spending of other instances missing (and so, rarely, not name it as
+// violated); a denial it shows is always real.
+const PeekFreshness = time.Second
+
+// peekCacheSize bounds what Peek remembers (entries, as DenyCacheSize).
+const peekCacheSize = 1 << 14
+
 // MaxShards is the most shards a policy can spread a key over.
 const MaxShards = 1000
 
@@ -59,6 +70,10 @@ type Counter struct {
 	algs []algorithm
 	// deny is the deny cache, or nil.
 	deny *stateCache
+	// peeks is what Peek last read of each item, for PeekFreshness: a flood
+	// that another policy denies peeks this one on every request, and
+	// without it each peek that finds room would cost a read.
+	peeks *stateCache
 	// refresh lets one request per item refresh an expired deny-cache entry.
 	refresh flights
 	// cfg is what New was given, for Local.
@@ -177,6 +192,7 @@ func New(cfg Config) (*Counter, error) {
 			size = DefaultDenyCacheSize
 		}
 		c.deny = newStateCache(size)
+		c.peeks = newStateCache(peekCacheSize)
 	}
 	return c, nil
 }
@@ -473,13 +489,19 @@ func (c *Counter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.De
 		o := c.op(0, req.Key, cost, t)
 		d, denied, _, _ := c.cached(&o)
 		if !denied {
-			st, err := c.store.get(ctx, o)
-			if err != nil {
-				return edgelimit.Decision{}, err
+			st, fresh := c.peekView(&o)
+			if !fresh {
+				var err error
+				if st, err = c.store.get(ctx, o); err != nil {
+					return edgelimit.Decision{}, err
+				}
+				c.peeked(&o, st)
 			}
 			fits := o.alg.fits(st, t, cost)
 			d = o.alg.decision(st, t, cost, fits)
-			c.remember(&o, &result{ok: fits, known: true, st: st, d: d}, 0)
+			if !fresh {
+				c.remember(&o, &result{ok: fits, known: true, st: st, d: d}, 0)
+			}
 		}
 		c.told(&d)
 		return d, nil
@@ -513,6 +535,21 @@ func (c *Counter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.De
 	d := combine(ds)
 	c.told(&d)
 	return d, nil
+}
+
+// peekView returns what Peek read of o's item less than PeekFreshness ago.
+func (c *Counter) peekView(o *op) (state, bool) {
+	if c.peeks == nil {
+		return state{}, false
+	}
+	return c.peeks.get(o.id, o.t)
+}
+
+// peeked remembers what Peek read of o's item, for PeekFreshness.
+func (c *Counter) peeked(o *op, st state) {
+	if c.peeks != nil {
+		c.peeks.put(o.id, o.alg.compact(st, o.t), o.t, o.t+int64(PeekFreshness))
+	}
 }
 
 // combine reports the decisions of a sharded policy's shards as the

@@ -189,9 +189,11 @@
 // Otherwise it makes one consistent read (GetItem; a sharded policy reads
 // its shards with one BatchGetItem) and remembers what the read showed in
 // the deny cache, as a lower bound, so that repeat peeks (and requests) of a
-// key it shows denied cost no call until the key could fit. A peek that
-// finds room costs one read every time: no cache can prove that something
-// fits (TestDynamoCallsPerPeek).
+// key it shows denied cost no call until the key could fit. No cache can
+// prove that something fits, so a peek that finds room answers from the read
+// it made for PeekFreshness (1 s) and then reads again: a flood that another
+// policy denies costs at most one read per key per second per instance, and
+// the room a 429 shows may be up to a second old (TestDynamoCallsPerPeek).
 //
 // # Hot keys: shards
 //
