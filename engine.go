@@ -156,7 +156,7 @@ func New(cfg Config) (*Engine, error) {
 			}
 		}
 		c.rItem = strconv.Quote(p.Name) + ";r="
-		c.q, c.w = advertised(p)
+		c.q, c.w = advertised(p, l)
 		c.item = policyItem(p.Name, c.q, c.w)
 		e.policies = append(e.policies, c)
 		for _, r := range p.Routes {
@@ -179,17 +179,17 @@ func (e *Engine) Limiter(policy string) Limiter {
 	return nil
 }
 
-// advertised is the quota and window a policy announces when its limiter
-// has not said (a decision the store could not make): a bucket (gcra, kv)
-// holds up to its burst, so it announces the burst over the time the bucket
-// takes to fill: 10/s with burst 20 is q=20;w=2.
-func advertised(p *Policy) (int64, time.Duration) {
-	bucket := p.Algorithm == AlgorithmGCRA || p.Strategy == StrategyKV
-	if !bucket || p.Limit <= 0 || p.Capacity() == p.Limit {
-		return p.Limit, p.Window
+// advertised is the quota and window a policy announces for a decision its
+// limiter could not make (the store failed): what the limiter says its
+// decisions announce (a bucket: its burst over the time it takes to fill),
+// or the policy's limit and window.
+func advertised(p *Policy, l Limiter) (int64, time.Duration) {
+	if q, ok := l.(interface {
+		Quota() (limit int64, window time.Duration)
+	}); ok {
+		return q.Quota()
 	}
-	c := p.Capacity()
-	return c, time.Duration(float64(p.Window) * float64(c) / float64(p.Limit))
+	return p.Limit, p.Window
 }
 
 // Decide evaluates every policy guarding the request's route. It never

@@ -607,9 +607,18 @@ policies:
 	}
 }
 
+// quoted is a limiter that says what its decisions announce.
+type quoted struct {
+	edgelimit.LimiterFunc
+	q int64
+	w time.Duration
+}
+
+func (l quoted) Quota() (int64, time.Duration) { return l.q, l.w }
+
 // RateLimit-Policy shows what each decision says its quota is (a bucket's
 // limiter announces its burst over the time it takes to fill); a decision
-// the store could not make announces the same.
+// the store could not make announces what the limiter's Quota says.
 func TestEngineAdvertisesDecisionQuota(t *testing.T) {
 	failing := false
 	fx := newFixture(t, `version: 1
@@ -617,7 +626,7 @@ policies:
   - {name: search, routes: ["GET /s"], key: ip, strategy: durable, algorithm: gcra, limit: 10, burst: 20, window: 1s, on_store_error: allow}
   - {name: form, routes: ["GET /f"], key: ip, strategy: kv, limit: 6, burst: 3, window: 1m}
 `, func(name string, c *counter) edgelimit.Limiter {
-		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+		f := edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
 			if failing {
 				return edgelimit.Decision{}, errors.New("store down")
 			}
@@ -626,6 +635,10 @@ policies:
 			}
 			return edgelimit.Decision{Allowed: true, Limit: 3, Window: 30 * time.Second, Remaining: 2, Reset: 20 * time.Second}, nil
 		})
+		if name == "search" {
+			return quoted{f, 20, 2 * time.Second}
+		}
+		return quoted{f, 3, 30 * time.Second}
 	})
 	for _, failing = range []bool{false, true} {
 		for path, want := range map[string][2]string{"/s": {`"search";q=20;w=2`, "20"}, "/f": {`"form";q=3;w=30`, "3"}} {

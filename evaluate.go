@@ -261,8 +261,8 @@ func (e *Engine) storeFailed(ctx context.Context, rs *routeSet, c *compiled, s *
 		}
 	}
 	e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: store failed",
-		slog.String("policy", c.Name), slog.String("route", rs.label), slog.String("strategy", c.Strategy),
-		slog.String("on_store_error", c.OnStoreError), slog.Float64("latency_ms", float64(s.lat.Microseconds())/1000), slog.String("error", err.Error()))
+		slog.String("policy", c.Name), slog.String("route", rs.label), slog.String("strategy", c.StrategyName()),
+		slog.String("on_store_error", c.OnStoreError.String()), slog.Float64("latency_ms", float64(s.lat.Microseconds())/1000), slog.String("error", err.Error()))
 	s.d, s.o = d, o
 }
 
@@ -305,7 +305,7 @@ func (e *Engine) refund(ctx context.Context, start time.Time, rs *routeSet, cs [
 }
 
 func (e *Engine) emit(rs *routeSet, c *compiled, s *slot) {
-	e.observe(Event{Route: rs.label, Policy: c.Name, Strategy: c.Strategy, Allowed: s.d.Allowed, Shadow: c.Shadow,
+	e.observe(Event{Route: rs.label, Policy: c.Name, Strategy: c.StrategyName(), Allowed: s.d.Allowed, Shadow: c.Shadow,
 		Peeked: s.peeked || s.o == known, Refunded: s.o == refunded, Degraded: s.d.Degraded, StoreError: s.storeErr,
 		RefundError: s.refundErr, Latency: s.lat})
 }

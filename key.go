@@ -127,7 +127,7 @@ func rawKey(p *Policy, in *Input, buf []byte) ([]byte, error) {
 		}
 		v = strings.TrimSpace(v)
 		if v == "" {
-			if p.OnMissingKey == MissingKeyIP {
+			if p.MissingKeyToIP {
 				return ipKey(p, in, buf)
 			}
 			return nil, errMissingKey

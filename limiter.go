@@ -100,6 +100,15 @@ type Receipt struct {
 // Limiter decides requests for one policy. Implementations are safe for
 // concurrent use. Allow returns an error only when its backend failed; the
 // caller then applies the policy's on_store_error mode.
+//
+// A Limiter whose decisions announce a quota other than its policy's limit
+// and window (a bucket: its burst over the time it takes to fill) also has
+// a method
+//
+//	Quota() (limit int64, window time.Duration)
+//
+// that says so, for the decisions the engine makes in its place when the
+// store fails.
 type Limiter interface {
 	Allow(ctx context.Context, req Request) (Decision, error)
 }

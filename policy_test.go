@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/kvbucket"
+	"github.com/edgelimit/edgelimit/signedwindow"
 )
 
 func TestLoadExamplePolicies(t *testing.T) {
@@ -29,13 +32,13 @@ func TestLoadExamplePolicies(t *testing.T) {
 		paid.Key.Kind != edgelimit.KeyHeader || paid.Key.Name != "X-Api-Key" {
 		t.Errorf("paid-daily = %+v", paid)
 	}
-	if b := byName["paid-burst"]; b == nil || b.Algorithm != edgelimit.AlgorithmGCRA || b.Burst != 20 {
+	if b := byName["paid-burst"]; b == nil || *b.Options.(*durablecounter.Options) != (durablecounter.Options{Algorithm: durablecounter.GCRA, Burst: 20, Shards: 1, DenyCache: true}) {
 		t.Errorf("paid-burst = %+v", b)
 	}
-	if c := byName["contact"]; c == nil || c.OnStoreError != edgelimit.FailOpen || c.Burst != 5 || c.Algorithm != edgelimit.AlgorithmTokenBucket {
-		t.Errorf("contact defaults = %+v, want fail open, burst = limit, token-bucket", c)
+	if c := byName["contact"]; c == nil || c.OnStoreError != edgelimit.FailOpen || c.Strategy != kvbucket.Strategy || *c.Options.(*kvbucket.Options) != (kvbucket.Options{}) {
+		t.Errorf("contact defaults = %+v, want fail open, kv, burst and sync interval their defaults", c)
 	}
-	if tts := byName["tts"]; tts == nil || tts.ProofOfWork == nil || tts.ProofOfWork.Bits != 16 || tts.ProofOfWork.TTL != 10*time.Second {
+	if tts := byName["tts"]; tts == nil || !reflect.DeepEqual(tts.Options, &signedwindow.Options{ProofOfWork: &signedwindow.ProofOfWork{Bits: 16, TTL: 10 * time.Second}}) {
 		t.Errorf("tts = %+v", tts)
 	}
 }
@@ -54,9 +57,9 @@ policies:
 		t.Fatal(err)
 	}
 	p := f.Policies[0]
-	want := edgelimit.Policy{Name: "a", Strategy: "durable", Algorithm: "fixed-window", Limit: 3, Window: 24 * time.Hour,
-		Cost: 1, OnStoreError: "deny", StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64, Shards: 1, DenyCache: true,
-		OnMissingKey: "reject", Line: 3}
+	want := edgelimit.Policy{Name: "a", Strategy: durablecounter.Strategy, Limit: 3, Window: 24 * time.Hour,
+		Cost: 1, OnStoreError: edgelimit.FailClosed, StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64, Line: 3,
+		Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 1, DenyCache: true}}
 	p.Routes, p.Key = nil, edgelimit.KeySource{}
 	if !reflect.DeepEqual(*p, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", *p, want)

@@ -33,10 +33,10 @@ const numKeys = 100_000
 // durableAlgorithms are the durable strategy's algorithms, in report order;
 // the ones this build of durablecounter lacks are reported as unavailable.
 var durableAlgorithms = []string{
-	edgelimit.AlgorithmFixedWindow,
-	edgelimit.AlgorithmSlidingWindow,
-	edgelimit.AlgorithmSlidingLog,
-	edgelimit.AlgorithmGCRA,
+	string(durablecounter.FixedWindow),
+	string(durablecounter.SlidingWindow),
+	string(durablecounter.SlidingLog),
+	string(durablecounter.GCRA),
 }
 
 // DecisionsData is the result of the decisions part.
@@ -230,7 +230,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		// sliding-log keeps a bucket per admitted millisecond in one item,
 		// so its limit per item is bounded; the runs stay far below it.
 		limit := "1000000000000"
-		if alg == edgelimit.AlgorithmSlidingLog {
+		if alg == string(durablecounter.SlidingLog) {
 			limit = "20000"
 		}
 		p, err := policy(fmt.Sprintf("  - {name: bench, routes: [\"GET /\"], key: ip, strategy: durable, algorithm: %s, limit: %s, window: 1h}", alg, limit))
@@ -245,7 +245,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		}
 		add(microLimiter{
 			name: name, group: "edgelimit",
-			setup: "durablecounter.Counter on a MemoryStore, limit " + map[bool]string{true: "20,000", false: "10^12"}[alg == edgelimit.AlgorithmSlidingLog] + " per hour, time.Now",
+			setup: "durablecounter.Counter on a MemoryStore, limit " + map[bool]string{true: "20,000", false: "10^12"}[alg == string(durablecounter.SlidingLog)] + " per hour, time.Now",
 			allow: func(ctx context.Context, i int) bool {
 				d, err := c.Allow(ctx, edgelimit.Request{Key: reqKeys[i]})
 				return err == nil && d.Allowed
@@ -303,8 +303,10 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 				name: name, group: "edgelimit",
 				setup: "signedwindow.Limiter, HS256 tokens, replay cache of 400,000 chains; each client presents the token of its previous response",
 				allow: func(ctx context.Context, i int) bool {
-					d, _ := l.Allow(ctx, edgelimit.Request{Key: reqKeys[i], Token: tokens[i]})
-					tokens[i] = d.Token
+					d, _ := l.Allow(ctx, edgelimit.Request{Key: reqKeys[i], Header: tokenHeader(tokens[i])})
+					if d.Response != nil {
+						tokens[i] = d.Response.Field.Value
+					}
 					return d.Allowed
 				},
 			})
@@ -459,4 +461,14 @@ func lambdaEvents() []events.APIGatewayV2HTTPRequest {
 		}
 	}
 	return evs
+}
+
+// tokenHeader is a client's request headers holding only its window token.
+type tokenHeader string
+
+func (t tokenHeader) Get(name string) string {
+	if name == signedwindow.HeaderToken {
+		return string(t)
+	}
+	return ""
 }

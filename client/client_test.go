@@ -108,7 +108,7 @@ func newServer(t *testing.T) *server {
 		HashSecret: []byte("client-test-hash-secret-0123456789ab"),
 		Now:        s.clock.Now,
 		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
-			if p.Strategy == edgelimit.StrategySigned {
+			if p.Strategy == signedwindow.Strategy {
 				return signed(p)
 			}
 			return edgelimit.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {

@@ -33,12 +33,12 @@ var benchKeys = func() []string {
 // is bounded, gets its largest; gcra one unit a second with a burst of a
 // billion, so that its TAT stays ahead of the clock and its items live).
 func benchPolicy(name, alg string, window time.Duration) *edgelimit.Policy {
-	p := &edgelimit.Policy{Name: name, Algorithm: alg, Limit: 1 << 50, Window: window}
+	p := &edgelimit.Policy{Name: name, Limit: 1 << 50, Window: window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}}
 	switch alg {
-	case edgelimit.AlgorithmSlidingLog:
+	case string(durablecounter.SlidingLog):
 		p.Limit = durablecounter.MaxSlidingLogLimit
-	case edgelimit.AlgorithmGCRA:
-		p.Limit, p.Window, p.Burst = 3600, time.Hour, 1e9
+	case string(durablecounter.GCRA):
+		p.Limit, p.Window, opts(p).Burst = 3600, time.Hour, 1e9
 	}
 	return p
 }
@@ -75,7 +75,7 @@ func BenchmarkAllowMemory(b *testing.B) {
 				now, window := func() time.Time { return time.Unix(1_700_000_000, 0) }, time.Hour
 				if clock == "time.Now" {
 					now = time.Now
-					if alg == edgelimit.AlgorithmSlidingLog {
+					if alg == string(durablecounter.SlidingLog) {
 						window = time.Second
 					}
 				}
@@ -108,7 +108,7 @@ func BenchmarkAllowMemoryShards(b *testing.B) {
 	for _, shards := range []int{1, 16, 64, 256} {
 		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: benchPolicy("bench", edgelimit.AlgorithmFixedWindow, time.Hour),
+				Policy: benchPolicy("bench", string(durablecounter.FixedWindow), time.Hour),
 				Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{Shards: shards}),
 				Now:    func() time.Time { return time.Unix(1_700_000_000, 0) },
 			})
@@ -130,7 +130,7 @@ func BenchmarkDenyCache(b *testing.B) {
 	for _, alg := range allAlgorithms {
 		b.Run(alg, func(b *testing.B) {
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "deny", Algorithm: alg, Limit: 1, Window: time.Hour, DenyCache: true},
+				Policy: &edgelimit.Policy{Name: "deny", Limit: 1, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: true}},
 				Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
 				Now:    func() time.Time { return time.Unix(1_700_000_000, 0) },
 				// room for every key
@@ -222,7 +222,7 @@ func BenchmarkBaselineRateMap(b *testing.B) {
 //
 //	go test -run '^$' -bench 'BenchmarkPeekMemory' -benchmem ./durablecounter/
 func BenchmarkPeekMemory(b *testing.B) {
-	for _, alg := range []string{edgelimit.AlgorithmFixedWindow, edgelimit.AlgorithmSlidingWindow, edgelimit.AlgorithmSlidingLog, edgelimit.AlgorithmGCRA} {
+	for _, alg := range []string{string(durablecounter.FixedWindow), string(durablecounter.SlidingWindow), string(durablecounter.SlidingLog), string(durablecounter.GCRA)} {
 		b.Run(alg, func(b *testing.B) {
 			now := time.Unix(1_700_000_000, 0)
 			c, err := durablecounter.New(durablecounter.Config{

@@ -54,7 +54,7 @@ func TestDynamoCallsPerDecision(t *testing.T) {
 		for _, alg := range allAlgorithms {
 			newCounter := func(name string, denyCache bool) *durablecounter.Counter {
 				c, err := durablecounter.New(durablecounter.Config{
-					Policy: &edgelimit.Policy{Name: name, Algorithm: alg, Limit: limit, Window: time.Hour, DenyCache: denyCache},
+					Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: denyCache}},
 					Store:  store, Now: clock.Now,
 				})
 				if err != nil {
@@ -92,7 +92,7 @@ func TestDynamoCallsPerDecision(t *testing.T) {
 			fmt.Fprintf(&tab, "%-15s %8.2f %16.2f %12.2f %14.2f %17.2f %18.2f\n", alg, allowed, afterOwn, first, repeat, repeatNoCache, next)
 
 			wantDenial := 1.0
-			if !s.OldOnConditionFailure && alg != edgelimit.AlgorithmFixedWindow {
+			if !s.OldOnConditionFailure && alg != string(durablecounter.FixedWindow) {
 				wantDenial = 2 // dynalite: the UpdateItem, then a GetItem
 			}
 			for _, f := range []struct {
@@ -297,13 +297,13 @@ func TestReadThenWriteContention(t *testing.T) {
 			alg       string
 			denyCache bool
 		}
-		variants := []variant{{edgelimit.AlgorithmFixedWindow, false}}
+		variants := []variant{{string(durablecounter.FixedWindow), false}}
 		for _, alg := range allAlgorithms {
 			variants = append(variants, variant{alg, true})
 		}
 		for _, v := range variants {
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: fmt.Sprintf("hot-%s-%v", v.alg, v.denyCache), Algorithm: v.alg, Limit: limit, Window: time.Hour, DenyCache: v.denyCache},
+				Policy: &edgelimit.Policy{Name: fmt.Sprintf("hot-%s-%v", v.alg, v.denyCache), Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(v.alg), DenyCache: v.denyCache}},
 				Store:  store, Now: clock.Now,
 			})
 			if err != nil {
@@ -375,10 +375,10 @@ func TestDenyCacheExpiryAsksOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, alg := range []string{edgelimit.AlgorithmGCRA} {
+		for _, alg := range []string{string(durablecounter.GCRA)} {
 			clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Hour).Add(time.Minute))
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: alg + "-expiry", Algorithm: alg, Limit: 10, Window: time.Second, Burst: 1, DenyCache: true},
+				Policy: &edgelimit.Policy{Name: alg + "-expiry", Limit: 10, Window: time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: 1, DenyCache: true}},
 				Store:  store, Now: clock.Now,
 			})
 			if err != nil {
@@ -437,7 +437,7 @@ func TestDynamoCallsPerPeek(t *testing.T) {
 		clock := limitertest.NewClock(limitertest.T0)
 		for _, alg := range allAlgorithms {
 			t.Run(alg, func(t *testing.T) {
-				p := &edgelimit.Policy{Name: "peek", Algorithm: alg, Limit: 2, Window: time.Hour, DenyCache: true}
+				p := &edgelimit.Policy{Name: "peek", Limit: 2, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: true}}
 				instance := func(p *edgelimit.Policy) *durablecounter.Counter {
 					store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
 					if err != nil {
@@ -504,8 +504,8 @@ func TestDynamoCallsPerPeek(t *testing.T) {
 					peek(b, false)
 					expect(fmt.Sprintf("repeat peek %d of the denied key", i+1), map[string]int{})
 				}
-				sp := *p
-				sp.Name, sp.Limit, sp.Shards = "peek-sharded", 8, 4
+				sp, so := *p, *opts(p)
+				sp.Name, sp.Limit, so.Shards, sp.Options = "peek-sharded", 8, 4, &so
 				sharded := instance(&sp)
 				calls.Reset()
 				peek(sharded, true)

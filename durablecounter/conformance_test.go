@@ -2,7 +2,6 @@ package durablecounter_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
@@ -12,10 +11,10 @@ import (
 
 // allAlgorithms are the algorithms of strategy durable.
 var allAlgorithms = []string{
-	edgelimit.AlgorithmFixedWindow,
-	edgelimit.AlgorithmSlidingWindow,
-	edgelimit.AlgorithmSlidingLog,
-	edgelimit.AlgorithmGCRA,
+	string(durablecounter.FixedWindow),
+	string(durablecounter.SlidingWindow),
+	string(durablecounter.SlidingLog),
+	string(durablecounter.GCRA),
 }
 
 func capabilities(alg string) limitertest.Options {
@@ -23,8 +22,9 @@ func capabilities(alg string) limitertest.Options {
 }
 
 func counters(store durablecounter.Store) limitertest.NewLimiter {
-	return func(p *edgelimit.Policy, now func() time.Time) (edgelimit.Limiter, error) {
-		return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: now})
+	return func(s limitertest.Spec) (edgelimit.Limiter, error) {
+		return durablecounter.New(durablecounter.Config{Policy: s.Policy, Store: store, Now: s.Now,
+			Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(s.Algorithm), Burst: s.Burst, DenyCache: s.DenyCache}})
 	}
 }
 
@@ -114,7 +114,7 @@ func TestSequentialBatchDynamo(t *testing.T) {
 		// The fallback is the same protocol for every algorithm (their
 		// updates and refunds); dynalite runs it for all four, concurrent
 		// batches included. Here: the two whose refunds differ most.
-		for _, alg := range []string{edgelimit.AlgorithmFixedWindow, edgelimit.AlgorithmSlidingLog} {
+		for _, alg := range []string{string(durablecounter.FixedWindow), string(durablecounter.SlidingLog)} {
 			t.Run(alg, func(t *testing.T) {
 				opts := capabilities(alg)
 				opts.Concurrency = false

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgelimit/edgelimit"
@@ -15,10 +16,13 @@ import (
 // Config configures a Counter.
 type Config struct {
 	// Policy is the policy the Counter enforces. Required. New reads its
-	// Name, Strategy (empty or durable), Algorithm (default fixed-window),
-	// Limit, Window, Burst (gcra; default Limit), Shards (default 1) and
-	// DenyCache once; later changes to it have no effect.
+	// Name, Strategy (nil or durable), Limit, Window and Options once;
+	// later changes to it have no effect.
 	Policy *edgelimit.Policy
+	// Options, if set, are the Counter's algorithm, burst, shards and deny
+	// cache; default the Policy's Options (what its file said), else the
+	// zero Options.
+	Options *Options
 	// Store keeps the counts; default a MemoryStore shared by every Counter
 	// in the process built without a Store (so they can be batched).
 	Store Store
@@ -40,7 +44,8 @@ const DefaultDenyCacheSize = 1 << 16
 // only fill the headers of a request another policy denied, so the cost of
 // the staleness is a 429 that may show this policy with up to a second's
 // spending of other instances missing (and so, rarely, not name it as
-// violated); a denial it shows is always real.
+// violated); this instance's own spending always shows, and a denial it
+// shows is always real.
 const PeekFreshness = time.Second
 
 // peekCacheSize bounds what Peek remembers (entries, as DenyCacheSize).
@@ -73,7 +78,8 @@ type Counter struct {
 	// peeks is what Peek last read of each item, for PeekFreshness: a flood
 	// that another policy denies peeks this one on every request, and
 	// without it each peek that finds room would cost a read.
-	peeks *stateCache
+	peeks    *stateCache
+	peekUsed atomic.Bool // peeks holds (or held) something
 	// refresh lets one request per item refresh an expired deny-cache entry.
 	refresh flights
 	// cfg is what New was given, for Local.
@@ -89,11 +95,11 @@ var (
 )
 
 // algorithms maps a policy's algorithm to its constructor.
-var algorithms = map[string]func(p params) algorithm{
-	edgelimit.AlgorithmFixedWindow:   newFixedWindow,
-	edgelimit.AlgorithmSlidingWindow: newSlidingWindow,
-	edgelimit.AlgorithmSlidingLog:    newSlidingLog,
-	edgelimit.AlgorithmGCRA:          newGCRA,
+var algorithms = map[Algorithm]func(p params) algorithm{
+	FixedWindow:   newFixedWindow,
+	SlidingWindow: newSlidingWindow,
+	SlidingLog:    newSlidingLog,
+	GCRA:          newGCRA,
 }
 
 // params are the policy fields an algorithm uses, for one shard.
@@ -124,8 +130,12 @@ func New(cfg Config) (*Counter, error) {
 	if p.Name == "" || strings.ContainsRune(p.Name, '#') {
 		return nil, fmt.Errorf("%w: policy name %q must be non-empty and without '#'", ErrConfig, p.Name)
 	}
-	if p.Strategy != "" && p.Strategy != edgelimit.StrategyDurable {
-		return nil, fmt.Errorf("%w: policy %q: strategy %q is not %s", ErrConfig, p.Name, p.Strategy, edgelimit.StrategyDurable)
+	if p.Strategy != nil && p.Strategy != Strategy {
+		return nil, fmt.Errorf("%w: policy %q: strategy %q is not %s", ErrConfig, p.Name, p.Strategy.Name, Strategy.Name)
+	}
+	opts, err := options(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("%w: policy %q: limit %d is negative", ErrConfig, p.Name, p.Limit)
@@ -133,15 +143,15 @@ func New(cfg Config) (*Counter, error) {
 	if p.Window < time.Millisecond || p.Window%time.Millisecond != 0 {
 		return nil, fmt.Errorf("%w: policy %q: window %s must be a whole number of milliseconds, at least 1ms", ErrConfig, p.Name, p.Window)
 	}
-	alg := p.Algorithm
+	alg := opts.Algorithm
 	if alg == "" {
-		alg = edgelimit.AlgorithmFixedWindow
+		alg = FixedWindow
 	}
 	newAlg, ok := algorithms[alg]
 	if !ok {
 		return nil, fmt.Errorf("%w: policy %q: unknown algorithm %q", ErrUnsupportedAlgorithm, p.Name, alg)
 	}
-	shards := max(p.Shards, 1)
+	shards := max(opts.Shards, 1)
 	if p.Limit == 0 {
 		shards = 1 // everything is denied without a store call anyway
 	}
@@ -152,14 +162,14 @@ func New(cfg Config) (*Counter, error) {
 		return nil, fmt.Errorf("%w: policy %q: shards %d is more than the limit %d; each shard needs at least one unit", ErrConfig, p.Name, shards, p.Limit)
 	}
 	burst := p.Limit
-	if alg == edgelimit.AlgorithmGCRA && p.Burst != 0 {
-		burst = p.Burst
+	if alg == GCRA && opts.Burst != 0 {
+		burst = opts.Burst
 	}
-	if burst < 0 || alg == edgelimit.AlgorithmGCRA && p.Limit > 0 && burst < int64(shards) {
+	if burst < 0 || alg == GCRA && p.Limit > 0 && burst < int64(shards) {
 		return nil, fmt.Errorf("%w: policy %q: burst %d must be at least 1 per shard (%d)", ErrConfig, p.Name, burst, shards)
 	}
 	c := &Counter{name: p.Name, limit: p.Limit, qLimit: p.Limit, qWindow: p.Window, store: cfg.Store, clock: cfg.Now, cfg: cfg}
-	if alg == edgelimit.AlgorithmGCRA && p.Limit > 0 && burst != p.Limit {
+	if alg == GCRA && p.Limit > 0 && burst != p.Limit {
 		// As the engine's RateLimit-Policy has always announced a bucket:
 		// 10/s with burst 20 is q=20, w=2s, so Remaining never exceeds q.
 		c.qLimit = burst
@@ -168,12 +178,12 @@ func New(cfg Config) (*Counter, error) {
 	for i := range shards {
 		sp := params{name: p.Name, limit: share(p.Limit, shards, i), window: p.Window, burst: share(burst, shards, i)}
 		switch alg {
-		case edgelimit.AlgorithmSlidingLog:
+		case SlidingLog:
 			if sp.limit > MaxSlidingLogLimit {
 				return nil, fmt.Errorf("%w: policy %q: sliding-log keeps one attribute per admitted millisecond in one item, so its limit is at most %d per shard; use shards: %d or more, or sliding-window",
 					ErrConfig, p.Name, MaxSlidingLogLimit, (p.Limit+MaxSlidingLogLimit-1)/MaxSlidingLogLimit)
 			}
-		case edgelimit.AlgorithmGCRA:
+		case GCRA:
 			if sp.limit > 0 {
 				T := (int64(p.Window) + sp.limit - 1) / sp.limit
 				if sp.burst > maxTolerance/T {
@@ -186,7 +196,7 @@ func New(cfg Config) (*Counter, error) {
 	if c.store == nil {
 		c.store = defaultStore()
 	}
-	if p.DenyCache {
+	if opts.DenyCache {
 		size := cfg.DenyCacheSize
 		if size <= 0 {
 			size = DefaultDenyCacheSize
@@ -251,6 +261,11 @@ func (c *Counter) later(req edgelimit.Request, t int64) int64 {
 func (c *Counter) told(d *edgelimit.Decision) {
 	d.Policy, d.Limit, d.Window = c.name, c.qLimit, c.qWindow
 }
+
+// Quota returns what the Counter's decisions tell the client in
+// RateLimit-Policy: the limit and window, or for gcra with a burst other
+// than the limit, the burst over the time the bucket takes to fill.
+func (c *Counter) Quota() (limit int64, window time.Duration) { return c.qLimit, c.qWindow }
 
 // receiptOf returns the receipt of an admission r on shard.
 func receiptOf(r *result, shard int) edgelimit.Receipt {
@@ -357,6 +372,9 @@ func (c *Counter) decide(ctx context.Context, req edgelimit.Request, shard int, 
 	if err != nil {
 		return edgelimit.Decision{}, err
 	}
+	if r.ok {
+		c.unpeek(o.id)
+	}
 	switch {
 	case !r.ok, r.d.Remaining == 0:
 		// A denial, or an admission that left nothing: the next request
@@ -462,6 +480,7 @@ func (c *Counter) Refund(ctx context.Context, req edgelimit.Request, d edgelimit
 	if c.deny != nil {
 		c.deny.del(o.id)
 	}
+	c.unpeek(o.id)
 	_, err := c.store.refund(ctx, o, rc)
 	return err
 }
@@ -548,7 +567,17 @@ func (c *Counter) peekView(o *op) (state, bool) {
 // peeked remembers what Peek read of o's item, for PeekFreshness.
 func (c *Counter) peeked(o *op, st state) {
 	if c.peeks != nil {
+		c.peekUsed.Store(true)
 		c.peeks.put(o.id, o.alg.compact(st, o.t), o.t, o.t+int64(PeekFreshness))
+	}
+}
+
+// unpeek forgets what Peek read of an item this instance just spent on or
+// refunded, so that its own spending always shows; until a peek has been
+// remembered, it costs one atomic load.
+func (c *Counter) unpeek(id itemID) {
+	if c.peekUsed.Load() {
+		c.peeks.del(id)
 	}
 }
 
@@ -675,6 +704,7 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 		}
 		if committed {
 			for i, m := range members {
+				m.unpeek(ops[i].id)
 				out[i].Receipt = receiptOf(&res[i], cur[i])
 				switch {
 				case m.deny == nil:

@@ -12,7 +12,7 @@ import (
 
 func TestNewValidates(t *testing.T) {
 	ok := func() *edgelimit.Policy {
-		return &edgelimit.Policy{Name: "p", Strategy: edgelimit.StrategyDurable, Algorithm: edgelimit.AlgorithmFixedWindow, Limit: 5, Window: time.Minute, Shards: 1}
+		return &edgelimit.Policy{Name: "p", Limit: 5, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 1}}
 	}
 	for _, tc := range []struct {
 		name   string
@@ -22,43 +22,43 @@ func TestNewValidates(t *testing.T) {
 		{"no policy", func() *edgelimit.Policy { return nil }, durablecounter.ErrConfig},
 		{"no name", func() *edgelimit.Policy { p := ok(); p.Name = ""; return p }, durablecounter.ErrConfig},
 		{"# in name", func() *edgelimit.Policy { p := ok(); p.Name = "a#b"; return p }, durablecounter.ErrConfig},
-		{"kv strategy", func() *edgelimit.Policy { p := ok(); p.Strategy = edgelimit.StrategyKV; return p }, durablecounter.ErrConfig},
+		{"kv strategy", func() *edgelimit.Policy { p := ok(); p.Strategy = &edgelimit.Strategy{Name: "kv"}; return p }, durablecounter.ErrConfig},
 		{"negative limit", func() *edgelimit.Policy { p := ok(); p.Limit = -1; return p }, durablecounter.ErrConfig},
 		{"no window", func() *edgelimit.Policy { p := ok(); p.Window = 0; return p }, durablecounter.ErrConfig},
 		{"sub-millisecond window", func() *edgelimit.Policy { p := ok(); p.Window = 1500 * time.Microsecond; return p }, durablecounter.ErrConfig},
-		{"more shards than units", func() *edgelimit.Policy { p := ok(); p.Shards = 6; return p }, durablecounter.ErrConfig},
-		{"too many shards", func() *edgelimit.Policy { p := ok(); p.Limit = 5000; p.Shards = 1001; return p }, durablecounter.ErrConfig},
-		{"shards", func() *edgelimit.Policy { p := ok(); p.Shards = 5; return p }, nil},
-		{"gcra", func() *edgelimit.Policy { p := ok(); p.Algorithm = edgelimit.AlgorithmGCRA; return p }, nil},
-		{"gcra burst", func() *edgelimit.Policy { p := ok(); p.Algorithm = edgelimit.AlgorithmGCRA; p.Burst = 20; return p }, nil},
+		{"more shards than units", func() *edgelimit.Policy { p := ok(); opts(p).Shards = 6; return p }, durablecounter.ErrConfig},
+		{"too many shards", func() *edgelimit.Policy { p := ok(); p.Limit = 5000; opts(p).Shards = 1001; return p }, durablecounter.ErrConfig},
+		{"shards", func() *edgelimit.Policy { p := ok(); opts(p).Shards = 5; return p }, nil},
+		{"gcra", func() *edgelimit.Policy { p := ok(); opts(p).Algorithm = durablecounter.GCRA; return p }, nil},
+		{"gcra burst", func() *edgelimit.Policy { p := ok(); opts(p).Algorithm = durablecounter.GCRA; opts(p).Burst = 20; return p }, nil},
 		{"gcra burst below shards", func() *edgelimit.Policy {
 			p := ok()
-			p.Algorithm, p.Burst, p.Shards = edgelimit.AlgorithmGCRA, 2, 3
+			opts(p).Algorithm, opts(p).Burst, opts(p).Shards = durablecounter.GCRA, 2, 3
 			return p
 		}, durablecounter.ErrConfig},
 		{"gcra tolerance overflow", func() *edgelimit.Policy {
 			p := ok()
-			p.Algorithm, p.Limit, p.Window, p.Burst = edgelimit.AlgorithmGCRA, 1, 3650*24*time.Hour, 1<<40
+			opts(p).Algorithm, p.Limit, p.Window, opts(p).Burst = durablecounter.GCRA, 1, 3650*24*time.Hour, 1<<40
 			return p
 		}, durablecounter.ErrConfig},
-		{"sliding window", func() *edgelimit.Policy { p := ok(); p.Algorithm = edgelimit.AlgorithmSlidingWindow; return p }, nil},
-		{"sliding log", func() *edgelimit.Policy { p := ok(); p.Algorithm = edgelimit.AlgorithmSlidingLog; return p }, nil},
+		{"sliding window", func() *edgelimit.Policy { p := ok(); opts(p).Algorithm = durablecounter.SlidingWindow; return p }, nil},
+		{"sliding log", func() *edgelimit.Policy { p := ok(); opts(p).Algorithm = durablecounter.SlidingLog; return p }, nil},
 		{"sliding log at its largest limit", func() *edgelimit.Policy {
 			p := ok()
-			p.Algorithm, p.Limit = edgelimit.AlgorithmSlidingLog, durablecounter.MaxSlidingLogLimit
+			opts(p).Algorithm, p.Limit = durablecounter.SlidingLog, durablecounter.MaxSlidingLogLimit
 			return p
 		}, nil},
 		{"sliding log above its largest limit", func() *edgelimit.Policy {
 			p := ok()
-			p.Algorithm, p.Limit = edgelimit.AlgorithmSlidingLog, durablecounter.MaxSlidingLogLimit+1
+			opts(p).Algorithm, p.Limit = durablecounter.SlidingLog, durablecounter.MaxSlidingLogLimit+1
 			return p
 		}, durablecounter.ErrConfig},
 		{"sliding log above its largest limit, sharded", func() *edgelimit.Policy {
 			p := ok()
-			p.Algorithm, p.Limit, p.Shards = edgelimit.AlgorithmSlidingLog, 2*durablecounter.MaxSlidingLogLimit, 2
+			opts(p).Algorithm, p.Limit, opts(p).Shards = durablecounter.SlidingLog, 2*durablecounter.MaxSlidingLogLimit, 2
 			return p
 		}, nil},
-		{"unknown algorithm", func() *edgelimit.Policy { p := ok(); p.Algorithm = "leaky"; return p }, durablecounter.ErrUnsupportedAlgorithm},
+		{"unknown algorithm", func() *edgelimit.Policy { p := ok(); opts(p).Algorithm = "leaky"; return p }, durablecounter.ErrUnsupportedAlgorithm},
 		{"valid", ok, nil},
 		{"defaults", func() *edgelimit.Policy { return &edgelimit.Policy{Name: "p", Limit: 0, Window: time.Millisecond} }, nil},
 	} {
@@ -170,4 +170,12 @@ func (fakeBatcher) BatchKey() string { return "x" }
 
 func (fakeBatcher) AllowBatch(context.Context, []edgelimit.BatchItem) ([]edgelimit.Decision, error) {
 	return nil, nil
+}
+
+// opts returns a test policy's durable options, to change them.
+func opts(p *edgelimit.Policy) *durablecounter.Options {
+	if p.Options == nil {
+		p.Options = &durablecounter.Options{}
+	}
+	return p.Options.(*durablecounter.Options)
 }

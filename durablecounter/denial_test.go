@@ -32,7 +32,7 @@ func TestDenialExplainsItself(t *testing.T) {
 		mem := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
 		for _, alg := range allAlgorithms {
 			clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Minute).Add(90 * time.Second))
-			p := &edgelimit.Policy{Name: "explain-" + alg, Algorithm: alg, Limit: 5, Window: time.Minute}
+			p := &edgelimit.Policy{Name: "explain-" + alg, Limit: 5, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}}
 			c, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: clock.Now})
 			if err != nil {
 				t.Fatal(err)
@@ -93,14 +93,14 @@ func TestDenialReadFails(t *testing.T) {
 				t.Fatal(err)
 			}
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "p", Algorithm: alg, Limit: 10, Window: time.Hour},
+				Policy: &edgelimit.Policy{Name: "p", Limit: 10, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}},
 				Store:  store, Now: func() time.Time { return t0 },
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			d, err := c.Allow(context.Background(), edgelimit.Request{Key: "k", Cost: 3})
-			if alg == edgelimit.AlgorithmFixedWindow {
+			if alg == string(durablecounter.FixedWindow) {
 				if err != nil || d.Allowed || d.Remaining != 0 {
 					t.Errorf("Allow = %+v, %v; want a denial with Remaining 0", d, err)
 				}
@@ -130,7 +130,7 @@ func TestTwoInstances(t *testing.T) {
 		client, table, calls := ddbtest.Table(t, s)
 		for _, alg := range allAlgorithms {
 			clock := limitertest.NewClock(limitertest.T0)
-			p := &edgelimit.Policy{Name: "two-" + alg, Algorithm: alg, Limit: 6, Window: 10 * time.Second}
+			p := &edgelimit.Policy{Name: "two-" + alg, Limit: 6, Window: 10 * time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}}
 			var instances [2]*durablecounter.Counter
 			for i := range instances {
 				store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})

@@ -101,7 +101,7 @@ func fakeCounter(t *testing.T, f *fakeDynamo, limit int64, mode durablecounter.T
 func newCounter(t *testing.T, store durablecounter.Store, name string, limit int64, window time.Duration) *durablecounter.Counter {
 	t.Helper()
 	c, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: name, Strategy: edgelimit.StrategyDurable, Limit: limit, Window: window},
+		Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: window},
 		Store:  store,
 		Now:    func() time.Time { return t0 },
 	})
@@ -698,13 +698,13 @@ func TestUpdateExpressions(t *testing.T) {
 		second, secondIf string
 	}{
 		{
-			alg:   edgelimit.AlgorithmSlidingWindow,
+			alg:   string(durablecounter.SlidingWindow),
 			reply: map[string]types.AttributeValue{"w": &types.AttributeValueMemberN{Value: "472222"}, "c472222": &types.AttributeValueMemberN{Value: "1"}},
 			first: "ADD #c :d SET #w = :i, #a = :te, expires_at = :e REMOVE #s0", firstIf: "(attribute_not_exists(#w) OR #w <= :i) AND (attribute_not_exists(#c) OR #c <= :m) AND (attribute_not_exists(#p) OR #p <= :pg)",
 			second: "ADD #c :d SET #w = :i, #a = :te, expires_at = :e REMOVE #s0", secondIf: "(attribute_not_exists(#w) OR #w <= :i) AND (attribute_not_exists(#c) OR #c <= :m) AND (attribute_not_exists(#p) OR #p <= :pg)",
 		},
 		{
-			alg:   edgelimit.AlgorithmSlidingLog,
+			alg:   string(durablecounter.SlidingLog),
 			reply: map[string]types.AttributeValue{"n": &types.AttributeValueMemberN{Value: "1"}, "g": &types.AttributeValueMemberN{Value: "42"}, "b" + strconv.FormatInt(t0.UnixMilli()-7200_000, 36): &types.AttributeValueMemberN{Value: "1"}},
 			first: "ADD #n :d, #b :d SET #g = if_not_exists(#g, :gn), expires_at = :e", firstIf: "attribute_not_exists(#n) OR #n <= :m",
 			// The view shows an expired unit: E = 1, so the condition
@@ -712,7 +712,7 @@ func TestUpdateExpressions(t *testing.T) {
 			second: "ADD #n :d, #b :d SET #g = if_not_exists(#g, :gn), expires_at = :e", secondIf: "attribute_not_exists(#n) OR (#n <= :m AND #g = :g0 AND attribute_not_exists(#r))",
 		},
 		{
-			alg:   edgelimit.AlgorithmGCRA,
+			alg:   string(durablecounter.GCRA),
 			reply: map[string]types.AttributeValue{"tat": &types.AttributeValueMemberN{Value: strconv.FormatInt(t0.UnixNano()+int64(360*time.Second), 10)}},
 			// The idle update records the instant it decided at, and never
 			// sets a TAT behind an instant another request was decided at.
@@ -732,7 +732,7 @@ func TestUpdateExpressions(t *testing.T) {
 				t.Fatal(err)
 			}
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "p", Algorithm: tc.alg, Limit: 10, Window: time.Hour},
+				Policy: &edgelimit.Policy{Name: "p", Limit: 10, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(tc.alg)}},
 				Store:  store, Now: func() time.Time { return t0 },
 			})
 			if err != nil {

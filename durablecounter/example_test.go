@@ -14,7 +14,7 @@ func ExampleNew() {
 	// instance shares the counts.
 	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "paid-daily", Algorithm: edgelimit.AlgorithmFixedWindow, Limit: 1000, Window: 24 * time.Hour},
+		Policy: &edgelimit.Policy{Name: "paid-daily", Limit: 1000, Window: 24 * time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow}},
 		Store:  store,
 	})
 	if err != nil {
@@ -24,7 +24,7 @@ func ExampleNew() {
 	fmt.Printf("%T\n", counter)
 
 	_, err = durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "burst", Algorithm: edgelimit.AlgorithmFixedWindow, Limit: 10, Window: 0},
+		Policy: &edgelimit.Policy{Name: "burst", Limit: 10, Window: 0, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow}},
 	})
 	fmt.Println(err)
 	// Output:
@@ -110,7 +110,7 @@ func ExampleNew_slidingWindow() {
 	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	now := start
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "search", Algorithm: edgelimit.AlgorithmSlidingWindow, Limit: 10, Window: time.Minute},
+		Policy: &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingWindow}},
 		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
@@ -142,7 +142,7 @@ func ExampleNew_slidingWindow() {
 func ExampleNew_gcra() {
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "paid-burst", Algorithm: edgelimit.AlgorithmGCRA, Limit: 10, Window: time.Second, Burst: 3},
+		Policy: &edgelimit.Policy{Name: "paid-burst", Limit: 10, Window: time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.GCRA, Burst: 3}},
 		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
@@ -171,7 +171,7 @@ func ExampleNew_slidingLog() {
 	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	now := start
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "login", Algorithm: edgelimit.AlgorithmSlidingLog, Limit: 3, Window: time.Minute},
+		Policy: &edgelimit.Policy{Name: "login", Limit: 3, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingLog}},
 		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})

@@ -30,7 +30,7 @@ func TestTwoClocksOneMillisecondApart(t *testing.T) {
 			start := limitertest.WindowStart(limitertest.T0, time.Minute).Add(30 * time.Second)
 			early := limitertest.NewClock(start)
 			late := limitertest.NewClock(start.Add(time.Millisecond))
-			p := &edgelimit.Policy{Name: "two-clocks", Algorithm: alg, Limit: 2, Window: time.Second, Burst: 2}
+			p := &edgelimit.Policy{Name: "two-clocks", Limit: 2, Window: time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: 2}}
 			mk := func(c *limitertest.Clock) *durablecounter.Counter {
 				cnt, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: c.Now})
 				if err != nil {
@@ -123,9 +123,9 @@ func TestNoSpuriousDenialOfFirstRequests(t *testing.T) {
 					}
 					for _, sh := range shapes {
 						t.Run(sh.name, func(t *testing.T) {
-							p := &edgelimit.Policy{Name: "first", Algorithm: alg, Limit: sh.limit, Window: sh.window, Burst: sh.burst}
-							if alg != edgelimit.AlgorithmGCRA {
-								p.Limit, p.Burst = sh.windowedLimit, 0
+							p := &edgelimit.Policy{Name: "first", Limit: sh.limit, Window: sh.window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: sh.burst}}
+							if alg != string(durablecounter.GCRA) {
+								p.Limit, opts(p).Burst = sh.windowedLimit, 0
 							}
 							newStore := b.store(t)
 							start := limitertest.WindowStart(limitertest.T0, time.Minute).Add(20 * time.Second)
@@ -203,7 +203,7 @@ func TestSequentialBatchRefundsEveryUnit(t *testing.T) {
 		t.Parallel()
 		algs := allAlgorithms
 		if s.Name == "moto" {
-			algs = []string{edgelimit.AlgorithmSlidingLog, edgelimit.AlgorithmGCRA} // one call at a time
+			algs = []string{string(durablecounter.SlidingLog), string(durablecounter.GCRA)} // one call at a time
 		}
 		for _, alg := range algs {
 			t.Run(alg, func(t *testing.T) { testSequentialBatchRefunds(t, s, alg) })
@@ -225,7 +225,7 @@ func testSequentialBatchRefunds(t *testing.T, s ddbtest.Server, alg string) {
 	clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Hour).Add(time.Minute))
 	mk := func(name, alg string, limit int64) *durablecounter.Counter {
 		c, err := durablecounter.New(durablecounter.Config{
-			Policy: &edgelimit.Policy{Name: name, Algorithm: alg, Limit: limit, Window: time.Hour},
+			Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}},
 			Store:  store, Now: clock.Now,
 		})
 		if err != nil {
@@ -234,7 +234,7 @@ func testSequentialBatchRefunds(t *testing.T, s ddbtest.Server, alg string) {
 		return c
 	}
 	first := mk("first", alg, limit)
-	daily := mk("daily", edgelimit.AlgorithmFixedWindow, quota)
+	daily := mk("daily", string(durablecounter.FixedWindow), quota)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// The units already spent lie in 22 milliseconds (of a sliding log),
@@ -332,7 +332,7 @@ func TestShardedRemainingDescribesPolicy(t *testing.T) {
 				t.Run(alg, func(t *testing.T) {
 					clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Hour).Add(time.Minute))
 					c, err := durablecounter.New(durablecounter.Config{
-						Policy: &edgelimit.Policy{Name: "global", Algorithm: alg, Limit: 10, Window: time.Hour, Shards: 4, DenyCache: true},
+						Policy: &edgelimit.Policy{Name: "global", Limit: 10, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Shards: 4, DenyCache: true}},
 						Store:  b.store(t), Now: clock.Now,
 					})
 					if err != nil {

@@ -39,7 +39,7 @@ func TestShards(t *testing.T) {
 	for _, s := range servers {
 		algs := allAlgorithms
 		if s.Name == "moto" {
-			algs = []string{edgelimit.AlgorithmGCRA}
+			algs = []string{string(durablecounter.GCRA)}
 		}
 		backends = append(backends, backend{name: s.Name, algs: algs, store: func(t *testing.T) (durablecounter.Store, func() map[string]int) {
 			client, table, _ := ddbtest.Table(t, s)
@@ -58,7 +58,7 @@ func TestShards(t *testing.T) {
 					store, items := b.store(t)
 					clock := limitertest.NewClock(limitertest.T0)
 					c, err := durablecounter.New(durablecounter.Config{
-						Policy: &edgelimit.Policy{Name: "global", Algorithm: alg, Limit: 100, Window: time.Hour, Shards: 4, DenyCache: true},
+						Policy: &edgelimit.Policy{Name: "global", Limit: 100, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Shards: 4, DenyCache: true}},
 						Store:  store, Now: clock.Now,
 					})
 					if err != nil {
@@ -133,7 +133,7 @@ func TestShardsTradeOff(t *testing.T) {
 	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
 	clock := limitertest.NewClock(limitertest.T0)
 	c, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "global", Algorithm: edgelimit.AlgorithmFixedWindow, Limit: 100, Window: time.Hour, Shards: 4},
+		Policy: &edgelimit.Policy{Name: "global", Limit: 100, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 4}},
 		Store:  store, Now: clock.Now,
 	})
 	if err != nil {
@@ -179,7 +179,7 @@ func TestShardedKeysInDynamo(t *testing.T) {
 		clock := limitertest.NewClock(limitertest.T0)
 		for _, alg := range allAlgorithms {
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "hot", Algorithm: alg, Limit: 2, Window: time.Hour, Shards: 2},
+				Policy: &edgelimit.Policy{Name: "hot", Limit: 2, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Shards: 2}},
 				Store:  store, Now: clock.Now,
 			})
 			if err != nil {

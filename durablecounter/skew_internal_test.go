@@ -81,14 +81,14 @@ func TestClockSkew(t *testing.T) {
 	for _, b := range skewBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			for _, alg := range []string{edgelimit.AlgorithmFixedWindow, edgelimit.AlgorithmSlidingWindow, edgelimit.AlgorithmSlidingLog, edgelimit.AlgorithmGCRA} {
+			for _, alg := range []string{string(FixedWindow), string(SlidingWindow), string(SlidingLog), string(GCRA)} {
 				t.Run(alg, func(t *testing.T) {
 					const limit, skew = 5, 2 * time.Second
 					window := 10 * time.Second
 					start := limitertest.WindowStart(limitertest.T0, time.Minute).Add(time.Minute)
 					behind := limitertest.NewClock(start)
 					ahead := limitertest.NewClock(start.Add(skew))
-					p := &edgelimit.Policy{Name: "skew-" + alg, Algorithm: alg, Limit: limit, Window: window}
+					p := &edgelimit.Policy{Name: "skew-" + alg, Limit: limit, Window: window, Options: &Options{Algorithm: Algorithm(alg)}}
 					a, err := New(Config{Policy: p, Store: b.store, Now: ahead.Now})
 					if err != nil {
 						t.Fatal(err)

@@ -84,7 +84,7 @@ func TestSlidingLogLargestItem(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, err := durablecounter.New(durablecounter.Config{
-			Policy: &edgelimit.Policy{Name: "largest", Algorithm: edgelimit.AlgorithmSlidingLog, Limit: limit, Window: time.Hour},
+			Policy: &edgelimit.Policy{Name: "largest", Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingLog}},
 			Store:  store, Now: clock.Now,
 		})
 		if err != nil {

@@ -59,7 +59,7 @@ func TestBatchAcrossAlgorithms(t *testing.T) {
 			clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Hour).Add(time.Hour))
 			mk := func(name, alg string, limit int64, window time.Duration, burst int64) *durablecounter.Counter {
 				c, err := durablecounter.New(durablecounter.Config{
-					Policy: &edgelimit.Policy{Name: name, Algorithm: alg, Limit: limit, Window: window, Burst: burst},
+					Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: burst}},
 					Store:  store, Now: clock.Now,
 				})
 				if err != nil {
@@ -67,10 +67,10 @@ func TestBatchAcrossAlgorithms(t *testing.T) {
 				}
 				return c
 			}
-			burst := mk("burst", edgelimit.AlgorithmGCRA, 10, 10*time.Second, 3) // one a second, 3 at once
-			daily := mk("daily", edgelimit.AlgorithmFixedWindow, 1000, 24*time.Hour, 0)
-			perIP := mk("per-ip", edgelimit.AlgorithmSlidingWindow, 5, time.Minute, 0)
-			audit := mk("audit", edgelimit.AlgorithmSlidingLog, 4, time.Minute, 0)
+			burst := mk("burst", string(durablecounter.GCRA), 10, 10*time.Second, 3) // one a second, 3 at once
+			daily := mk("daily", string(durablecounter.FixedWindow), 1000, 24*time.Hour, 0)
+			perIP := mk("per-ip", string(durablecounter.SlidingWindow), 5, time.Minute, 0)
+			audit := mk("audit", string(durablecounter.SlidingLog), 4, time.Minute, 0)
 			items := []edgelimit.BatchItem{
 				{Limiter: burst, Request: edgelimit.Request{Key: "api-key"}},
 				{Limiter: daily, Request: edgelimit.Request{Key: "api-key"}},

@@ -31,11 +31,11 @@ func coldEnv(t *testing.T, fn handlers.Function) map[string]string {
 	}
 	env := map[string]string{}
 	for _, p := range pf.Policies {
-		switch p.Strategy {
-		case edgelimit.StrategyDurable, edgelimit.StrategyKV:
+		switch p.StrategyName() {
+		case "durable", "kv":
 			env["EDGELIMIT_TABLE"] = "edgelimit"
 			env["EDGELIMIT_DYNAMODB_ENDPOINT"] = closedEndpoint(t)
-		case edgelimit.StrategySigned:
+		case "signed":
 			env["EDGELIMIT_SECRETS"] = "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
 		}
 	}

@@ -112,7 +112,7 @@ func strategies(t *testing.T, fn handlers.Function) map[string]bool {
 	}
 	s := map[string]bool{}
 	for _, p := range pf.Policies {
-		s[p.Strategy] = true
+		s[p.StrategyName()] = true
 	}
 	return s
 }
@@ -216,11 +216,11 @@ func TestTemplateSetsEveryVariableTheFunctionsRead(t *testing.T) {
 	secret := map[string]bool{setup.EnvHashKey: true, setup.EnvSecrets: true}
 	for _, fn := range handlers.All() {
 		s := strategies(t, fn)
-		store := s[edgelimit.StrategyDurable] || s[edgelimit.StrategyKV]
+		store := s["durable"] || s["kv"]
 		env := c.env(t, fn)
 		for _, name := range setup.EnvVars {
 			_, set := env[name]
-			switch want := !storeOnly[name] && !signedOnly[name] || storeOnly[name] && store || signedOnly[name] && s[edgelimit.StrategySigned]; {
+			switch want := !storeOnly[name] && !signedOnly[name] || storeOnly[name] && store || signedOnly[name] && s["signed"]; {
 			case want && !set:
 				t.Errorf("%s: the template does not set %s, which setup.FromEnv reads", fn.LogicalID, name)
 			case !want && set:
@@ -278,9 +278,9 @@ func TestTemplateOverrideDefaultsMatchThePolicyFiles(t *testing.T) {
 		want, _ := edgelimit.ParsePolicies("file", fn.Policies)
 		for i, p := range want.Policies {
 			g := got.Policies[i]
-			if g.Limit != p.Limit || g.Window != p.Window || g.Burst != p.Burst {
-				t.Errorf("%s: with the template's defaults policy %s is limit %d window %s burst %d; %s says %d %s %d",
-					fn.LogicalID, p.Name, g.Limit, g.Window, g.Burst, fn.PolicyFile, p.Limit, p.Window, p.Burst)
+			if g.Limit != p.Limit || g.Window != p.Window || !reflect.DeepEqual(g.Options, p.Options) {
+				t.Errorf("%s: with the template's defaults policy %s is limit %d window %s options %v; %s says %d %s %v",
+					fn.LogicalID, p.Name, g.Limit, g.Window, g.Options, fn.PolicyFile, p.Limit, p.Window, p.Options)
 			}
 		}
 	}
@@ -368,9 +368,9 @@ func transactMembers(t *testing.T, dir string) []string {
 func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 	c := loadTemplate(t)
 	byStrategy := map[string][]string{
-		edgelimit.StrategyDurable: sdkActions(t, reflect.TypeFor[durablecounter.DynamoAPI](), "durablecounter"),
-		edgelimit.StrategyKV:      sdkActions(t, reflect.TypeFor[kvbucket.DynamoDBAPI](), "kvbucket"),
-		edgelimit.StrategySigned:  nil,
+		"durable": sdkActions(t, reflect.TypeFor[durablecounter.DynamoAPI](), "durablecounter"),
+		"kv":      sdkActions(t, reflect.TypeFor[kvbucket.DynamoDBAPI](), "kvbucket"),
+		"signed":  nil,
 	}
 	t.Logf("actions by strategy: %v", byStrategy)
 	for _, fn := range handlers.All() {

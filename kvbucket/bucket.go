@@ -27,12 +27,14 @@ const MaxKeyLength = 1024
 // Config configures New.
 type Config struct {
 	// Policy is the kv policy to enforce. Required. Limit per Window is the
-	// refill rate and Capacity() (burst, default Limit) the bucket size;
-	// both at most MaxTokens, Window positive. A Limit of 0 denies every
-	// request without touching the KV. SyncInterval is how often a hot key
-	// is written back: 0 means DefaultSyncInterval (1s). Cost is not read:
-	// each Request carries its own.
+	// refill rate and the burst (its Options; default Limit) the bucket
+	// size; both at most MaxTokens, Window positive. A Limit of 0 denies
+	// every request without touching the KV. Cost is not read: each Request
+	// carries its own.
 	Policy *edgelimit.Policy
+	// Options, if set, are the bucket's burst and sync interval; default
+	// the Policy's Options (what its file said), else the zero Options.
+	Options *Options
 	// KV stores the buckets, shared by every instance. Required: a
 	// *DynamoDB on AWS, a *Memory for one process.
 	KV KV
@@ -92,25 +94,30 @@ func New(cfg Config) (*Bucket, error) {
 	if cfg.KV == nil {
 		return nil, fmt.Errorf("%w: policy %q: Config.KV is required", ErrBadConfig, pol.Name)
 	}
-	if pol.Strategy != "" && pol.Strategy != edgelimit.StrategyKV {
-		return nil, fmt.Errorf("%w: policy %q has strategy %q, not kv", ErrBadConfig, pol.Name, pol.Strategy)
+	if pol.Strategy != nil && pol.Strategy != Strategy {
+		return nil, fmt.Errorf("%w: policy %q has strategy %q, not kv", ErrBadConfig, pol.Name, pol.Strategy.Name)
 	}
-	if pol.Algorithm != "" && pol.Algorithm != edgelimit.AlgorithmTokenBucket {
-		return nil, fmt.Errorf("%w: policy %q: algorithm %q, kv has only token-bucket", ErrBadConfig, pol.Name, pol.Algorithm)
+	opts, err := options(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if pol.SyncInterval < 0 {
-		return nil, fmt.Errorf("%w: policy %q: sync interval %s is negative", ErrBadConfig, pol.Name, pol.SyncInterval)
+	if opts.SyncInterval < 0 {
+		return nil, fmt.Errorf("%w: policy %q: sync interval %s is negative", ErrBadConfig, pol.Name, opts.SyncInterval)
+	}
+	capacity := pol.Limit
+	if opts.Burst > 0 {
+		capacity = opts.Burst
 	}
 	if cfg.CacheSize < 0 {
 		return nil, fmt.Errorf("%w: policy %q: cache size %d is negative", ErrBadConfig, pol.Name, cfg.CacheSize)
 	}
 	b := &Bucket{
 		prefix:   pol.Name + "#",
-		p:        Params{Capacity: pol.Capacity(), Limit: pol.Limit, Window: pol.Window},
+		p:        Params{Capacity: capacity, Limit: pol.Limit, Window: pol.Window},
 		kv:       cfg.KV,
 		now:      cfg.Now,
 		ownClock: cfg.Now != nil,
-		sync:     int64(pol.SyncInterval),
+		sync:     int64(opts.SyncInterval),
 		noCache:  cfg.NoCache,
 		closed:   pol.Limit == 0,
 		id:       rand.Uint64(),
@@ -630,3 +637,7 @@ func (b *Bucket) endSync(e *entry) {
 		e.wait = nil
 	}
 }
+
+// Quota returns what the bucket's decisions tell the client in
+// RateLimit-Policy: its burst over the time it takes to fill.
+func (b *Bucket) Quota() (limit int64, window time.Duration) { return b.p.Advertised() }

@@ -33,9 +33,10 @@ func (c *clock) Tick(d time.Duration) time.Time { return time.Unix(0, c.ns.Add(i
 // kvPolicy returns a loaded-looking kv policy.
 func kvPolicy(name string, limit, burst int64, window, sync time.Duration) *edgelimit.Policy {
 	return &edgelimit.Policy{
-		Name: name, Strategy: edgelimit.StrategyKV, Algorithm: edgelimit.AlgorithmTokenBucket,
-		Limit: limit, Burst: burst, Window: window, Cost: 1, SyncInterval: sync,
+		Name: name, Strategy: Strategy,
+		Limit: limit, Window: window, Cost: 1,
 		OnStoreError: edgelimit.FailOpen, StoreTimeout: edgelimit.DefaultStoreTimeout,
+		Options: &Options{Burst: burst, SyncInterval: sync},
 	}
 }
 
@@ -85,12 +86,12 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{"no policy", Config{KV: kv}, "Policy is required"},
 		{"no kv", Config{Policy: good}, "KV is required"},
-		{"durable policy", Config{Policy: &edgelimit.Policy{Name: "d", Strategy: "durable", Limit: 1, Window: time.Second}, KV: kv}, "not kv"},
-		{"gcra", Config{Policy: &edgelimit.Policy{Name: "g", Algorithm: "gcra", Limit: 1, Window: time.Second}, KV: kv}, "token-bucket"},
+		{"durable policy", Config{Policy: &edgelimit.Policy{Name: "d", Strategy: &edgelimit.Strategy{Name: "durable"}, Limit: 1, Window: time.Second}, KV: kv}, "not kv"},
+		{"another strategy's options", Config{Policy: &edgelimit.Policy{Name: "g", Limit: 1, Window: time.Second, Options: struct{}{}}, KV: kv}, "not *kvbucket.Options"},
 		{"no window", Config{Policy: kvPolicy("p", 1, 1, 0, 0), KV: kv}, "window"},
 		{"closed without window", Config{Policy: kvPolicy("p", 0, 0, 0, 0), KV: kv}, "window"},
 		{"huge limit", Config{Policy: kvPolicy("p", MaxTokens+1, 1, time.Second, 0), KV: kv}, "limit"},
-		{"cost above capacity", Config{Policy: &edgelimit.Policy{Name: "c", Limit: 10, Burst: 5, Cost: 7, Window: time.Second}, KV: kv}, "cost 7"},
+		{"cost above capacity", Config{Policy: &edgelimit.Policy{Name: "c", Limit: 10, Cost: 7, Window: time.Second}, Options: &Options{Burst: 5}, KV: kv}, "cost 7"},
 		{"negative sync", Config{Policy: kvPolicy("p", 1, 1, time.Second, -1), KV: kv}, "sync interval"},
 		{"negative cache", Config{Policy: good, KV: kv, CacheSize: -1}, "cache size"},
 	}

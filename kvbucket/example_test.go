@@ -20,7 +20,7 @@ func ExampleNew() {
 	now := t0
 	clock := func() time.Time { return now }
 
-	policy := &edgelimit.Policy{Name: "contact", Strategy: "kv", Limit: 3, Window: time.Minute, Burst: 3, Cost: 1}
+	policy := &edgelimit.Policy{Name: "contact", Limit: 3, Window: time.Minute, Cost: 1}
 	bucket, err := kvbucket.New(kvbucket.Config{
 		Policy: policy,
 		KV:     kvbucket.NewMemory(kvbucket.MemoryConfig{Now: clock}),
@@ -52,7 +52,7 @@ func ExampleNew() {
 func ExampleBucket_AllowAt() {
 	t0 := time.Unix(1_700_000_000, 0)
 	kv := kvbucket.NewMemory(kvbucket.MemoryConfig{Now: func() time.Time { return t0 }})
-	policy := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Hour, SyncInterval: time.Second}
+	policy := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Hour, Options: &kvbucket.Options{SyncInterval: time.Second}}
 	a, _ := kvbucket.New(kvbucket.Config{Policy: policy, KV: kv})
 	b, _ := kvbucket.New(kvbucket.Config{Policy: policy, KV: kv})
 	ctx, req := context.Background(), edgelimit.Request{Key: "k"}
@@ -115,7 +115,7 @@ func ExampleNewDynamoDB() {
 		log.Fatal(err)
 	}
 	for _, p := range policies.Policies {
-		if p.Strategy == edgelimit.StrategyKV {
+		if p.Strategy == kvbucket.Strategy {
 			if _, err := kvbucket.New(kvbucket.Config{Policy: p, KV: kv}); err != nil {
 				log.Fatal(err)
 			}

@@ -155,7 +155,7 @@ func (s *suite) testRefundByReceipt(t *testing.T) {
 	e := s.env(t)
 	ws := WindowStart(T0, time.Minute).Add(time.Minute)
 	switch s.opts.Algorithm {
-	case edgelimit.AlgorithmFixedWindow:
+	case FixedWindow:
 		// A refund after the window ended gives nothing to the new one.
 		l := e.limiter("receipt", 5, time.Minute)
 		e.clock.Set(ws.Add(59 * time.Second))
@@ -168,7 +168,7 @@ func (s *suite) testRefundByReceipt(t *testing.T) {
 		if got := l.allow("k", 1); got.Allowed {
 			t.Errorf("Allow in the next window after refunding an admission of the previous one = %+v, want denied: the refund must not give units to the new window", got)
 		}
-	case edgelimit.AlgorithmSlidingWindow:
+	case SlidingWindow:
 		// A refund after the boundary takes from the window the units were
 		// spent in, which still weighs.
 		l := e.limiter("receipt", 5, time.Minute)
@@ -182,7 +182,7 @@ func (s *suite) testRefundByReceipt(t *testing.T) {
 		if got := l.allow("k", 5); !got.Allowed || got.Remaining != 0 {
 			t.Errorf("Allow(cost 5) at the boundary after refunding the previous window's 5 = %+v, want allowed with Remaining 0", got)
 		}
-	case edgelimit.AlgorithmSlidingLog:
+	case SlidingLog:
 		// A refund takes from the millisecond its units were stamped with,
 		// not from the oldest units in the window.
 		l := e.limiter("receipt", 2, time.Minute)
@@ -196,7 +196,7 @@ func (s *suite) testRefundByReceipt(t *testing.T) {
 		if got := l.allow("k", 2); !got.Allowed || got.Remaining != 0 {
 			t.Errorf("Allow(cost 2) once the only unit left has left = %+v, want allowed with Remaining 0", got)
 		}
-	case edgelimit.AlgorithmGCRA:
+	case GCRA:
 		// 2 per 2 s, burst 2: one unit a second. A refund gives back what
 		// of its slot is still to come, and nothing of a later period.
 		l := e.limiterBurst("receipt", 2, 2*time.Second, 2)

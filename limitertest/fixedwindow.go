@@ -91,7 +91,7 @@ type modelKey struct {
 	start       int64
 }
 
-func (m *fixedModel) allow(p *edgelimit.Policy, key string, cost int64, now time.Time) edgelimit.Decision {
+func (m *fixedModel) allow(p *Spec, key string, cost int64, now time.Time) edgelimit.Decision {
 	ws := WindowStart(now, p.Window)
 	k := modelKey{p.Name, key, ws.UnixNano()}
 	n := m.counts[k]
@@ -110,7 +110,7 @@ func (m *fixedModel) allow(p *edgelimit.Policy, key string, cost int64, now time
 
 // refund gives back to the decision's window, while it lasts; never to a
 // later window.
-func (m *fixedModel) refund(p *edgelimit.Policy, key string, cost int64, now time.Time, d edgelimit.Decision) {
+func (m *fixedModel) refund(p *Spec, key string, cost int64, now time.Time, d edgelimit.Decision) {
 	if !spent(d) {
 		return
 	}

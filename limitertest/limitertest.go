@@ -6,10 +6,11 @@
 //	func TestConformance(t *testing.T) {
 //		limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
 //			store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
-//			return func(p *edgelimit.Policy, now func() time.Time) (edgelimit.Limiter, error) {
-//				return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: now})
+//			return func(s limitertest.Spec) (edgelimit.Limiter, error) {
+//				return durablecounter.New(durablecounter.Config{Policy: s.Policy, Store: store, Now: s.Now,
+//					Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(s.Algorithm), Burst: s.Burst, DenyCache: s.DenyCache}})
 //			}
-//		}, limitertest.Options{Algorithm: edgelimit.AlgorithmGCRA, Batch: true, Refund: true, Peek: true, Concurrency: true})
+//		}, limitertest.Options{Algorithm: limitertest.GCRA, Batch: true, Refund: true, Peek: true, Concurrency: true})
 //	}
 //
 // Time comes from an injected Clock starting at T0; the suite never sleeps.
@@ -35,7 +36,7 @@
 //     (t - W, t] (stamps after t count too) plus c are at most L.
 //     Remaining = L minus them; Reset = when the oldest of them leaves the
 //     window (W if none); RetryAfter = when enough of the oldest have left.
-//   - gcra: with T = ceil(W/L) and capacity B (Policy.Burst, default L),
+//   - gcra: with T = ceil(W/L) and capacity B (Spec.Burst, default L),
 //     admitted if max(TAT, t) + c*T - t <= B*T, then TAT = max(TAT, t) + c*T.
 //     Remaining = floor((t + B*T - max(TAT, t)) / T); Reset = until the next
 //     unit comes back (one interval T for a full bucket); RetryAfter =
@@ -88,8 +89,31 @@ import (
 // T0 is the instant every test starts at.
 var T0 = time.Unix(1_700_000_000, 0)
 
-// NewLimiter builds a limiter for policy p that reads time from now.
-type NewLimiter func(p *edgelimit.Policy, now func() time.Time) (edgelimit.Limiter, error)
+// The algorithms the suite has reference models and step tables for.
+const (
+	FixedWindow   = "fixed-window"
+	SlidingWindow = "sliding-window"
+	SlidingLog    = "sliding-log"
+	GCRA          = "gcra"
+)
+
+// Spec is a policy under test: the fields every policy has, and what the
+// backend must implement for it.
+type Spec struct {
+	*edgelimit.Policy
+	// Algorithm is one of FixedWindow, SlidingWindow, SlidingLog and GCRA.
+	Algorithm string
+	// Burst is gcra's bucket capacity; 0 means the limit.
+	Burst int64
+	// DenyCache: turn on the backend's deny cache, which must change no
+	// decision.
+	DenyCache bool
+	// Now is the limiter's clock.
+	Now func() time.Time
+}
+
+// NewLimiter builds a limiter for s.
+type NewLimiter func(s Spec) (edgelimit.Limiter, error)
 
 // Backend prepares fresh, empty state for one test (a new memory store, a
 // new table) and returns how to build limiters on it. Limiters built by one
@@ -116,7 +140,7 @@ type Options struct {
 	// key (4,000 requests, limit 1,000) and against 1,000 keys, and 300
 	// concurrent batches. Skipped with -short.
 	Concurrency bool
-	// DenyCache turns on every policy's deny cache (Policy.DenyCache), so
+	// DenyCache turns on every policy's deny cache (Spec.DenyCache), so
 	// the suite shows that the cache never changes a decision.
 	DenyCache bool
 	// Quick is for slow servers: it shortens the randomised comparison
@@ -132,20 +156,20 @@ type Options struct {
 func Run(t *testing.T, backend Backend, opts Options) {
 	t.Helper()
 	if opts.Algorithm == "" {
-		opts.Algorithm = edgelimit.AlgorithmFixedWindow
+		opts.Algorithm = FixedWindow
 	}
 	s := &suite{backend: backend, opts: opts}
 	switch opts.Algorithm {
-	case edgelimit.AlgorithmFixedWindow:
+	case FixedWindow:
 		t.Run("FixedWindow/Steps", s.testFixedWindowSteps)
 		t.Run("FixedWindow/BoundaryBurst", s.testFixedWindowBoundaryBurst)
-	case edgelimit.AlgorithmSlidingWindow:
+	case SlidingWindow:
 		t.Run("SlidingWindow/Steps", s.testSlidingWindowSteps)
 		t.Run("SlidingWindow/NoBoundaryBurst", s.testNoBoundaryBurst)
-	case edgelimit.AlgorithmSlidingLog:
+	case SlidingLog:
 		t.Run("SlidingLog/Steps", s.testSlidingLogSteps)
 		t.Run("SlidingLog/NoBoundaryBurst", s.testNoBoundaryBurst)
-	case edgelimit.AlgorithmGCRA:
+	case GCRA:
 		t.Run("GCRA/Steps", s.testGCRASteps)
 		t.Run("GCRA/Burst", s.testGCRABurst)
 		t.Run("GCRA/NoBoundaryBurst", s.testNoBoundaryBurst)
@@ -211,7 +235,7 @@ func Run(t *testing.T, backend Backend, opts Options) {
 func RunBatch(t *testing.T, backend Backend, opts Options) {
 	t.Helper()
 	if opts.Algorithm == "" {
-		opts.Algorithm = edgelimit.AlgorithmFixedWindow
+		opts.Algorithm = FixedWindow
 	}
 	s := &suite{backend: backend, opts: opts}
 	s.runBatch(t)
@@ -286,28 +310,29 @@ func (s *suite) env(t *testing.T) *env {
 	return &env{t: t, s: s, clock: NewClock(T0), newL: s.backend(t)}
 }
 
-// policy returns a complete durable policy as ParsePolicies would.
-func (s *suite) policy(name string, limit int64, window time.Duration) *edgelimit.Policy {
-	return &edgelimit.Policy{
-		Name:         name,
-		Strategy:     edgelimit.StrategyDurable,
-		Algorithm:    s.opts.Algorithm,
-		Limit:        limit,
-		Window:       window,
-		Burst:        limit,
-		Cost:         1,
-		OnStoreError: edgelimit.FailClosed,
-		StoreTimeout: edgelimit.DefaultStoreTimeout,
-		Shards:       1,
-		DenyCache:    s.opts.DenyCache,
-		IPv6Prefix:   64,
+// policy returns a complete policy as ParsePolicies would, with the
+// suite's algorithm.
+func (s *suite) policy(name string, limit int64, window time.Duration) *Spec {
+	return &Spec{
+		Policy: &edgelimit.Policy{
+			Name:         name,
+			Limit:        limit,
+			Window:       window,
+			Cost:         1,
+			OnStoreError: edgelimit.FailClosed,
+			StoreTimeout: edgelimit.DefaultStoreTimeout,
+			IPv6Prefix:   64,
+		},
+		Algorithm: s.opts.Algorithm,
+		Burst:     limit,
+		DenyCache: s.opts.DenyCache,
 	}
 }
 
 // lim is a limiter under test with its policy.
 type lim struct {
 	e *env
-	p *edgelimit.Policy
+	p *Spec
 	l edgelimit.Limiter
 }
 
@@ -324,9 +349,10 @@ func (e *env) limiterBurst(name string, limit int64, window time.Duration, burst
 	return e.limiterFor(p)
 }
 
-func (e *env) limiterFor(p *edgelimit.Policy) *lim {
+func (e *env) limiterFor(p *Spec) *lim {
 	e.t.Helper()
-	l, err := e.newL(p, e.clock.Now)
+	p.Now = e.clock.Now
+	l, err := e.newL(*p)
 	if err != nil {
 		e.t.Fatalf("new limiter for %q (limit %d, window %s): %v", p.Name, p.Limit, p.Window, err)
 	}
@@ -391,7 +417,7 @@ func (e *env) at() string { return "T0+" + e.clock.Now().Sub(T0).String() }
 
 // checkDecision returns what is wrong with d, a decision of p for a request
 // of cost units, or "".
-func checkDecision(p *edgelimit.Policy, cost int64, d edgelimit.Decision) string {
+func checkDecision(p *Spec, cost int64, d edgelimit.Decision) string {
 	capacity := Capacity(p)
 	q, w := Quota(p)
 	switch {
@@ -419,13 +445,13 @@ func checkDecision(p *edgelimit.Policy, cost int64, d edgelimit.Decision) string
 		return "denied although Remaining covers the cost"
 	case !d.Allowed && d.RetryAfter < d.Reset:
 		return "RetryAfter is before Reset (a request fits before one unit does)"
-	case p.Algorithm == edgelimit.AlgorithmFixedWindow && d.Reset > p.Window:
+	case p.Algorithm == FixedWindow && d.Reset > p.Window:
 		return "Reset is beyond the window"
-	case p.Algorithm == edgelimit.AlgorithmSlidingWindow && d.Reset > 2*p.Window:
+	case p.Algorithm == SlidingWindow && d.Reset > 2*p.Window:
 		return "Reset is beyond two windows"
-	case p.Algorithm == edgelimit.AlgorithmSlidingLog && d.Reset > p.Window:
+	case p.Algorithm == SlidingLog && d.Reset > p.Window:
 		return "Reset is beyond the window"
-	case p.Algorithm == edgelimit.AlgorithmGCRA && p.Limit > 0 && d.Reset > interval(p):
+	case p.Algorithm == GCRA && p.Limit > 0 && d.Reset > interval(p):
 		return "Reset is beyond one emission interval"
 	}
 	return ""

@@ -21,7 +21,7 @@ type refBackend struct {
 
 type refLimiter struct {
 	b   *refBackend
-	p   edgelimit.Policy
+	p   Spec
 	now func() time.Time
 }
 
@@ -79,13 +79,13 @@ func (l *refLimiter) AllowBatch(_ context.Context, items []edgelimit.BatchItem) 
 }
 
 func TestReference(t *testing.T) {
-	for _, alg := range []string{edgelimit.AlgorithmFixedWindow, edgelimit.AlgorithmSlidingWindow, edgelimit.AlgorithmSlidingLog, edgelimit.AlgorithmGCRA} {
+	for _, alg := range []string{FixedWindow, SlidingWindow, SlidingLog, GCRA} {
 		t.Run(alg, func(t *testing.T) {
 			t.Parallel()
 			Run(t, func(t *testing.T) NewLimiter {
 				b := &refBackend{m: newModel(alg)}
-				return func(p *edgelimit.Policy, now func() time.Time) (edgelimit.Limiter, error) {
-					return &refLimiter{b: b, p: *p, now: now}, nil
+				return func(s Spec) (edgelimit.Limiter, error) {
+					return &refLimiter{b: b, p: s, now: s.Now}, nil
 				}
 			}, Options{Algorithm: alg, Batch: true, Refund: true, Peek: true, Concurrency: true})
 		})
@@ -110,7 +110,7 @@ func TestWindowStart(t *testing.T) {
 }
 
 func TestCheckDecision(t *testing.T) {
-	p := &edgelimit.Policy{Name: "p", Algorithm: edgelimit.AlgorithmFixedWindow, Limit: 5, Window: time.Minute}
+	p := &Spec{Policy: &edgelimit.Policy{Name: "p", Limit: 5, Window: time.Minute}, Algorithm: FixedWindow}
 	ok := edgelimit.Decision{Allowed: true, Limit: 5, Window: time.Minute, Remaining: 3, Reset: time.Second, Receipt: edgelimit.Receipt{At: 1}}
 	if msg := checkDecision(p, 2, ok); msg != "" {
 		t.Errorf("checkDecision(valid allowed) = %q, want \"\"", msg)
@@ -180,13 +180,13 @@ func TestQuota(t *testing.T) {
 		q            int64
 		w            time.Duration
 	}{
-		{edgelimit.AlgorithmGCRA, 10, 20, time.Second, 20, 2 * time.Second},
-		{edgelimit.AlgorithmGCRA, 10, 0, time.Second, 10, time.Second},
-		{edgelimit.AlgorithmGCRA, 10, 10, time.Second, 10, time.Second},
-		{edgelimit.AlgorithmGCRA, 10, 3, 10 * time.Second, 3, 3 * time.Second},
-		{edgelimit.AlgorithmFixedWindow, 10, 20, time.Minute, 10, time.Minute},
+		{GCRA, 10, 20, time.Second, 20, 2 * time.Second},
+		{GCRA, 10, 0, time.Second, 10, time.Second},
+		{GCRA, 10, 10, time.Second, 10, time.Second},
+		{GCRA, 10, 3, 10 * time.Second, 3, 3 * time.Second},
+		{FixedWindow, 10, 20, time.Minute, 10, time.Minute},
 	} {
-		p := &edgelimit.Policy{Algorithm: tc.alg, Limit: tc.limit, Burst: tc.burst, Window: tc.window}
+		p := &Spec{Policy: &edgelimit.Policy{Limit: tc.limit, Window: tc.window}, Algorithm: tc.alg, Burst: tc.burst}
 		if q, w := Quota(p); q != tc.q || w != tc.w {
 			t.Errorf("Quota(%s %d/%s burst %d) = %d, %s; want %d, %s", tc.alg, tc.limit, tc.window, tc.burst, q, w, tc.q, tc.w)
 		}

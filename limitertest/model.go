@@ -17,24 +17,24 @@ import (
 // suite compares decisions without them.
 type model interface {
 	// fits reports whether a request of cost units fits now.
-	fits(p *edgelimit.Policy, key string, cost int64, now time.Time) bool
+	fits(p *Spec, key string, cost int64, now time.Time) bool
 	// allow decides and, if it fits, spends.
-	allow(p *edgelimit.Policy, key string, cost int64, now time.Time) edgelimit.Decision
+	allow(p *Spec, key string, cost int64, now time.Time) edgelimit.Decision
 	// peek reports the state without spending: allowed if it fits (with
 	// the quota left without this request), else the denial.
-	peek(p *edgelimit.Policy, key string, cost int64, now time.Time) edgelimit.Decision
+	peek(p *Spec, key string, cost int64, now time.Time) edgelimit.Decision
 	// refund undoes what d, a decision allow returned for a request of
 	// cost, spent, as of now (never before d's instant).
-	refund(p *edgelimit.Policy, key string, cost int64, now time.Time, d edgelimit.Decision)
+	refund(p *Spec, key string, cost int64, now time.Time, d edgelimit.Decision)
 }
 
 func newModel(alg string) model {
 	switch alg {
-	case edgelimit.AlgorithmSlidingWindow:
+	case SlidingWindow:
 		return &slidingModel{m: map[pk]*slidingState{}}
-	case edgelimit.AlgorithmSlidingLog:
+	case SlidingLog:
 		return &logModel{m: map[pk][]logEntry{}}
-	case edgelimit.AlgorithmGCRA:
+	case GCRA:
 		return &gcraModel{m: map[pk]*gcraState{}}
 	}
 	return &fixedModel{counts: map[modelKey]int64{}}
@@ -45,8 +45,8 @@ type pk struct{ policy, key string }
 
 // Capacity is the most units one request of p can spend: the burst for
 // gcra, else the limit.
-func Capacity(p *edgelimit.Policy) int64 {
-	if p.Algorithm == edgelimit.AlgorithmGCRA && p.Burst > 0 {
+func Capacity(p *Spec) int64 {
+	if p.Algorithm == GCRA && p.Burst > 0 {
 		return p.Burst
 	}
 	return p.Limit
@@ -57,16 +57,16 @@ func Capacity(p *edgelimit.Policy) int64 {
 // with a burst other than the limit, the burst over the time the bucket
 // takes to fill (10/s with burst 20 is q=20, w=2s), so that Remaining never
 // exceeds Limit. The engine has always announced a bucket this way.
-func Quota(p *edgelimit.Policy) (int64, time.Duration) {
+func Quota(p *Spec) (int64, time.Duration) {
 	c := Capacity(p)
-	if p.Algorithm != edgelimit.AlgorithmGCRA || p.Limit <= 0 || c == p.Limit {
+	if p.Algorithm != GCRA || p.Limit <= 0 || c == p.Limit {
 		return p.Limit, p.Window
 	}
 	return c, time.Duration(float64(p.Window) * float64(c) / float64(p.Limit))
 }
 
 // decision returns a decision of p with its quota filled in.
-func decision(p *edgelimit.Policy, allowed bool) edgelimit.Decision {
+func decision(p *Spec, allowed bool) edgelimit.Decision {
 	q, w := Quota(p)
 	return edgelimit.Decision{Allowed: allowed, Limit: q, Window: w}
 }
@@ -84,11 +84,11 @@ func at(d edgelimit.Decision) time.Time { return time.Unix(0, d.Receipt.At) }
 
 // --- fixed window -----------------------------------------------------------
 
-func (m *fixedModel) fits(p *edgelimit.Policy, key string, cost int64, now time.Time) bool {
+func (m *fixedModel) fits(p *Spec, key string, cost int64, now time.Time) bool {
 	return m.counts[modelKey{p.Name, key, WindowStart(now, p.Window).UnixNano()}]+cost <= p.Limit
 }
 
-func (m *fixedModel) peek(p *edgelimit.Policy, key string, cost int64, now time.Time) edgelimit.Decision {
+func (m *fixedModel) peek(p *Spec, key string, cost int64, now time.Time) edgelimit.Decision {
 	ws := WindowStart(now, p.Window)
 	n := m.counts[modelKey{p.Name, key, ws.UnixNano()}]
 	d := decision(p, n+cost <= p.Limit)
@@ -114,7 +114,7 @@ type slidingState struct {
 	last   time.Time
 }
 
-func (m *slidingModel) st(p *edgelimit.Policy, key string) *slidingState {
+func (m *slidingModel) st(p *Spec, key string) *slidingState {
 	s := m.m[pk{p.Name, key}]
 	if s == nil {
 		s = &slidingState{counts: map[int64]int64{}, newest: -1 << 62}
@@ -129,7 +129,7 @@ func windowOf(t time.Time, w time.Duration) int64 { return WindowStart(t, w).Uni
 // latest instant a request of the key was decided at (a clock behind
 // another instance's is decided at that instance's instant), and never in
 // a window older than the newest one counted.
-func (m *slidingModel) at(p *edgelimit.Policy, s *slidingState, now time.Time) (int64, time.Time) {
+func (m *slidingModel) at(p *Spec, s *slidingState, now time.Time) (int64, time.Time) {
 	if s.last.After(now) {
 		now = s.last
 	}
@@ -142,7 +142,7 @@ func (m *slidingModel) at(p *edgelimit.Policy, s *slidingState, now time.Time) (
 
 // prevShare is ceil(prev * (end of window i - at) / window), with big
 // integers so that it is obviously right.
-func prevShare(p *edgelimit.Policy, prev, i int64, at time.Time) int64 {
+func prevShare(p *Spec, prev, i int64, at time.Time) int64 {
 	left := big.NewInt((i+1)*int64(p.Window) - at.UnixNano())
 	num := new(big.Int).Mul(big.NewInt(prev), left)
 	w := big.NewInt(int64(p.Window))
@@ -153,13 +153,13 @@ func prevShare(p *edgelimit.Policy, prev, i int64, at time.Time) int64 {
 	return q.Int64()
 }
 
-func (m *slidingModel) fits(p *edgelimit.Policy, key string, cost int64, now time.Time) bool {
+func (m *slidingModel) fits(p *Spec, key string, cost int64, now time.Time) bool {
 	s := m.st(p, key)
 	i, at := m.at(p, s, now)
 	return cost <= p.Limit && s.counts[i]+cost+prevShare(p, s.counts[i-1], i, at) <= p.Limit
 }
 
-func (m *slidingModel) peek(p *edgelimit.Policy, key string, cost int64, now time.Time) edgelimit.Decision {
+func (m *slidingModel) peek(p *Spec, key string, cost int64, now time.Time) edgelimit.Decision {
 	s := m.st(p, key)
 	i, at := m.at(p, s, now)
 	c, prev := s.counts[i], s.counts[i-1]
@@ -215,7 +215,7 @@ func (m *slidingModel) peek(p *edgelimit.Policy, key string, cost int64, now tim
 	return d
 }
 
-func (m *slidingModel) allow(p *edgelimit.Policy, key string, cost int64, now time.Time) edgelimit.Decision {
+func (m *slidingModel) allow(p *Spec, key string, cost int64, now time.Time) edgelimit.Decision {
 	if !m.fits(p, key, cost, now) {
 		return m.peek(p, key, cost, now)
 	}
@@ -233,7 +233,7 @@ func (m *slidingModel) allow(p *edgelimit.Policy, key string, cost int64, now ti
 // refund takes the cost from the count of the decision's window while it
 // still weighs (until the end of the next window), never from a later
 // window's.
-func (m *slidingModel) refund(p *edgelimit.Policy, key string, cost int64, now time.Time, d edgelimit.Decision) {
+func (m *slidingModel) refund(p *Spec, key string, cost int64, now time.Time, d edgelimit.Decision) {
 	if !spent(d) {
 		return
 	}
@@ -268,7 +268,7 @@ func msOf(t time.Time) int64 {
 // at is the evaluation instant: now, or the start of the newest
 // millisecond a unit was stamped with, if later (a clock behind another
 // instance's is decided at that instance's instant).
-func (m *logModel) at(p *edgelimit.Policy, key string, now time.Time) time.Time {
+func (m *logModel) at(p *Spec, key string, now time.Time) time.Time {
 	for _, e := range m.m[pk{p.Name, key}] {
 		if s := time.Unix(0, e.ms*1e6); s.After(now) {
 			now = s
@@ -280,7 +280,7 @@ func (m *logModel) at(p *edgelimit.Policy, key string, now time.Time) time.Time 
 // live returns the entries still in the window at the instant t: stamped
 // less than a window before it (entries stamped after it count too),
 // oldest first.
-func (m *logModel) live(p *edgelimit.Policy, key string, t time.Time) []logEntry {
+func (m *logModel) live(p *Spec, key string, t time.Time) []logEntry {
 	var out []logEntry
 	tm, wms := msOf(t), int64(p.Window/time.Millisecond)
 	for _, e := range m.m[pk{p.Name, key}] {
@@ -300,11 +300,11 @@ func sumUnits(es []logEntry) int64 {
 	return n
 }
 
-func (m *logModel) fits(p *edgelimit.Policy, key string, cost int64, now time.Time) bool {
+func (m *logModel) fits(p *Spec, key string, cost int64, now time.Time) bool {
 	return cost <= p.Limit && sumUnits(m.live(p, key, m.at(p, key, now)))+cost <= p.Limit
 }
 
-func (m *logModel) peek(p *edgelimit.Policy, key string, cost int64, now time.Time) edgelimit.Decision {
+func (m *logModel) peek(p *Spec, key string, cost int64, now time.Time) edgelimit.Decision {
 	live := m.live(p, key, m.at(p, key, now))
 	used := sumUnits(live)
 	expires := func(e logEntry) time.Duration {
@@ -336,7 +336,7 @@ func (m *logModel) peek(p *edgelimit.Policy, key string, cost int64, now time.Ti
 	return d
 }
 
-func (m *logModel) allow(p *edgelimit.Policy, key string, cost int64, now time.Time) edgelimit.Decision {
+func (m *logModel) allow(p *Spec, key string, cost int64, now time.Time) edgelimit.Decision {
 	if !m.fits(p, key, cost, now) {
 		return m.peek(p, key, cost, now)
 	}
@@ -351,7 +351,7 @@ func (m *logModel) allow(p *edgelimit.Policy, key string, cost int64, now time.T
 
 // refund takes the cost from the millisecond the decision's units were
 // stamped with, while it is in the window, all or nothing.
-func (m *logModel) refund(p *edgelimit.Policy, key string, cost int64, now time.Time, d edgelimit.Decision) {
+func (m *logModel) refund(p *Spec, key string, cost int64, now time.Time, d edgelimit.Decision) {
 	if !spent(d) {
 		return
 	}
@@ -397,7 +397,7 @@ type gcraState struct {
 	z         time.Duration
 }
 
-func (m *gcraModel) st(p *edgelimit.Policy, key string) *gcraState {
+func (m *gcraModel) st(p *Spec, key string) *gcraState {
 	s := m.m[pk{p.Name, key}]
 	if s == nil {
 		s = &gcraState{}
@@ -408,7 +408,7 @@ func (m *gcraModel) st(p *edgelimit.Policy, key string) *gcraState {
 
 // interval is the emission interval: the window divided by the limit,
 // rounded up to a nanosecond.
-func interval(p *edgelimit.Policy) time.Duration {
+func interval(p *Spec) time.Duration {
 	return (p.Window + time.Duration(p.Limit) - 1) / time.Duration(p.Limit)
 }
 
@@ -428,7 +428,7 @@ func (s *gcraState) base(at time.Time) time.Time {
 	return at
 }
 
-func (m *gcraModel) fits(p *edgelimit.Policy, key string, cost int64, now time.Time) bool {
+func (m *gcraModel) fits(p *Spec, key string, cost int64, now time.Time) bool {
 	if p.Limit == 0 || cost > Capacity(p) {
 		return false
 	}
@@ -437,7 +437,7 @@ func (m *gcraModel) fits(p *edgelimit.Policy, key string, cost int64, now time.T
 	return s.base(at).Add(time.Duration(cost)*interval(p)).Sub(at) <= time.Duration(Capacity(p))*interval(p)
 }
 
-func (m *gcraModel) peek(p *edgelimit.Policy, key string, cost int64, now time.Time) edgelimit.Decision {
+func (m *gcraModel) peek(p *Spec, key string, cost int64, now time.Time) edgelimit.Decision {
 	d := decision(p, m.fits(p, key, cost, now))
 	if p.Limit == 0 {
 		d.Reset = p.Window
@@ -468,7 +468,7 @@ func (m *gcraModel) peek(p *edgelimit.Policy, key string, cost int64, now time.T
 	return d
 }
 
-func (m *gcraModel) allow(p *edgelimit.Policy, key string, cost int64, now time.Time) edgelimit.Decision {
+func (m *gcraModel) allow(p *Spec, key string, cost int64, now time.Time) edgelimit.Decision {
 	if !m.fits(p, key, cost, now) {
 		return m.peek(p, key, cost, now)
 	}
@@ -494,7 +494,7 @@ func (m *gcraModel) allow(p *edgelimit.Policy, key string, cost int64, now time.
 // and never starts before the instant of the spend, so the refund takes the
 // part of [max(spend + cost*T, end - given back since) - cost*T, that) after
 // now. Nothing once the period has ended.
-func (m *gcraModel) refund(p *edgelimit.Policy, key string, cost int64, now time.Time, d edgelimit.Decision) {
+func (m *gcraModel) refund(p *Spec, key string, cost int64, now time.Time, d edgelimit.Decision) {
 	if !spent(d) {
 		return
 	}

@@ -230,7 +230,7 @@ policies:
 			got[p.Name] = req
 			mu.Unlock()
 			d := edgelimit.Decision{Allowed: true, Limit: 10, Remaining: 9}
-			if p.Strategy == edgelimit.StrategySigned {
+			if p.StrategyName() == "signed" {
 				d.Response = &edgelimit.Response{Field: edgelimit.Field{Name: "Edgelimit-Token", Value: "new-token"}}
 			}
 			return d, nil

@@ -13,7 +13,12 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/setup"
+	"github.com/edgelimit/edgelimit/setup/dynamodb"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/kv"
+	"github.com/edgelimit/edgelimit/setup/signed"
 )
 
 const durableFile = `version: 1
@@ -38,6 +43,9 @@ const signedFile = "version: 1\npolicies:\n  - {name: s, routes: [\"POST /tts\"]
 
 var testKey = base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
 
+// allBackends are what the example functions use, together.
+var allBackends = []setup.Backend{durable.Backend(dynamodb.Config{}), kv.Backend(dynamodb.Config{}), signed.Backend()}
+
 // env returns a Getenv over vars plus a working baseline.
 func env(vars map[string]string) func(string) string {
 	base := map[string]string{
@@ -58,6 +66,7 @@ func fromEnv(t *testing.T, vars map[string]string, policies string) (*setup.Env,
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	e, err := setup.FromEnv(context.Background(), setup.EnvConfig{
+		Backends:   allBackends,
 		Policies:   []byte(policies),
 		PolicyFile: "test.yaml",
 		Function:   "paid",
@@ -82,8 +91,8 @@ func TestFromEnvRejectsBadEnvironments(t *testing.T) {
 		{"no table for durable policies", map[string]string{setup.EnvTable: ""}, durableFile, "EDGELIMIT_TABLE is not set; policies daily, burst"},
 		{"no region", map[string]string{"AWS_REGION": ""}, durableFile, "AWS_REGION is not set"},
 		{"no credentials", map[string]string{"AWS_ACCESS_KEY_ID": ""}, durableFile, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set"},
-		{"bad log level", map[string]string{setup.EnvLogLevel: "loud"}, durableFile, `EDGELIMIT_LOG_LEVEL="loud"`},
-		{"bad Lambda log level", map[string]string{"AWS_LAMBDA_LOG_LEVEL": "LOUD"}, durableFile, `AWS_LAMBDA_LOG_LEVEL="LOUD"`},
+		{"bad log level", map[string]string{setup.EnvLogLevel: "loud"}, durableFile, "EDGELIMIT_LOG_LEVEL is not one of"},
+		{"bad Lambda log level", map[string]string{"AWS_LAMBDA_LOG_LEVEL": "LOUD"}, durableFile, "AWS_LAMBDA_LOG_LEVEL is not one of"},
 		{"reserved namespace", map[string]string{setup.EnvMetricsNamespace: "AWS/Lambda"}, durableFile, "reserved for AWS"},
 		{"no policies", nil, "", "no policy file"},
 		{"bad policy file", nil, "version: 1\npolicies: []\n", "`policies` is empty"},
@@ -168,8 +177,8 @@ func TestApplyOverridesSetsBurstOfGCRA(t *testing.T) {
 		t.Fatalf("ParsePolicies(edited) = %v\n%s", err, out)
 	}
 	p := pf.Policies[0]
-	if p.Limit != 3 || p.Burst != 3 || p.Window != 1000*24*time.Hour {
-		t.Errorf("search = limit %d burst %d window %s, want 3, 3, 24000h", p.Limit, p.Burst, p.Window)
+	if burst := p.Options.(*durablecounter.Options).Burst; p.Limit != 3 || burst != 3 || p.Window != 1000*24*time.Hour {
+		t.Errorf("search = limit %d burst %d window %s, want 3, 3, 24000h", p.Limit, burst, p.Window)
 	}
 }
 

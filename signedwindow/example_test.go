@@ -42,7 +42,7 @@ func ExampleLimiter() {
 	now := t0
 	keys, _ := signedwindow.ParseKeyRing("k1:c2lnbmVkd2luZG93LWV4YW1wbGUtc2VjcmV0LTEtMDEyMzQ1Njc4OQ==")
 	l, err := signedwindow.New(signedwindow.Config{
-		Policy: &edgelimit.Policy{Name: "search", Strategy: edgelimit.StrategySigned, Limit: 2, Window: time.Minute},
+		Policy: &edgelimit.Policy{Name: "search", Limit: 2, Window: time.Minute},
 		Keys:   keys,
 		Now:    func() time.Time { return now },
 	})
@@ -75,10 +75,10 @@ func ExampleLimiter_proofOfWork() {
 	t0 := time.Unix(1_700_000_000, 0)
 	keys, _ := signedwindow.ParseKeyRing("k1:c2lnbmVkd2luZG93LWV4YW1wbGUtc2VjcmV0LTEtMDEyMzQ1Njc4OQ==")
 	l, _ := signedwindow.New(signedwindow.Config{
-		Policy: &edgelimit.Policy{Name: "tts", Strategy: edgelimit.StrategySigned, Limit: 3, Window: time.Minute,
-			ProofOfWork: &edgelimit.ProofOfWork{Bits: 8, TTL: 10 * time.Second}},
-		Keys: keys,
-		Now:  func() time.Time { return t0 },
+		Policy:  &edgelimit.Policy{Name: "tts", Limit: 3, Window: time.Minute},
+		Options: &signedwindow.Options{ProofOfWork: &signedwindow.ProofOfWork{Bits: 8, TTL: 10 * time.Second}},
+		Keys:    keys,
+		Now:     func() time.Time { return t0 },
 	})
 	h := http.Header{}
 	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w", Header: edgelimit.HTTPHeaders(h)}

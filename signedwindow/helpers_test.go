@@ -73,11 +73,11 @@ func ring(t testing.TB, keys ...Key) *KeyRing {
 
 // policy returns a signed policy; bits 0 means no proof of work.
 func policy(name string, limit int64, window time.Duration, bits int) *edgelimit.Policy {
-	p := &edgelimit.Policy{Name: name, Strategy: edgelimit.StrategySigned, Limit: limit, Window: window, Cost: 1}
+	o := &Options{}
 	if bits > 0 {
-		p.ProofOfWork = &edgelimit.ProofOfWork{Bits: bits, TTL: 10 * time.Second}
+		o.ProofOfWork = &ProofOfWork{Bits: bits, TTL: 10 * time.Second}
 	}
-	return p
+	return &edgelimit.Policy{Name: name, Strategy: Strategy, Limit: limit, Window: window, Cost: 1, Options: o}
 }
 
 type fixture struct {

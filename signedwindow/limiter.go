@@ -22,8 +22,11 @@ import (
 // Config configures a Limiter.
 type Config struct {
 	// Policy is the signed policy to enforce: its Name (the tokens' aud),
-	// Limit, Window and ProofOfWork. Required.
+	// Limit, Window and Options. Required.
 	Policy *edgelimit.Policy
+	// Options, if set, say whether a window costs a proof of work; default
+	// the Policy's Options (what its file said), else none.
+	Options *Options
 	// Keys sign and verify tokens and key the challenges. Required.
 	Keys *KeyRing
 	// Now is the clock; default time.Now.
@@ -76,8 +79,12 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Keys == nil || len(cfg.Keys.keys) == 0 {
 		return nil, fmt.Errorf("signedwindow: policy %q: Config.Keys: %w", p.Name, ErrNoKeys)
 	}
-	if p.Strategy != "" && p.Strategy != edgelimit.StrategySigned {
-		return nil, fmt.Errorf("signedwindow: policy %q has strategy %q, not signed", p.Name, p.Strategy)
+	if p.Strategy != nil && p.Strategy != Strategy {
+		return nil, fmt.Errorf("signedwindow: policy %q has strategy %q, not signed", p.Name, p.Strategy.Name)
+	}
+	opts, err := options(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if !safeString(p.Name) {
 		return nil, fmt.Errorf("signedwindow: policy name %q must be printable ASCII without quotes or backslashes", p.Name)
@@ -115,7 +122,7 @@ func New(cfg Config) (*Limiter, error) {
 		jwt.WithAudience(p.Name),
 		jwt.WithTimeFunc(l.now),
 	)
-	if pw := p.ProofOfWork; pw != nil {
+	if pw := opts.ProofOfWork; pw != nil {
 		c, err := pow.New(pow.Config{Secrets: cfg.Keys.secrets(), Bits: pw.Bits, TTL: pw.TTL, Now: l.now, Rand: l.rand, Replay: l.replay})
 		if err != nil {
 			return nil, fmt.Errorf("signedwindow: policy %q: %w", p.Name, err)
@@ -130,8 +137,8 @@ func New(cfg Config) (*Limiter, error) {
 // strategies. A Replay cache set in base is shared by every policy.
 func NewFactory(base Config) edgelimit.Factory {
 	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
-		if p.Strategy != edgelimit.StrategySigned {
-			return nil, fmt.Errorf("signedwindow: policy %q has strategy %q, not signed", p.Name, p.Strategy)
+		if p.Strategy != Strategy {
+			return nil, fmt.Errorf("signedwindow: policy %q has strategy %q, not signed", p.Name, p.StrategyName())
 		}
 		cfg := base
 		cfg.Policy = p

@@ -246,9 +246,16 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("check policies.yaml: exit %d: %s", code, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"ROUTE", "GET /paid/*", "paid-daily", "paid-burst", "POST /tts", "pow=16bits/10s", "policies OK"} {
+	for _, want := range []string{"ROUTE", "GET /paid/*", "paid-daily", "paid-burst", "gcra burst=20", "POST /tts", "proof of work 16 bits/10s", "policies OK"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	// Regression (issue 15, item 5): a signed policy is not listed with an
+	// algorithm it does not have.
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "POST /tts") && strings.Contains(line, "fixed-window") {
+			t.Errorf("the signed policy is listed with a durable algorithm: %q", line)
 		}
 	}
 	stdout.Reset()

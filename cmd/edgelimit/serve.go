@@ -20,6 +20,12 @@ import (
 	"github.com/edgelimit/edgelimit/middleware"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/setup"
+	"github.com/edgelimit/edgelimit/setup/dynamodb"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/kv"
+	"github.com/edgelimit/edgelimit/setup/memory"
+	"github.com/edgelimit/edgelimit/setup/signed"
+	"github.com/edgelimit/edgelimit/signedwindow"
 )
 
 type serveFlags struct {
@@ -127,14 +133,17 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	if err != nil {
 		return nil, err
 	}
-	cfg := setup.Config{Logger: log}
-	if usesStrategy(pf, edgelimit.StrategySigned) {
-		if cfg.Keys, err = keyRing(stderr); err != nil {
+	var backends []setup.Backend
+	if usesStrategy(pf, signedwindow.Strategy) {
+		keys, err := keyRing(stderr)
+		if err != nil {
 			return nil, err
 		}
+		backends = append(backends, signed.WithKeys(keys))
 	}
 	switch f.store {
 	case "memory":
+		backends = append(backends, memory.Durable(), memory.KV())
 	case "dynamodb":
 		client, err := ddb.NewClient(ctx, ddb.ClientOptions{Endpoint: f.endpoint})
 		if err != nil {
@@ -143,7 +152,8 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 		if err := prepareTable(ctx, client, f); err != nil {
 			return nil, err
 		}
-		cfg.DynamoDB, cfg.Table = client, f.table
+		cfg := dynamodb.Config{Client: client, Table: f.table}
+		backends = append(backends, durable.Backend(cfg), kv.Backend(cfg))
 	default:
 		return nil, fmt.Errorf("--store %q is not one of memory, dynamodb", f.store)
 	}
@@ -151,7 +161,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	if err != nil {
 		return nil, err
 	}
-	factory, err := setup.Factory(cfg)
+	factory, err := setup.Limiters(pf, backends, setup.BackendEnv{Getenv: os.Getenv, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +187,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	return &server{policies: pf, mux: mux}, nil
 }
 
-func usesStrategy(pf *edgelimit.PolicyFile, strategy string) bool {
+func usesStrategy(pf *edgelimit.PolicyFile, strategy *edgelimit.Strategy) bool {
 	for _, p := range pf.Policies {
 		if p.Strategy == strategy {
 			return true
@@ -190,7 +200,7 @@ func usesStrategy(pf *edgelimit.PolicyFile, strategy string) bool {
 // signed policy with proof of work.
 func demoRoute(pf *edgelimit.PolicyFile) (method, path string, ok bool) {
 	for _, p := range pf.Policies {
-		if p.Strategy != edgelimit.StrategySigned || p.ProofOfWork == nil {
+		if o, ok := p.Options.(*signedwindow.Options); !ok || o.ProofOfWork == nil {
 			continue
 		}
 		for _, r := range p.Routes {
