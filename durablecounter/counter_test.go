@@ -30,7 +30,12 @@ func TestNewValidates(t *testing.T) {
 		{"too many shards", func() *edgelimit.Policy { p := ok(); p.Limit = 5000; opts(p).Shards = 1001; return p }, durablecounter.ErrConfig},
 		{"shards", func() *edgelimit.Policy { p := ok(); opts(p).Shards = 5; return p }, nil},
 		{"gcra", func() *edgelimit.Policy { p := ok(); opts(p).Algorithm = durablecounter.GCRA; return p }, nil},
-		{"gcra burst", func() *edgelimit.Policy { p := ok(); opts(p).Algorithm = durablecounter.GCRA; opts(p).Burst = 20; return p }, nil},
+		{"gcra burst", func() *edgelimit.Policy {
+			p := ok()
+			opts(p).Algorithm = durablecounter.GCRA
+			opts(p).Burst = 20
+			return p
+		}, nil},
 		{"gcra burst below shards", func() *edgelimit.Policy {
 			p := ok()
 			opts(p).Algorithm, opts(p).Burst, opts(p).Shards = durablecounter.GCRA, 2, 3
