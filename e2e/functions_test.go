@@ -84,16 +84,21 @@ func wantEMF(t *testing.T, e *emulator, policy, route string, want map[string]fl
 	}
 }
 
-// wantLog finds a log line with message whose requestId is id.
+// wantLog finds a log line with message whose requestId is id, waiting
+// for the emulator to pass it on (up to invokeTimeout).
 func wantLog(t *testing.T, e *emulator, message, id string) map[string]any {
 	t.Helper()
-	for _, l := range e.logLines() {
-		if l["message"] == message && l["requestId"] == id {
-			return l
+	for deadline := time.Now().Add(invokeTimeout); ; time.Sleep(10 * time.Millisecond) {
+		for _, l := range e.logLines() {
+			if l["message"] == message && l["requestId"] == id {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line %q with requestId %q; output:\n%s", message, id, e.output())
+			return nil
 		}
 	}
-	t.Fatalf("no log line %q with requestId %q; output:\n%s", message, id, e.output())
-	return nil
 }
 
 // testBudget is the store budget of the functions whose tests count on a

@@ -228,6 +228,9 @@ type emulator struct {
 	stdout, stderr *syncBuffer
 	done           chan struct{}
 	invocations    int
+	// emfMark is how many EMF lines the function had written when the last
+	// invocation was sent: its own lines come after.
+	emfMark int
 }
 
 func freePort(t testing.TB) int {
@@ -357,6 +360,7 @@ type invokeError struct {
 func (e *emulator) post(t *testing.T, payload []byte, requestID string) (int, []byte) {
 	t.Helper()
 	e.invocations++
+	e.emfMark = len(e.emfLines())
 	ctx, cancel := context.WithTimeout(context.Background(), invokeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(payload))
@@ -577,15 +581,24 @@ func closedEndpoint(t *testing.T) string {
 
 var errNoEMF = errors.New("no EMF line")
 
-// lastEMF returns the last EMF line for policy.
+// lastEMF returns the last EMF line for policy that the last invocation
+// wrote. The emulator copies the function's output to its own stdout on
+// its own schedule, so a line can arrive after the invocation's answer: it
+// waits for one (up to invokeTimeout), never for a fixed time.
 func (e *emulator) lastEMF(policy string) (map[string]any, error) {
-	lines := e.emfLines()
-	for i := len(lines) - 1; i >= 0; i-- {
-		if lines[i]["Policy"] == policy {
-			return lines[i], nil
+	deadline := time.Now().Add(invokeTimeout)
+	for {
+		lines := e.emfLines()
+		for i := len(lines) - 1; i >= e.emfMark && i >= 0; i-- {
+			if lines[i]["Policy"] == policy {
+				return lines[i], nil
+			}
 		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w for policy %s from the last invocation", errNoEMF, policy)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return nil, fmt.Errorf("%w for policy %s", errNoEMF, policy)
 }
 
 func mustJSON(t *testing.T, v any) []byte {
