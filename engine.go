@@ -30,6 +30,9 @@ type Config struct {
 	// every policy decides at (Request.At) and the start of the request's
 	// time budget; default time.Now.
 	Now func() time.Time
+	// Overrides holds the per-key limits operators set at run time; it is
+	// required when a policy has overrides: true.
+	Overrides OverrideStore
 }
 
 // Event describes one policy's part in one request, for metrics.
@@ -57,6 +60,11 @@ type Event struct {
 	RefundError error
 	// Latency is how long the limiter took.
 	Latency time.Duration
+	// Reason says why a decision was not made by counting at request time,
+	// or is "": "after-response" (charged or refunded once the response was
+	// known), "allow-list" and "deny-list" (a list decided, no limiter was
+	// asked), "degraded" (the store failed; on_store_error decided).
+	Reason string
 }
 
 // Engine decides requests against a policy file. It is the one core behind
@@ -74,6 +82,7 @@ type Engine struct {
 	// from the reading that times it.
 	realClock bool
 	legacy    bool
+	overrides OverrideStore
 	sets      sync.Map // uint64 mask -> *routeSet
 	bigSets   sync.Map // string mask -> *routeSet, for files with > 64 policies
 }
@@ -95,6 +104,16 @@ type compiled struct {
 	q     int64
 	w     time.Duration
 	item  string
+	// overrides caches this policy's per-key overrides, or is nil.
+	overrides *overrideCache
+	// deferred: the policy spends after the response (charge: response, or
+	// charge_status), so at request time it is only peeked; charger spends
+	// then. finisher hears how an admitted request ended (an in-flight
+	// slot). finishes: Verdict.Finish has something to do for the policy.
+	deferred bool
+	charger  Charger
+	finisher Finisher
+	finishes bool
 }
 
 type routeRef struct {
@@ -119,12 +138,13 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("edgelimit: HashSecret: %w", err)
 	}
 	e := &Engine{
-		file:    cfg.Policies,
-		hasher:  hasher,
-		log:     cfg.Logger,
-		observe: cfg.Observe,
-		now:     cfg.Now,
-		legacy:  cfg.Policies.LegacyHeaders,
+		file:      cfg.Policies,
+		hasher:    hasher,
+		log:       cfg.Logger,
+		observe:   cfg.Observe,
+		now:       cfg.Now,
+		legacy:    cfg.Policies.LegacyHeaders,
+		overrides: cfg.Overrides,
 	}
 	if e.log == nil {
 		e.log = slog.Default()
@@ -146,6 +166,16 @@ func New(cfg Config) (*Engine, error) {
 		}
 		c.refund, _ = l.(Refunder)
 		c.peek, _ = l.(Peeker)
+		c.charger, _ = l.(Charger)
+		c.finisher, _ = l.(Finisher)
+		c.deferred = p.ChargeAfter || len(p.ChargeStatus) > 0
+		switch {
+		case c.deferred && (c.charger == nil || c.peek == nil):
+			return nil, fmt.Errorf("edgelimit: policy %q charges after the response, which needs a limiter that can peek and charge (edgelimit.Peeker, edgelimit.Charger); %T cannot", p.Name, l)
+		case len(p.RefundStatus) > 0 && c.refund == nil:
+			return nil, fmt.Errorf("edgelimit: policy %q has refund_status, which needs a limiter that can refund (edgelimit.Refunder); %T cannot", p.Name, l)
+		}
+		c.finishes = c.deferred || len(p.RefundStatus) > 0 || c.finisher != nil
 		if p.OnStoreError == FailLocal {
 			lz, ok := l.(Localizer)
 			if !ok {
@@ -154,6 +184,12 @@ func New(cfg Config) (*Engine, error) {
 			if c.local, err = lz.Local(); err != nil {
 				return nil, fmt.Errorf("edgelimit: policy %q: in-process twin: %w", p.Name, err)
 			}
+		}
+		if p.Overrides {
+			if cfg.Overrides == nil {
+				return nil, fmt.Errorf("edgelimit: policy %q has overrides: true, but Config.Overrides is nil (where are the overrides kept?)", p.Name)
+			}
+			c.overrides = newOverrideCache()
 		}
 		c.rItem = strconv.Quote(p.Name) + ";r="
 		c.q, c.w = advertised(p, l)
@@ -221,7 +257,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input) *Verdict {
 		slots = make([]slot, n)
 	}
 	if e.requests(ctx, rs, in, v, slots) {
-		e.evaluate(ctx, rs, slots)
+		e.evaluate(ctx, rs, v, slots)
 		e.render(rs, v, slots)
 	}
 	return v

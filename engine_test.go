@@ -28,6 +28,7 @@ type counter struct {
 	batchKey string
 	batches  int
 	peeks    int
+	charges  []int64
 }
 
 func (c *counter) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
@@ -919,5 +920,218 @@ policies:
 		if ev.Policy == "a" && (!ev.Allowed || !ev.Peeked || ev.Refunded) {
 			t.Errorf("event for a = %+v, want Allowed and Peeked (it would fit; nothing was spent)", ev)
 		}
+	}
+}
+
+// Charge spends whatever it is asked, past zero, as a Charger must.
+func (c *counter) Charge(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+	if c.err != nil {
+		return edgelimit.Decision{}, c.err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.charges = append(c.charges, r.Units())
+	c.n[r.Key] += r.Units()
+	return c.decide(r, false), nil
+}
+
+// limitsOf records the Limits each request carried.
+type limitsOf struct {
+	*counter
+	mu  sync.Mutex
+	got []edgelimit.Limits
+}
+
+func (l *limitsOf) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+	l.mu.Lock()
+	l.got = append(l.got, r.Limits)
+	l.mu.Unlock()
+	d, err := l.counter.Allow(ctx, r)
+	if r.Limits.Limit > 0 {
+		d.Limit = r.Limits.Limit // as a strategy reports the tier's quota
+	}
+	return d, err
+}
+
+func TestEngineTiers(t *testing.T) {
+	var rec *limitsOf
+	fx := newFixture(t, `version: 1
+policies:
+  - name: api
+    routes: ["GET /api/*"]
+    key: header:X-Api-Key
+    strategy: durable
+    limit: 100
+    window: 1d
+    tiers:
+      by: claim:plan
+      default: free
+      on_unknown: reject
+      levels:
+        free: {limit: 10}
+        pro: {limit: 10000, window: 1h}
+`, func(name string, c *counter) edgelimit.Limiter { rec = &limitsOf{counter: c}; return rec })
+	do := func(plan string) *edgelimit.Verdict {
+		in := &edgelimit.Input{Method: "GET", Path: "/api/x", SourceIP: "1.2.3.4", Header: edgelimit.MapHeaders{"X-Api-Key": "k"}}
+		if plan != "" {
+			in.Claims = edgelimit.MapClaims{"plan": plan}
+		}
+		return fx.e.Decide(context.Background(), in)
+	}
+	if v := do("pro"); !v.Allowed || !strings.HasPrefix(header(v, "RateLimit-Policy"), `"api";q=10000;`) {
+		t.Errorf("pro: %d %v, want allowed with the tier's quota in RateLimit-Policy", v.Status, v.Header())
+	}
+	do("")
+	if v := do("gold"); v.Status != 400 || !strings.Contains(string(v.Body), "free, pro") || strings.Contains(string(v.Body), "gold") {
+		t.Errorf("unknown tier: %d %s, want 400 naming the tiers, not echoing the value", v.Status, v.Body)
+	}
+	want := []edgelimit.Limits{{Limit: 10000, Window: time.Hour}, {Limit: 10}}
+	if !slices.Equal(rec.got, want) {
+		t.Errorf("limits the limiter saw = %v, want %v", rec.got, want)
+	}
+}
+
+// overrides is an OverrideStore that counts its reads.
+type overrides struct {
+	mu    sync.Mutex
+	m     map[string]edgelimit.Limits
+	reads int
+}
+
+func (o *overrides) Override(_ context.Context, policy, key string) (edgelimit.Limits, bool, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reads++
+	l, ok := o.m[policy+"/"+key]
+	return l, ok, nil
+}
+
+// An override is read at most once per key per staleness interval, and a
+// policy without overrides never asks.
+func TestEngineOverrides(t *testing.T) {
+	f, err := edgelimit.ParsePolicies("p.yaml", []byte(`version: 1
+policies:
+  - {name: api, routes: ["GET /api"], key: header:X-Api-Key, strategy: durable, limit: 5, window: 1h, overrides: true, override_staleness: 30s}
+  - {name: other, routes: ["GET /other"], key: header:X-Api-Key, strategy: durable, limit: 5, window: 1h}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	store := &overrides{m: map[string]edgelimit.Limits{}}
+	var rec *limitsOf
+	e, err := edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("k", 32)), Overrides: store,
+		Now: func() time.Time { return now }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+			l := &limitsOf{counter: &counter{p: p, n: map[string]int64{}}}
+			if p.Name == "api" {
+				rec = l
+			}
+			return l, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(path, key string) {
+		e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: path, SourceIP: "1.2.3.4", Header: edgelimit.MapHeaders{"X-Api-Key": key}})
+	}
+	do("/api", "alice")
+	do("/api", "alice")
+	if store.reads != 1 {
+		t.Errorf("reads after two requests = %d, want 1", store.reads)
+	}
+	// The operator raises alice's limit; instances see it within 30s.
+	store.mu.Lock()
+	store.m["api/"+edgelimitHash(t, "api", "h:alice")] = edgelimit.Limits{Limit: 50}
+	store.mu.Unlock()
+	do("/api", "alice")
+	now = now.Add(30 * time.Second)
+	do("/api", "alice")
+	if store.reads != 2 {
+		t.Errorf("reads = %d, want 2 (one more once the cache is 30s old)", store.reads)
+	}
+	if got := rec.got[len(rec.got)-1]; got.Limit != 50 {
+		t.Errorf("limits after the staleness = %+v, want the override's 50", got)
+	}
+	if got := rec.got[2]; got.Limit != 0 {
+		t.Errorf("limits within the staleness = %+v, want none (the cached answer)", got)
+	}
+	before := store.reads
+	for range 3 {
+		do("/other", "alice")
+	}
+	if store.reads != before {
+		t.Errorf("a policy without overrides read the store %d times", store.reads-before)
+	}
+}
+
+// edgelimitHash is the engine's keyed hash of a raw, kind-prefixed key.
+func edgelimitHash(t *testing.T, policy, raw string) string {
+	t.Helper()
+	h, err := edgelimit.NewKeyHasher([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.Hash(policy, []byte(raw))
+}
+
+// finisher records how requests ended.
+type finisher struct {
+	*counter
+	ends []edgelimit.End
+}
+
+func (f *finisher) Finish(_ context.Context, _ edgelimit.Request, _ edgelimit.Decision, end edgelimit.End) error {
+	f.ends = append(f.ends, end)
+	return nil
+}
+
+// Policies that charge after the response: by the handler's reported cost,
+// or only for some statuses; and refunds for others.
+func TestEngineChargesAfterTheResponse(t *testing.T) {
+	var fin *finisher
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: tokens, routes: ["POST /tts"], key: ip, strategy: durable, limit: 100, window: 1h, charge: response}
+  - {name: logins, routes: ["POST /login"], key: ip, strategy: durable, limit: 3, window: 1h, charge_status: [401, 403]}
+  - {name: calls, routes: ["POST /call"], key: ip, strategy: durable, limit: 3, window: 1h, refund_status: [5xx]}
+  - {name: slots, routes: ["POST /call"], key: ip, strategy: durable, limit: 3, window: 1h}
+`, func(name string, c *counter) edgelimit.Limiter {
+		if name == "slots" {
+			fin = &finisher{counter: c}
+			return fin
+		}
+		return c
+	})
+	ctx := context.Background()
+	v := fx.do("POST", "/tts", "1.2.3.4", nil)
+	if !v.Allowed || !v.Finishes() {
+		t.Fatalf("tts: allowed %v finishes %v", v.Allowed, v.Finishes())
+	}
+	edgelimit.ReportCost(edgelimit.NewContext(ctx, v), 40)
+	edgelimit.ReportCost(edgelimit.NewContext(ctx, v), 2)
+	v.Finish(ctx, 200)
+	v.Finish(ctx, 200) // once only
+	if got := fx.limiters["tokens"].charges; !slices.Equal(got, []int64{42}) {
+		t.Errorf("tokens charged %v, want [42] (the handler's report, once)", got)
+	}
+	for i, status := range []int{200, 401, 403, 401, 200} {
+		v := fx.do("POST", "/login", "1.2.3.4", nil)
+		if want := i < 4; v.Allowed != want {
+			t.Errorf("login %d: allowed %v, want %v", i, v.Allowed, want)
+		}
+		v.Finish(ctx, status)
+	}
+	if got := fx.limiters["logins"].charges; !slices.Equal(got, []int64{1, 1, 1}) {
+		t.Errorf("logins charged %v, want one unit for each 401 and 403", got)
+	}
+	for _, status := range []int{500, 200, 503} {
+		fx.do("POST", "/call", "1.2.3.4", nil).Finish(ctx, status)
+	}
+	if calls := fx.limiters["calls"]; calls.refunds != 2 || sum(calls.n) != 1 {
+		t.Errorf("calls: %d refunds, %d spent; want 2 (the 5xx) and 1", calls.refunds, sum(calls.n))
+	}
+	if len(fin.ends) != 3 || fin.ends[0].Status != 500 || fin.ends[1].Status != 200 {
+		t.Errorf("the finisher heard %v, want every call's end", fin.ends)
 	}
 }

@@ -21,6 +21,36 @@ type Request struct {
 	// client state travels in headers (a signed window token, a proof of
 	// work). It may be nil.
 	Header HeaderGetter
+	// Limits, when not zero, is the quota in force for this request instead
+	// of the policy's: the tier the request's tier key chose, or an override
+	// an operator set for its client key. Its zero fields keep the policy's
+	// (and the strategy's own, like a burst).
+	Limits Limits
+}
+
+// Limits is a quota: Limit units per Window, and for a bucket its Burst.
+// A zero field means "as the policy says".
+type Limits struct {
+	Limit  int64
+	Window time.Duration
+	Burst  int64
+}
+
+// IsZero reports whether l changes nothing.
+func (l Limits) IsZero() bool { return l == Limits{} }
+
+// Or returns l with its zero fields taken from base.
+func (l Limits) Or(base Limits) Limits {
+	if l.Limit == 0 {
+		l.Limit = base.Limit
+	}
+	if l.Window == 0 {
+		l.Window = base.Window
+	}
+	if l.Burst == 0 {
+		l.Burst = base.Burst
+	}
+	return l
 }
 
 // Units returns the request's cost, defaulting to 1.
@@ -138,6 +168,43 @@ type Refunder interface {
 // real, and it may answer from a cache only where the cache proves it.
 type Peeker interface {
 	Peek(ctx context.Context, req Request) (Decision, error)
+}
+
+// Resetter is an optional ability: a limiter that can forget one client
+// key's usage (an operator's reset, at the start of a billing cycle). key
+// is hashed, as in a Request.
+type Resetter interface {
+	Reset(ctx context.Context, key string) error
+}
+
+// Granter is an optional ability: a limiter that can give one client key
+// units beyond its quota: for the current window when until is zero, else
+// until that instant. key is hashed, as in a Request.
+type Granter interface {
+	Grant(ctx context.Context, key string, units int64, until time.Time) error
+}
+
+// Charger is an optional ability: a limiter that can spend units whether or
+// not they fit, for costs known only after the response (the handler's
+// reported cost, a failed login). A charge that exceeds what is left takes
+// the quota below zero: the policy then denies until it is back above.
+// The returned Decision is the state after the charge.
+type Charger interface {
+	Charge(ctx context.Context, req Request) (Decision, error)
+}
+
+// Finisher is an optional ability: a limiter that must hear how a request
+// it admitted ended (an in-flight limit releases its slot). d is the
+// decision Allow returned for req.
+type Finisher interface {
+	Finish(ctx context.Context, req Request, d Decision, end End) error
+}
+
+// End is how a request ended: its response status (0 if the handler
+// failed without one) and the cost the handler reported (0: none).
+type End struct {
+	Status int
+	Cost   int64
 }
 
 // Localizer is an optional ability: a limiter backed by a shared store that

@@ -59,11 +59,47 @@ type Policy struct {
 	TrustedProxies int
 	// IPv6Prefix groups IPv6 clients by this prefix length; default 64.
 	IPv6Prefix int
+	// Tiers, if set, choose each request's quota from a key source (an
+	// authorizer's plan claim, a header a trusted upstream sets).
+	Tiers *Tiers
+	// Overrides: consult the per-key limits an operator sets at run time
+	// (Config.Overrides), through a cache at most OverrideStaleness old.
+	Overrides bool
+	// OverrideStaleness bounds how old a cached override may be; default
+	// 60s.
+	OverrideStaleness time.Duration
+	// ChargeAfter: the policy spends after the response, what the handler
+	// reported (edgelimit.ReportCost) or its Cost; a request is admitted
+	// while at least one unit is left, and a charge larger than what is
+	// left takes the quota below zero once.
+	ChargeAfter bool
+	// ChargeStatus, if set, are the only response statuses the policy
+	// spends for, after the response (failed logins: 401, 403); a request
+	// is admitted while one unit is left.
+	ChargeStatus []int
+	// RefundStatus are the response statuses after which the policy gives
+	// back what the request spent (5xx: the service failed, not the client).
+	RefundStatus []int
 	// Options are the strategy's own fields, as its Parse returned them
 	// (for example *durablecounter.Options).
 	Options any
 	// Line is the policy's line in its file.
 	Line int
+}
+
+// Tiers choose a request's quota by a key source: each tier overrides some
+// of the policy's limit, window and burst.
+type Tiers struct {
+	// By is where the tier's name comes from (header:NAME or claim:NAME).
+	By KeySource
+	// Default is the tier of a request without the key.
+	Default string
+	// RejectUnknown answers 400 to a request naming a tier the policy does
+	// not have (on_unknown: reject); by default it gets the Default tier.
+	RejectUnknown bool
+	// Levels are the tiers by name; Names lists them in file order.
+	Levels map[string]Limits
+	Names  []string
 }
 
 // StrategyName returns the name of p's strategy, or "" when it has none.

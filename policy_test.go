@@ -58,7 +58,7 @@ policies:
 	}
 	p := f.Policies[0]
 	want := edgelimit.Policy{Name: "a", Strategy: durablecounter.Strategy, Limit: 3, Window: 24 * time.Hour,
-		Cost: 1, OnStoreError: edgelimit.FailClosed, StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64, Line: 3,
+		Cost: 1, OnStoreError: edgelimit.FailClosed, StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64, Line: 3, OverrideStaleness: time.Minute,
 		Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 1, DenyCache: true}}
 	p.Routes, p.Key = nil, edgelimit.KeySource{}
 	if !reflect.DeepEqual(*p, want) {

@@ -20,6 +20,9 @@ type Verdict struct {
 	more   []Field
 	// decBuf, allocated with the Verdict, backs Decisions.
 	decBuf []Decision
+	// finish is what Finish needs, for a route with work after the
+	// response; nil otherwise.
+	finish *finishState
 }
 
 // Header returns the header fields to send, in order. On an allowed

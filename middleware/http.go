@@ -78,14 +78,23 @@ func Handler(e *edgelimit.Engine, next http.Handler, opts ...Option) http.Handle
 			}
 			return
 		}
-		r = r.WithContext(edgelimit.NewContext(r.Context(), v))
-		if len(fs) == 0 {
+		ctx := r.Context()
+		r = r.WithContext(edgelimit.NewContext(ctx, v))
+		if len(fs) == 0 && !v.Finishes() {
 			next.ServeHTTP(w, r)
 			return
 		}
 		lw := &limitedWriter{ResponseWriter: w, fields: fs}
+		finished := false
+		defer func() {
+			if !finished { // the handler panicked: the request failed
+				v.Finish(ctx, 500)
+			}
+		}()
 		next.ServeHTTP(lw, r)
+		finished = true
 		lw.apply()
+		v.Finish(ctx, lw.status())
 	})
 }
 
@@ -142,7 +151,17 @@ type limitedWriter struct {
 	http.ResponseWriter
 	fields  []edgelimit.Field
 	applied bool
+	code    int       // the status written, 0 until then
 	vals    [8]string // backs the header values, in the same allocation
+}
+
+// status is the response's status: 200 once the body is written (or
+// nothing at all), as net/http sends.
+func (w *limitedWriter) status() int {
+	if w.code == 0 {
+		return 200
+	}
+	return w.code
 }
 
 func (w *limitedWriter) apply() {
@@ -160,6 +179,9 @@ func (w *limitedWriter) apply() {
 // WriteHeader sets the verdict's headers and writes the status.
 func (w *limitedWriter) WriteHeader(code int) {
 	w.apply()
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -167,6 +189,9 @@ func (w *limitedWriter) WriteHeader(code int) {
 // writes b.
 func (w *limitedWriter) Write(b []byte) (int, error) {
 	w.apply()
+	if w.code == 0 {
+		w.code = 200
+	}
 	return w.ResponseWriter.Write(b)
 }
 
