@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -33,6 +34,9 @@ type Config struct {
 	// Overrides holds the per-key limits operators set at run time; it is
 	// required when a policy has overrides: true.
 	Overrides OverrideStore
+	// Getenv reads the environment variables allow and deny lists name
+	// (env:); default os.Getenv.
+	Getenv func(string) string
 }
 
 // Event describes one policy's part in one request, for metrics.
@@ -83,6 +87,7 @@ type Engine struct {
 	realClock bool
 	legacy    bool
 	overrides OverrideStore
+	lists     []*compiledList
 	sets      sync.Map // uint64 mask -> *routeSet
 	bigSets   sync.Map // string mask -> *routeSet, for files with > 64 policies
 }
@@ -151,6 +156,13 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if e.now == nil {
 		e.now, e.realClock = time.Now, true
+	}
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if e.lists, err = compileLists(cfg.Policies.Lists, listDir(cfg.Policies.Source), getenv); err != nil {
+		return nil, err
 	}
 	for i, p := range cfg.Policies.Policies {
 		l, err := cfg.Limiters(p)
@@ -240,7 +252,13 @@ func (e *Engine) Decide(ctx context.Context, in *Input) *Verdict {
 		badRequest(v, detail)
 		return v
 	}
-	rs := e.match(method, path, templatePath(in.Route))
+	template := templatePath(in.Route)
+	if e.lists != nil {
+		if lv := e.checkLists(ctx, in, method, path, template); lv != nil {
+			return lv
+		}
+	}
+	rs := e.match(method, path, template)
 	if rs == nil {
 		return unguarded
 	}

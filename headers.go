@@ -31,6 +31,7 @@ const (
 	titleQuotaExceeded   = "Request cannot be satisfied as assigned quota has been exceeded"
 	titleReducedCapacity = "Request cannot be satisfied due to temporary server capacity constraints"
 	titleBadRequest      = "Bad Request"
+	titleForbidden       = "Forbidden"
 )
 
 // policyItem is a RateLimit-Policy list member: "name";q=Q;w=W (§3.1; w is

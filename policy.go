@@ -25,6 +25,8 @@ type PolicyFile struct {
 	// LegacyHeaders sends X-RateLimit-Limit/Remaining/Reset; default true.
 	LegacyHeaders bool
 	Policies      []*Policy
+	// Lists are the allow and deny lists, checked before any policy.
+	Lists []*List
 }
 
 // Policy is one rate-limit policy: the fields every strategy shares, and
@@ -252,8 +254,10 @@ func (p *fileParser) parseFile(doc *yaml.Node) *PolicyFile {
 			f.LegacyHeaders, _ = p.bool(v, "", "legacy_headers")
 		case "policies":
 			policiesNode = v
+		case "lists":
+			f.Lists = p.parseLists(v)
 		default:
-			p.errorf(k.Line, "", "unknown field %q%s", k.Value, suggest(k.Value, []string{"version", "legacy_headers", "policies"}))
+			p.errorf(k.Line, "", "unknown field %q%s", k.Value, suggest(k.Value, []string{"version", "legacy_headers", "policies", "lists"}))
 		}
 	}
 	if !seen["version"] {

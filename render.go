@@ -28,6 +28,15 @@ func badRequest(v *Verdict, detail string) {
 	v.add(HeaderContentType, ContentTypeProblemJSON)
 }
 
+// forbidden makes v the 403 of a deny list. The body names neither the
+// list nor the entry that matched: a client learns only that it is refused.
+func forbidden(v *Verdict) {
+	v.Allowed = false
+	v.Status = 403
+	v.Body = appendProblem(make([]byte, 0, 128), &Problem{Type: ProblemBadRequest, Title: titleForbidden, Status: 403, Detail: "This client may not use this resource."}, nil, nil)
+	v.add(HeaderContentType, ContentTypeProblemJSON)
+}
+
 // listed reports whether a policy's decision is shown to the client: it was
 // decided (or peeked) and the policy is not a shadow.
 func listed(c member, s *slot) bool { return !c.Shadow && s.o != notEvaluated }

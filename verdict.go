@@ -5,7 +5,7 @@ package edgelimit
 type Verdict struct {
 	// Allowed: run the handler and add Header() to its response.
 	Allowed bool
-	// Status is 0 when Allowed, else the status to answer with (400, 429, 503).
+	// Status is 0 when Allowed, else the status to answer with (400, 403, 429, 503).
 	Status int
 	// Route labels the matched policies for logs and metrics ("" if none).
 	Route string

@@ -138,6 +138,17 @@ var scenarios = []struct {
 		{name: "method not guarded", call: call{Method: "POST", Path: "/paid/report", IP: "203.0.113.7"}, status: 200,
 			header: map[string]string{"RateLimit": absent}},
 	}},
+	{"allow and deny lists", []step{
+		{name: "denied address", call: fromIP("/paid/report", "198.51.100.66", ""), status: 403,
+			header:  map[string]string{"RateLimit": absent, "Retry-After": absent},
+			problem: map[string]any{"title": "Forbidden", "status": 403.0}},
+		{name: "denied v6", call: fromIP("/free", "2001:db8:bad:1::9", ""), status: 403},
+		{name: "allowed 1", call: get("/paid/report", "internal-job"), status: 200, header: map[string]string{"RateLimit": absent, "X-Handler": "ran"}},
+		{name: "allowed 2", call: get("/paid/report", "internal-job"), status: 200, header: map[string]string{"RateLimit": absent}},
+		{name: "allowed 3", call: get("/paid/report", "internal-job"), status: 200, header: map[string]string{"RateLimit": absent}},
+		{name: "allowed 4, past the limit", call: get("/paid/report", "internal-job"), status: 200, header: map[string]string{"RateLimit": absent}},
+		{name: "others still limited", call: get("/paid/report", "key-1"), status: 200, header: paidAllowed(2)},
+	}},
 	{"dot segments cannot escape a route", []step{
 		{name: "1", call: get("/public/%2e%2e/paid/x", "key-1"), status: 200, header: paidAllowed(2)},
 		{name: "2", call: get("/public/../paid/x", "key-1"), status: 200, header: paidAllowed(1)},

@@ -32,6 +32,9 @@ var testSecret = []byte("middleware-test-secret-0123456789abcdef")
 // testPolicies is the policy file every scenario runs against.
 const testPolicies = `
 version: 1
+lists:
+  - {name: abusers, action: deny, values: ["198.51.100.66", "2001:db8:bad::/48"]}
+  - {name: internal, action: allow, match: header:X-Api-Key, routes: ["GET /paid/*"], values: [internal-job]}
 policies:
   - name: paid
     routes: ["GET /paid/*"]

@@ -64,7 +64,41 @@ func printTable(w io.Writer, f *edgelimit.PolicyFile) {
 		}
 	}
 	tw.Flush()
+	if len(f.Lists) > 0 {
+		fmt.Fprintln(w)
+		printLists(w, f.Lists)
+	}
 	fmt.Fprintf(w, "%s: %s OK\n", f.Source, countOf(len(f.Policies), "policy", "policies"))
+}
+
+// printLists writes the allow and deny lists, checked before any policy.
+// A list's file and environment variable are read when the engine starts.
+func printLists(w io.Writer, lists []*edgelimit.List) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LIST\tACTION\tMATCH\tROUTES\tVALUES")
+	for _, l := range lists {
+		action := "allow"
+		if l.Deny {
+			action = "deny"
+		}
+		routes := "*"
+		if len(l.Routes) > 0 {
+			rs := make([]string, len(l.Routes))
+			for i, r := range l.Routes {
+				rs[i] = r.String()
+			}
+			routes = strings.Join(rs, ",")
+		}
+		vals := []string{countOf(len(l.Values), "value", "values")}
+		if l.File != "" {
+			vals = append(vals, "file "+l.File)
+		}
+		if l.Env != "" {
+			vals = append(vals, "env "+l.Env)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.Name, action, l.Match, routes, strings.Join(vals, " + "))
+	}
+	tw.Flush()
 }
 
 // formatDuration writes d compactly (1d, 24h, 1m30s).
