@@ -274,6 +274,9 @@ func (e *Engine) Decide(ctx context.Context, in *Input) *Verdict {
 	} else {
 		slots = make([]slot, n)
 	}
+	for i := range min(n, len(v.budgets)) {
+		slots[i].bud = &v.budgets[i]
+	}
 	if e.requests(ctx, rs, in, v, slots) {
 		e.evaluate(ctx, rs, v, slots)
 		e.render(rs, v, slots)

@@ -44,6 +44,9 @@ type slot struct {
 	lat       time.Duration
 	storeErr  error
 	refundErr error
+	// bud is the budget context of the policy's first store call, in the
+	// Verdict's allocation; nil once used.
+	bud *budgetCtx
 }
 
 // requests fills each policy's Request in slots, or renders a 400 for a
@@ -177,7 +180,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, v *Verdict, slots [
 // on_store_error to a failure.
 func (e *Engine) allowOne(ctx context.Context, start time.Time, rs *routeSet, c *compiled, s *slot) {
 	t0 := e.clockIfTimed()
-	cctx := e.budget(ctx, start, c.StoreTimeout)
+	cctx := e.slotBudget(s, ctx, start, c.StoreTimeout)
 	d, err := c.limiter.Allow(cctx, s.req)
 	cctx.stop()
 	s.lat = e.latency(t0, start, err)
@@ -194,7 +197,7 @@ func (e *Engine) allowOne(ctx context.Context, start time.Time, rs *routeSet, c 
 // store failing is a store failure like any other.
 func (e *Engine) admitDeferred(ctx context.Context, start time.Time, rs *routeSet, c *compiled, s *slot) {
 	t0 := e.clockIfTimed()
-	cctx := e.budget(ctx, start, c.StoreTimeout)
+	cctx := e.slotBudget(s, ctx, start, c.StoreTimeout)
 	one := s.req
 	one.Cost = 1
 	d, err := c.peek.Peek(cctx, one)
@@ -221,7 +224,7 @@ func (e *Engine) peekOne(ctx context.Context, start time.Time, rs *routeSet, c *
 		return
 	}
 	t0 := e.clockIfTimed()
-	cctx := e.budget(ctx, start, c.StoreTimeout)
+	cctx := e.slotBudget(s, ctx, start, c.StoreTimeout)
 	d, err := c.peek.Peek(cctx, s.req)
 	cctx.stop()
 	s.lat = e.latency(t0, start, err)

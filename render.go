@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/edgelimit/edgelimit/internal/jsonenc"
 )
@@ -79,10 +80,11 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		}
 	}
 
-	// Every computed header value is appended to one buffer, which becomes
-	// one string that the values are sliced from: one allocation for all.
-	var stack [256]byte
-	buf := stack[:0]
+	// Every computed header value is appended to one buffer in the
+	// Verdict, which becomes the string the values are sliced from: no
+	// allocation unless they outgrow it. The Verdict is never written
+	// again, so the string never changes.
+	buf := v.text[:0]
 	var policyEnd int
 	if !all || !defaults {
 		for _, c := range rs.policies {
@@ -133,7 +135,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		secs = RetryAfterSeconds(retry)
 		buf = strconv.AppendInt(buf, secs, 10)
 	}
-	vals := string(buf)
+	vals := unsafe.String(unsafe.SliceData(buf), len(buf))
 	switch {
 	case all && defaults && rs.policyHeader != "":
 		v.add(HeaderRateLimitPolicy, rs.policyHeader)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 
 	"github.com/edgelimit/edgelimit"
 )
@@ -69,7 +71,7 @@ func Handler(e *edgelimit.Engine, next http.Handler, opts ...Option) http.Handle
 		v := e.Decide(r.Context(), &in)
 		fs := v.Header()
 		if !v.Allowed {
-			setHeaders(w.Header(), fs, make([]string, len(fs)))
+			setHeaders(w.Header(), fs, v.Values)
 			w.WriteHeader(status(v))
 			if len(v.Body) > 0 {
 				_, _ = w.Write(v.Body)
@@ -79,12 +81,13 @@ func Handler(e *edgelimit.Engine, next http.Handler, opts ...Option) http.Handle
 			return
 		}
 		ctx := r.Context()
-		r = r.WithContext(edgelimit.NewContext(ctx, v))
+		r = r.WithContext(v.Context(ctx))
 		if len(fs) == 0 && !v.Finishes() {
 			next.ServeHTTP(w, r)
 			return
 		}
-		lw := &limitedWriter{ResponseWriter: w, fields: fs}
+		lw := writers.Get().(*limitedWriter)
+		lw.ResponseWriter, lw.v = w, v
 		finished := false
 		defer func() {
 			if !finished { // the handler panicked: the request failed
@@ -95,15 +98,33 @@ func Handler(e *edgelimit.Engine, next http.Handler, opts ...Option) http.Handle
 		finished = true
 		lw.apply()
 		v.Finish(ctx, lw.status())
+		// A handler may not use its ResponseWriter once it has returned
+		// (net/http's rule), so the writer serves the next request.
+		*lw = limitedWriter{}
+		writers.Put(lw)
 	})
 }
 
-// remoteHost returns the host of a "host:port" address, or addr itself.
+// writers recycles the wrapping writers of allowed requests.
+var writers = sync.Pool{New: func() any { return new(limitedWriter) }}
+
+// remoteHost returns the host of a "host:port" or "[v6]:port" address, or
+// addr itself: what net.SplitHostPort would, without its error value.
 func remoteHost(addr string) string {
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		return host
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return addr
 	}
-	return addr
+	if addr[0] == '[' {
+		if j := strings.IndexByte(addr, ']'); j == i-1 {
+			return addr[1:j]
+		}
+		return addr
+	}
+	if strings.IndexByte(addr[:i], ':') >= 0 {
+		return addr // a bare IPv6 address, no port
+	}
+	return addr[:i]
 }
 
 // canonicalNames are the net/http forms of the header names the engine
@@ -130,18 +151,21 @@ func canonical(name string) string {
 
 // setHeaders applies the verdict's fields to a net/http header map with the
 // same rule as the Lambda adapters: each replaces the handler's header of
-// that name. vals, at least as long as fs, backs the one-element value
-// slices.
-func setHeaders(h http.Header, fs []edgelimit.Field, vals []string) {
-	for i, f := range fs {
-		key := canonical(f.Name)
-		for k := range h {
-			if k != key && equalFold(k, key) {
-				delete(h, k) // a non-canonical key the handler set directly
+// that name. values(i) is fs[i]'s value as a one-element slice: the
+// verdict's own (Verdict.Values), so setting costs no allocation.
+func setHeaders(h http.Header, fs []edgelimit.Field, values func(i int) []string) {
+	// One pass over the handler's header map drops the keys it set
+	// directly in a non-canonical spelling of a verdict field's name.
+	for k := range h {
+		for _, f := range fs {
+			if len(k) == len(f.Name) && k != canonical(f.Name) && equalFold(k, f.Name) {
+				delete(h, k)
+				break
 			}
 		}
-		vals[i] = f.Value
-		h[key] = vals[i : i+1 : i+1]
+	}
+	for i, f := range fs {
+		h[canonical(f.Name)] = values(i)
 	}
 }
 
@@ -149,10 +173,9 @@ func setHeaders(h http.Header, fs []edgelimit.Field, vals []string) {
 // response header is written, so they win over the handler's own.
 type limitedWriter struct {
 	http.ResponseWriter
-	fields  []edgelimit.Field
+	v       *edgelimit.Verdict
 	applied bool
-	code    int       // the status written, 0 until then
-	vals    [8]string // backs the header values, in the same allocation
+	code    int // the status written, 0 until then
 }
 
 // status is the response's status: 200 once the body is written (or
@@ -169,11 +192,7 @@ func (w *limitedWriter) apply() {
 		return
 	}
 	w.applied = true
-	vals := w.vals[:]
-	if len(w.fields) > len(vals) {
-		vals = make([]string, len(w.fields))
-	}
-	setHeaders(w.ResponseWriter.Header(), w.fields, vals)
+	setHeaders(w.ResponseWriter.Header(), w.v.Header(), w.v.Values)
 }
 
 // WriteHeader sets the verdict's headers and writes the status.
