@@ -46,17 +46,21 @@ func (c *counter) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Dec
 }
 
 func (c *counter) decide(r edgelimit.Request, spend bool) edgelimit.Decision {
-	d := edgelimit.Decision{Limit: c.p.Limit, Window: c.p.Window, Reset: c.p.Window}
-	if c.n[r.Key]+r.Units() > c.p.Limit {
+	limit := c.p.Limit
+	if r.Limits.Limit > 0 {
+		limit = r.Limits.Limit // the tier's or the override's, as strategies do
+	}
+	d := edgelimit.Decision{Limit: limit, Window: c.p.Window, Reset: c.p.Window}
+	if c.n[r.Key]+r.Units() > limit {
 		d.RetryAfter = c.p.Window
-		d.Remaining = c.p.Limit - c.n[r.Key]
+		d.Remaining = max(limit-c.n[r.Key], 0)
 		return d
 	}
 	if spend {
 		c.n[r.Key] += r.Units()
 	}
 	d.Allowed = true
-	d.Remaining = c.p.Limit - c.n[r.Key]
+	d.Remaining = limit - c.n[r.Key]
 	return d
 }
 
@@ -992,18 +996,32 @@ policies:
 }
 
 // overrides is an OverrideStore that counts its reads.
-type overrides struct {
+type countedOverrides struct {
 	mu    sync.Mutex
 	m     map[string]edgelimit.Limits
 	reads int
 }
 
-func (o *overrides) Override(_ context.Context, policy, key string) (edgelimit.Limits, bool, error) {
+func (o *countedOverrides) Override(_ context.Context, policy, key string) (edgelimit.Limits, bool, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.reads++
 	l, ok := o.m[policy+"/"+key]
 	return l, ok, nil
+}
+
+func (o *countedOverrides) SetOverride(_ context.Context, policy, key string, l edgelimit.Limits, _ time.Time) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.m[policy+"/"+key] = l
+	return nil
+}
+
+func (o *countedOverrides) DeleteOverride(_ context.Context, policy, key string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.m, policy+"/"+key)
+	return nil
 }
 
 // An override is read at most once per key per staleness interval, and a
@@ -1018,7 +1036,7 @@ policies:
 		t.Fatal(err)
 	}
 	now := time.Unix(1_700_000_000, 0)
-	store := &overrides{m: map[string]edgelimit.Limits{}}
+	store := &countedOverrides{m: map[string]edgelimit.Limits{}}
 	var rec *limitsOf
 	e, err := edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("k", 32)), Overrides: store,
 		Now: func() time.Time { return now }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -19,6 +19,11 @@ type OverrideStore interface {
 	// Override returns the limits set for the hashed client key under the
 	// policy, and false when there are none (or they have expired).
 	Override(ctx context.Context, policy, key string) (Limits, bool, error)
+	// SetOverride sets the limits of the hashed key under policy, until
+	// the given instant (zero: until removed).
+	SetOverride(ctx context.Context, policy, key string, l Limits, until time.Time) error
+	// DeleteOverride removes it; removing none is not an error.
+	DeleteOverride(ctx context.Context, policy, key string) error
 }
 
 // errUnknownTier is the private cause of a 400 for a tier the policy does
@@ -92,6 +97,15 @@ func newOverrideCache() *overrideCache {
 		c.shards[i].m = map[string]*overrideEntry{}
 	}
 	return c
+}
+
+// forget drops what the cache knows of key, after this instance changed
+// its override.
+func (oc *overrideCache) forget(key string) {
+	sh := &oc.shards[maphash.String(oc.seed, key)&15]
+	sh.mu.Lock()
+	delete(sh.m, key)
+	sh.mu.Unlock()
 }
 
 // override returns the override in force for key, reading the store when the
