@@ -119,7 +119,9 @@ func (s *Store) Override(ctx context.Context, policy, key string) (edgelimit.Lim
 // SetOverride writes the override of the hashed key under policy.
 func (s *Store) SetOverride(ctx context.Context, policy, key string, l edgelimit.Limits, until time.Time) error {
 	item := pk(policy, key)
-	n := func(v int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
+	n := func(v int64) types.AttributeValue {
+		return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+	}
 	if l.Limit > 0 {
 		item["limit"] = n(l.Limit)
 	}
