@@ -159,8 +159,13 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		return nil, err
 	}
 
+	ovr, err := Overrides(pf, cfg.Backends, BackendEnv{Getenv: getenv, Logger: log, Now: cfg.Now})
+	if err != nil {
+		return nil, err
+	}
+
 	env := &Env{Logger: log, Policies: pf}
-	ecfg := edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Now: now}
+	ecfg := edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Now: now, Overrides: ovr}
 	switch ns := strings.TrimSpace(getenv(EnvMetricsNamespace)); ns {
 	case "off":
 	default:

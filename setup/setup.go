@@ -102,3 +102,39 @@ func Limiters(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (edg
 		return build(p)
 	}, nil
 }
+
+// OverrideBackend is a Backend whose store can also keep the per-key
+// overrides operators set at run time (`edgelimit override`), for the
+// policies with overrides: true: setup/dynamodb's backends keep them in the
+// same table, setup/memory's in the process.
+type OverrideBackend interface {
+	Backend
+	// OpenOverrides returns the override store, once, at start-up.
+	OpenOverrides(env *BackendEnv) (edgelimit.OverrideStore, error)
+}
+
+// Overrides returns the edgelimit.Config.Overrides store that pf's
+// policies need: nil when none has overrides: true, else that of the
+// backend of the first such policy's strategy (one store serves every
+// policy). A policy with overrides whose backend cannot keep them is an
+// error that names it.
+func Overrides(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (edgelimit.OverrideStore, error) {
+	for _, p := range pf.Policies {
+		if !p.Overrides {
+			continue
+		}
+		for _, b := range backends {
+			if b.Strategy() != p.Strategy {
+				continue
+			}
+			ob, ok := b.(OverrideBackend)
+			if !ok {
+				break
+			}
+			env.Policies = []*edgelimit.Policy{p}
+			return ob.OpenOverrides(&env)
+		}
+		return nil, fmt.Errorf("%w: policy %s has overrides: true, but this program's %s backend keeps no overrides", ErrEnv, p.Name, p.StrategyName())
+	}
+	return nil, nil
+}

@@ -161,11 +161,16 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	if err != nil {
 		return nil, err
 	}
-	factory, err := setup.Limiters(pf, backends, setup.BackendEnv{Getenv: os.Getenv, Logger: log})
+	benv := setup.BackendEnv{Getenv: os.Getenv, Logger: log}
+	factory, err := setup.Limiters(pf, backends, benv)
 	if err != nil {
 		return nil, err
 	}
-	engine, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log})
+	ovr, err := setup.Overrides(pf, backends, benv)
+	if err != nil {
+		return nil, err
+	}
+	engine, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr})
 	if err != nil {
 		return nil, err
 	}
