@@ -206,21 +206,27 @@ func TestTemplateRoutesArePoliced(t *testing.T) {
 
 // TestTemplateSetsEveryVariableTheFunctionsRead compares each function's
 // environment in the template with what setup.FromEnv reads: every variable
-// is set, the table only where a policy keeps state, the key ring only
-// where a policy is signed, secrets only as Secrets Manager references, and
-// nothing the code does not read.
+// is set, the table only where a policy keeps state, the token secret only
+// where a policy is signed, the secrets themselves never (they are read
+// from Secrets Manager at start-up, so they are not in the configuration),
+// and nothing the code does not read.
 func TestTemplateSetsEveryVariableTheFunctionsRead(t *testing.T) {
 	c := loadTemplate(t)
 	storeOnly := map[string]bool{setup.EnvTable: true, setup.EnvEndpoint: true}
-	signedOnly := map[string]bool{setup.EnvSecrets: true}
-	secret := map[string]bool{setup.EnvHashKey: true, setup.EnvSecrets: true}
+	signedOnly := map[string]bool{setup.EnvTokenSecretID: true}
+	localOnly := map[string]bool{setup.EnvHashKey: true, setup.EnvSecrets: true}
+	refs := map[string]string{setup.EnvSecretID: "!Ref SecretName", setup.EnvTokenSecretID: "!Ref TokenSecretName"}
 	for _, fn := range handlers.All() {
 		s := strategies(t, fn)
 		store := s["durable"] || s["kv"]
 		env := c.env(t, fn)
 		for _, name := range setup.EnvVars {
 			_, set := env[name]
-			switch want := !storeOnly[name] && !signedOnly[name] || storeOnly[name] && store || signedOnly[name] && s["signed"]; {
+			want := !storeOnly[name] && !signedOnly[name] || storeOnly[name] && store || signedOnly[name] && s["signed"]
+			switch {
+			case localOnly[name] && set:
+				t.Errorf("%s: the template sets %s: a secret in the function's configuration (set %s instead)", fn.LogicalID, name, setup.EnvSecretID)
+			case localOnly[name]:
 			case want && !set:
 				t.Errorf("%s: the template does not set %s, which setup.FromEnv reads", fn.LogicalID, name)
 			case !want && set:
@@ -231,8 +237,11 @@ func TestTemplateSetsEveryVariableTheFunctionsRead(t *testing.T) {
 			if !slices.Contains(setup.EnvVars, name) {
 				t.Errorf("%s: the template sets %s, which no function reads", fn.LogicalID, name)
 			}
-			if secret[name] && !strings.HasPrefix(str(v), "!Sub {{resolve:secretsmanager:") {
-				t.Errorf("%s: %s = %q, want a Secrets Manager dynamic reference", fn.LogicalID, name, str(v))
+			if want, ok := refs[name]; ok && str(v) != want {
+				t.Errorf("%s: %s = %q, want %s", fn.LogicalID, name, str(v), want)
+			}
+			if strings.Contains(str(v), "{{resolve:") {
+				t.Errorf("%s: %s is a dynamic reference: its value would be in the function's configuration", fn.LogicalID, name)
 			}
 		}
 		if store {
@@ -373,6 +382,14 @@ func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 		"signed":  nil,
 	}
 	t.Logf("actions by strategy: %v", byStrategy)
+	secretGrants := map[string]bool{}
+	defer func() {
+		for _, fn := range handlers.All() {
+			if !secretGrants[fn.LogicalID] {
+				t.Errorf("%s may not read its secret (no EdgelimitSecret statement), so it cannot start", fn.LogicalID)
+			}
+		}
+	}()
 	for _, fn := range handlers.All() {
 		want := map[string]bool{}
 		for s := range strategies(t, fn) {
@@ -392,6 +409,11 @@ func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 					if str(get(st, "Effect")) != "Allow" {
 						continue
 					}
+					if str(get(st, "Sid")) == "EdgelimitSecret" {
+						checkSecretStatement(t, fn.LogicalID, st)
+						secretGrants[fn.LogicalID] = true
+						continue
+					}
 					if res := str(get(st, "Resource")); res != "!GetAtt Table.Arn" {
 						t.Errorf("%s: statement %s on %q, want only !GetAtt Table.Arn", fn.LogicalID, str(get(st, "Sid")), res)
 					}
@@ -408,6 +430,46 @@ func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 			t.Errorf("%s may call %v; its strategies call %v", fn.LogicalID, g, w)
 		}
 	}
+}
+
+// checkSecretStatement: the secret statement grants GetSecretValue alone,
+// on the function's secrets only (SecretName's, and TokenSecretName's for
+// a function that signs), each by its ARN with Secrets Manager's 6-character
+// suffix, never a wildcard over other secrets.
+func checkSecretStatement(t *testing.T, fn string, st *yaml.Node) {
+	t.Helper()
+	if a := get(st, "Action"); a == nil || a.Kind != yaml.ScalarNode || a.Value != "secretsmanager:GetSecretValue" {
+		t.Errorf("%s: the secret statement grants %s, want secretsmanager:GetSecretValue alone", fn, str(a))
+	}
+	res := flatten(get(st, "Resource"))
+	arn := regexp.MustCompile(`arn:\$\{AWS::Partition\}:secretsmanager:\$\{AWS::Region\}:\$\{AWS::AccountId\}:secret:\$\{(\w+)\}-\?{6}`)
+	found := arn.FindAllStringSubmatch(res, -1)
+	if len(found) == 0 {
+		t.Errorf("%s: the secret statement's resource %q is not a secret's ARN", fn, res)
+	}
+	for _, m := range found {
+		if m[1] != "SecretName" && !(m[1] == "TokenSecretName" && fn == "TTSFunction") {
+			t.Errorf("%s: the secret statement names ${%s}", fn, m[1])
+		}
+	}
+	if strings.Count(res, "*") > 0 {
+		t.Errorf("%s: the secret statement's resource has a wildcard: %q", fn, res)
+	}
+}
+
+// flatten joins every scalar under n (an intrinsic like !If included).
+func flatten(n *yaml.Node) string {
+	if n == nil {
+		return ""
+	}
+	if n.Kind == yaml.ScalarNode {
+		return n.Value
+	}
+	var parts []string
+	for _, c := range n.Content {
+		parts = append(parts, flatten(c))
+	}
+	return strings.Join(parts, " ")
 }
 
 func keys(m map[string]bool) []string {

@@ -64,7 +64,7 @@ const (
 // EnvVars lists every variable FromEnv reads that the deployment sets.
 var EnvVars = []string{
 	EnvPolicyFile, EnvOverrides, EnvShadow, EnvTable, EnvEndpoint, EnvHashKey, EnvSecrets,
-	EnvLogLevel, EnvMetricsNamespace,
+	EnvSecretID, EnvTokenSecretID, EnvLogLevel, EnvMetricsNamespace,
 }
 
 // EnvConfig is what FromEnv cannot read from the environment.
@@ -86,6 +86,10 @@ type EnvConfig struct {
 	// Now is the clock of the engine, the limiters and the metrics; default
 	// time.Now.
 	Now func() time.Time
+	// Secrets reads the secrets EDGELIMIT_SECRET_ID and
+	// EDGELIMIT_TOKEN_SECRET_ID name, at start-up (setup/secretsmanager's
+	// Source); without it those variables are an error.
+	Secrets SecretSource
 	// Backends build the limiters of each strategy the policies use:
 	// setup/dynamodb's on Lambda, setup/memory's for one process,
 	// setup/signed's for signed policies. Required for every strategy the
@@ -110,9 +114,11 @@ type Env struct {
 // Env* constants): the policy file with overrides and shadow switches
 // applied, the hash key, each strategy's limiters from its Backend (which
 // reads what it needs: the table, the key ring), JSON logs with the request
-// id, and EMF metrics. It makes no network call: a wrong table or missing
-// permission shows up as a store error on the first request, which the
-// policies' on_store_error answers.
+// id, and EMF metrics. Its only network calls read the secrets
+// EDGELIMIT_SECRET_ID and EDGELIMIT_TOKEN_SECRET_ID name (cfg.Secrets),
+// when they are set: a wrong table or missing permission shows up as a
+// store error on the first request, which the policies' on_store_error
+// answers.
 func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	getenv := cfg.Getenv
 	if getenv == nil {
@@ -132,6 +138,10 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	function := cfg.Function
 	if function == "" {
 		function = getenv(envFunctionName)
+	}
+	getenv, err := withSecrets(ctx, getenv, cfg.Secrets)
+	if err != nil {
+		return nil, err
 	}
 
 	levelText, levelFrom := getenv(EnvLogLevel), EnvLogLevel

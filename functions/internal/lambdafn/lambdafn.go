@@ -3,7 +3,8 @@
 // invocation, and serves API Gateway HTTP API events through the rate-limit
 // middleware. Each functions/<name>/main.go names its handler and the
 // backends of the strategies its policy file uses, and so links nothing
-// else.
+// else. The secrets come from Secrets Manager at start-up when
+// EDGELIMIT_SECRET_ID names one (template.yaml), else from the environment.
 package lambdafn
 
 import (
@@ -16,6 +17,7 @@ import (
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/middleware"
 	"github.com/edgelimit/edgelimit/setup"
+	"github.com/edgelimit/edgelimit/setup/secretsmanager"
 )
 
 // Run serves fn with its embedded policies and the given backends; it
@@ -24,7 +26,7 @@ import (
 // next request, and the reason is in the function's logs.
 func Run(fn handlers.Function, backends ...setup.Backend) {
 	env, err := setup.FromEnv(context.Background(), setup.EnvConfig{
-		Policies: fn.Policies, PolicyFile: fn.PolicyFile, Backends: backends,
+		Policies: fn.Policies, PolicyFile: fn.PolicyFile, Backends: backends, Secrets: secretsmanager.Source(),
 	})
 	if err != nil {
 		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("edgelimit: init failed", "function", fn.Name, "error", err.Error())
