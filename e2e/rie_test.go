@@ -269,10 +269,16 @@ func randomKey() string {
 // Lambda. The emulator and the function stop when the test ends.
 func startEmulator(t *testing.T, name string, env map[string]string) *emulator {
 	t.Helper()
+	return startEmulatorOf(t, name, bootstrap(t, name), env)
+}
+
+// startEmulatorOf is startEmulator for the bootstrap at boot.
+func startEmulatorOf(t *testing.T, name, boot string, env map[string]string) *emulator {
+	t.Helper()
 	// A free port can be taken by another process between our probe and the
 	// emulator's listen: try again with new ports, a bounded number of times.
 	for attempt := 1; ; attempt++ {
-		e, err := tryStartEmulator(t, name, env)
+		e, err := tryStartEmulator(t, name, boot, env)
 		if err == nil {
 			return e
 		}
@@ -282,9 +288,9 @@ func startEmulator(t *testing.T, name string, env map[string]string) *emulator {
 	}
 }
 
-func tryStartEmulator(t *testing.T, name string, env map[string]string) (*emulator, error) {
+func tryStartEmulator(t *testing.T, name, boot string, env map[string]string) (*emulator, error) {
 	t.Helper()
-	rieBin, boot := rie(t), bootstrap(t, name)
+	rieBin := rie(t)
 	all := baseEnv(name)
 	for k, v := range env {
 		all[k] = v
