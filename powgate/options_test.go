@@ -115,7 +115,7 @@ func TestParseErrors(t *testing.T) {
 // TestOptionsString: what `edgelimit check` shows.
 func TestOptionsString(t *testing.T) {
 	for o, want := range map[powgate.Options]string{
-		{Above: 80}:                                   "proof of work above 80 (16 bits, 10s)",
+		{Above: 80}: "proof of work above 80 (16 bits, 10s)",
 		{AbovePercent: 75, Bits: 20, TTL: time.Minute}: "proof of work above 75% (20 bits, 1m0s)",
 	} {
 		if got := o.String(); got != want {
