@@ -174,8 +174,10 @@ func (g *Gate) at(req edgelimit.Request) time.Time {
 // limiter (the proof is given back when that denies or fails). Any other
 // request is peeked first: denied by the hard limit, the peek's denial is
 // the answer; would it leave more than the threshold used, the answer is a
-// challenge, and nothing is spent; else the inner limiter decides. Invalid,
-// expired, replayed and foreign proofs are treated as absent.
+// challenge, and nothing is spent; else the inner limiter decides, and an
+// admission that lands above the threshold all the same (others spent
+// since the peek) is refunded and challenged. Invalid, expired, replayed
+// and foreign proofs are treated as absent.
 //
 // An error is the inner limiter's: its store failed, and the engine applies
 // the policy's on_store_error.
@@ -207,15 +209,27 @@ func (g *Gate) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Deci
 	if g.over(pd, req.Units()) {
 		return g.challenge(now, req.Key, pd), nil
 	}
-	// Below the threshold. Another instance (or goroutine) may spend
-	// between the peek and this Allow, and the request then lands above
-	// the threshold without work: the threshold is soft, the limit is not.
-	return g.inner.Allow(ctx, req)
+	// Below the threshold, by the peek. Another request (another
+	// goroutine, another instance) may spend between the peek and this
+	// Allow: a request whose spending lands above the threshold is given
+	// back and challenged instead, so that concurrency does not buy what
+	// work does.
+	d, err := g.inner.Allow(ctx, req)
+	if err != nil || !d.Allowed || !g.over(d, 0) {
+		return d, err
+	}
+	if rerr := g.refund.Refund(ctx, req, d); rerr != nil {
+		// The units stay spent: the request may as well have them.
+		g.warn("refund of a request above the threshold failed; admitted without work", rerr)
+		return d, nil
+	}
+	d.Remaining = min(d.Remaining+req.Units(), d.Limit)
+	return g.challenge(now, req.Key, d), nil
 }
 
 // over reports whether a request of cost, on a policy in the state d
-// shows (a peek: nothing spent yet), would leave more than the threshold
-// used.
+// shows, would leave more than the threshold used: for a peek (nothing
+// spent yet) the request's cost, for an admission 0 (it is spent).
 func (g *Gate) over(d edgelimit.Decision, cost int64) bool {
 	used := max(d.Limit-d.Remaining, 0) + cost
 	return used > g.opts.threshold(d.Limit)
@@ -319,6 +333,12 @@ func (g *Gate) Local() (edgelimit.Limiter, error) {
 		return nil, err
 	}
 	return w, nil
+}
+
+func (g *Gate) warn(msg string, err error) {
+	if g.log != nil {
+		g.log.Warn("powgate: "+msg, slog.String("policy", g.name), slog.String("error", err.Error()))
+	}
 }
 
 func (g *Gate) debug(reason error) {

@@ -328,7 +328,10 @@ func TestGateForwards(t *testing.T) {
 // error paths only).
 type faulty struct {
 	edgelimit.Limiter
-	failAllow, failPeek bool
+	failAllow, failPeek, failRefund bool
+	// stale makes Peek report a full quota, as a peek that missed other
+	// instances' spending would.
+	stale bool
 }
 
 var errStore = errors.New("store down")
@@ -344,11 +347,48 @@ func (f *faulty) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.Dec
 	if f.failPeek {
 		return edgelimit.Decision{}, errStore
 	}
-	return f.Limiter.(edgelimit.Peeker).Peek(ctx, req)
+	d, err := f.Limiter.(edgelimit.Peeker).Peek(ctx, req)
+	if f.stale {
+		d.Remaining = d.Limit
+	}
+	return d, err
 }
 
 func (f *faulty) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.Decision) error {
+	if f.failRefund {
+		return errStore
+	}
 	return f.Limiter.(edgelimit.Refunder).Refund(ctx, req, d)
+}
+
+// TestGateOvershoot: a request the peek saw below the threshold whose
+// spending lands above it (others spent since) is refunded and challenged;
+// if that refund fails, its units stay spent and it is admitted.
+func TestGateOvershoot(t *testing.T) {
+	pol := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute}
+	now := func() time.Time { return t0 }
+	in := &faulty{Limiter: inners[0].new(t, pol, now), stale: true}
+	g, err := powgate.Wrap(in, powgate.Config{Policy: pol, Options: powgate.Options{Above: 2, Bits: 4}, Secrets: [][]byte{secret}, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		if d, _ := g.Allow(ctx, request(keyA, "")); !d.Allowed {
+			t.Fatalf("request %d: %+v", i, d)
+		}
+	}
+	d, _ := g.Allow(ctx, request(keyA, ""))
+	if !powgate.Challenged(d) || d.Remaining != 8 {
+		t.Fatalf("request 3, seen below the threshold by a stale peek: %+v, want a challenge, 8 left", d)
+	}
+	in.stale = false
+	if p, _ := in.Peek(ctx, request(keyA, "")); p.Remaining != 8 {
+		t.Fatalf("after the overshoot %d left, want 8: refunded", p.Remaining)
+	}
+	in.stale, in.failRefund = true, true
+	if d, _ := g.Allow(ctx, request(keyA, "")); !d.Allowed || d.Remaining != 7 {
+		t.Fatalf("an overshoot whose refund fails: %+v, want admitted, 7 left (its units stay spent)", d)
+	}
 }
 
 // TestGateStoreErrors: the inner limiter's failure is the Gate's error
