@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,6 +77,60 @@ func TestGateSteps(t *testing.T) {
 				t.Fatalf("the proof the hard limit refused, later: %+v, want admitted by it", d)
 			}
 		})
+	}
+}
+
+// counting counts the calls a Gate makes to its inner limiter.
+type counting struct {
+	edgelimit.Limiter
+	allows, peeks, refunds atomic.Int64
+}
+
+func (c *counting) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
+	c.allows.Add(1)
+	return c.Limiter.Allow(ctx, req)
+}
+
+func (c *counting) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
+	c.peeks.Add(1)
+	return c.Limiter.(edgelimit.Peeker).Peek(ctx, req)
+}
+
+func (c *counting) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.Decision) error {
+	c.refunds.Add(1)
+	return c.Limiter.(edgelimit.Refunder).Refund(ctx, req, d)
+}
+
+// TestGateCalls: what each kind of request costs the inner limiter (for
+// durable, its store calls): below the threshold a peek and an Allow;
+// above it a challenge is one peek, with no write; a proof, one Allow.
+func TestGateCalls(t *testing.T) {
+	pol := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute}
+	now := func() time.Time { return t0 }
+	in := &counting{Limiter: inners[0].new(t, pol, now)}
+	g, err := powgate.Wrap(in, powgate.Config{Policy: pol, Options: powgate.Options{Above: 1, Bits: 4}, Secrets: [][]byte{secret}, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := func() [3]int64 {
+		c := [3]int64{in.peeks.Load(), in.allows.Load(), in.refunds.Load()}
+		in.peeks.Store(0)
+		in.allows.Store(0)
+		in.refunds.Store(0)
+		return c
+	}
+	g.Allow(ctx, request(keyA, ""))
+	if got := calls(); got != [3]int64{1, 1, 0} {
+		t.Errorf("below the threshold: %v peeks, allows, refunds; want 1 peek, 1 allow", got)
+	}
+	d, _ := g.Allow(ctx, request(keyA, ""))
+	proof := mustChallenge(t, "above the threshold", d)
+	if got := calls(); got != [3]int64{1, 0, 0} {
+		t.Errorf("a challenge: %v peeks, allows, refunds; want 1 peek and nothing else: a challenge writes nothing", got)
+	}
+	g.Allow(ctx, request(keyA, proof))
+	if got := calls(); got != [3]int64{0, 1, 0} {
+		t.Errorf("with a proof: %v peeks, allows, refunds; want 1 allow", got)
 	}
 }
 
