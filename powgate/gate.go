@@ -78,6 +78,8 @@ type Gate struct {
 	// ownClock: Config.Now was set, and wins over the engine's Request.At.
 	ownClock bool
 	log      *slog.Logger
+	// hints are the keys this Gate saw above its threshold.
+	hints *hints
 }
 
 var (
@@ -139,6 +141,7 @@ func (g *Gate) with(inner edgelimit.Limiter) (*Gate, error) {
 	}
 	n := *g
 	n.inner, n.peek, n.refund = inner, peek, refund
+	n.hints = newHints(maxHints)
 	return &n, nil
 }
 
@@ -198,24 +201,34 @@ func (g *Gate) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Deci
 		}
 		return d, nil
 	}
-	pd, err := g.peek.Peek(ctx, req)
-	if err != nil {
-		return edgelimit.Decision{}, err
+	cost := req.Units()
+	if g.hints.hot(req.Key, now.UnixNano()) {
+		// This instance saw the key above the threshold: ask before
+		// spending, so that a client that keeps coming without work
+		// costs a read (or nothing, from the inner limiter's caches).
+		pd, err := g.peek.Peek(ctx, req)
+		if err != nil {
+			return edgelimit.Decision{}, err
+		}
+		if !pd.Allowed {
+			// Work cannot buy past the hard limit: the denial as it is.
+			return pd, nil
+		}
+		if g.over(pd, cost) {
+			g.hints.mark(req.Key, g.hotUntil(now, pd, cost))
+			return g.challenge(now, req.Key, pd), nil
+		}
+		g.hints.clear(req.Key)
 	}
-	if !pd.Allowed {
-		// Work cannot buy past the hard limit: the denial as it is.
-		return pd, nil
-	}
-	if g.over(pd, req.Units()) {
-		return g.challenge(now, req.Key, pd), nil
-	}
-	// Below the threshold, by the peek. Another request (another
-	// goroutine, another instance) may spend between the peek and this
-	// Allow: a request whose spending lands above the threshold is given
-	// back and challenged instead, so that concurrency does not buy what
+	// As far as this instance knows, below the threshold: spend, as the
+	// inner limiter alone would (one write for durable). A request whose
+	// spending lands above the threshold (the key's first there, on this
+	// instance, or one racing others) is given back and challenged
+	// instead, so that neither concurrency nor other instances buy what
 	// work does.
 	d, err := g.inner.Allow(ctx, req)
 	if err != nil || !d.Allowed || !g.over(d, 0) {
+		// A denial is the hard limit's: the denial as it is.
 		return d, err
 	}
 	if rerr := g.refund.Refund(ctx, req, d); rerr != nil {
@@ -223,8 +236,24 @@ func (g *Gate) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Deci
 		g.warn("refund of a request above the threshold failed; admitted without work", rerr)
 		return d, nil
 	}
-	d.Remaining = min(d.Remaining+req.Units(), d.Limit)
+	d.Remaining = min(d.Remaining+cost, d.Limit)
+	g.hints.mark(req.Key, g.hotUntil(now, d, cost))
 	return g.challenge(now, req.Key, d), nil
+}
+
+// hotUntil is how long a key in the state d (nothing of the request of
+// cost spent) stays above the threshold at the least: until its window
+// ends (d.Reset, for a fixed window), or for a bucket until the units
+// beyond the threshold have drained at the quota's rate, at most one
+// window. It is a hint: a key back below the threshold sooner costs a peek
+// more, one above it longer a refund more.
+func (g *Gate) hotUntil(now time.Time, d edgelimit.Decision, cost int64) int64 {
+	excess := max(d.Limit-d.Remaining, 0) + cost - g.opts.threshold(d.Limit)
+	var drain time.Duration
+	if d.Limit > 0 {
+		drain = time.Duration(excess) * (d.Window / time.Duration(d.Limit))
+	}
+	return now.Add(min(max(d.Reset, drain), d.Window)).UnixNano()
 }
 
 // over reports whether a request of cost, on a policy in the state d

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
@@ -102,36 +103,62 @@ func (c *counting) Refund(ctx context.Context, req edgelimit.Request, d edgelimi
 }
 
 // TestGateCalls: what each kind of request costs the inner limiter (for
-// durable, its store calls): below the threshold a peek and an Allow;
-// above it a challenge is one peek, with no write; a proof, one Allow.
+// durable, its store calls). Below the threshold, one Allow, as without a
+// Gate. The key's first request above it, on this instance, spends and is
+// refunded; from then on, until the key may be below the threshold again
+// (by its window, or the quota's rate), a challenge is one peek, with no
+// write. A request with a proof is one Allow.
 func TestGateCalls(t *testing.T) {
 	pol := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute}
-	now := func() time.Time { return t0 }
-	in := &counting{Limiter: inners[0].new(t, pol, now)}
-	g, err := powgate.Wrap(in, powgate.Config{Policy: pol, Options: powgate.Options{Above: 1, Bits: 4}, Secrets: [][]byte{secret}, Now: now})
+	clock := limitertest.NewClock(tw) // a window starts
+	in := &counting{Limiter: inners[0].new(t, pol, clock.Now)}
+	g, err := powgate.Wrap(in, powgate.Config{Policy: pol, Options: powgate.Options{Above: 1, Bits: 4}, Secrets: [][]byte{secret}, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls := func() [3]int64 {
-		c := [3]int64{in.peeks.Load(), in.allows.Load(), in.refunds.Load()}
-		in.peeks.Store(0)
-		in.allows.Store(0)
-		in.refunds.Store(0)
-		return c
+	calls := func(what string, peeks, allows, refunds int64) {
+		t.Helper()
+		got := [3]int64{in.peeks.Swap(0), in.allows.Swap(0), in.refunds.Swap(0)}
+		if want := [3]int64{peeks, allows, refunds}; got != want {
+			t.Errorf("%s: %d peeks, %d allows, %d refunds; want %d, %d, %d", what, got[0], got[1], got[2], peeks, allows, refunds)
+		}
 	}
-	g.Allow(ctx, request(keyA, ""))
-	if got := calls(); got != [3]int64{1, 1, 0} {
-		t.Errorf("below the threshold: %v peeks, allows, refunds; want 1 peek, 1 allow", got)
+	if d, _ := g.Allow(ctx, request(keyA, "")); !d.Allowed {
+		t.Fatal(d)
 	}
-	d, _ := g.Allow(ctx, request(keyA, ""))
-	proof := mustChallenge(t, "above the threshold", d)
-	if got := calls(); got != [3]int64{1, 0, 0} {
-		t.Errorf("a challenge: %v peeks, allows, refunds; want 1 peek and nothing else: a challenge writes nothing", got)
+	calls("below the threshold", 0, 1, 0)
+	mustChallenge(t, "the first above the threshold", must(g.Allow(ctx, request(keyA, ""))))
+	calls("the first challenge", 0, 1, 1)
+	proof := mustChallenge(t, "the next", must(g.Allow(ctx, request(keyA, ""))))
+	calls("the next challenge", 1, 0, 0)
+	if d, _ := g.Allow(ctx, request(keyA, proof)); !d.Allowed {
+		t.Fatal(d)
 	}
-	g.Allow(ctx, request(keyA, proof))
-	if got := calls(); got != [3]int64{0, 1, 0} {
-		t.Errorf("with a proof: %v peeks, allows, refunds; want 1 allow", got)
+	calls("with a proof", 0, 1, 0)
+	clock.Advance(59 * time.Second)
+	mustChallenge(t, "59s later", must(g.Allow(ctx, request(keyA, ""))))
+	calls("59s later", 1, 0, 0)
+	// The window is over: the key is below the threshold again. The Gate
+	// cannot tell a window from a bucket, so it expected the units to drain
+	// at the quota's rate, and peeks once more before it forgets the key.
+	clock.Advance(time.Second)
+	if d, _ := g.Allow(ctx, request(keyA, "")); !d.Allowed {
+		t.Fatal(d)
 	}
+	calls("the next window", 1, 1, 0)
+	mustChallenge(t, "the next window's first above the threshold", must(g.Allow(ctx, request(keyA, ""))))
+	calls("the next window's first challenge", 0, 1, 1)
+	if d, _ := g.Allow(ctx, request(keyB, "")); !d.Allowed {
+		t.Fatal(d)
+	}
+	calls("another key", 0, 1, 0)
+}
+
+func must(d edgelimit.Decision, err error) edgelimit.Decision {
+	if err != nil {
+		panic(err)
+	}
+	return d
 }
 
 // TestGateOtherKeys: the threshold is per client key, like the limit.
