@@ -78,8 +78,6 @@ type Gate struct {
 	// ownClock: Config.Now was set, and wins over the engine's Request.At.
 	ownClock bool
 	log      *slog.Logger
-	// hints are the keys this Gate saw above its threshold.
-	hints *hints
 }
 
 var (
@@ -141,7 +139,6 @@ func (g *Gate) with(inner edgelimit.Limiter) (*Gate, error) {
 	}
 	n := *g
 	n.inner, n.peek, n.refund = inner, peek, refund
-	n.hints = newHints(maxHints)
 	return &n, nil
 }
 
@@ -174,13 +171,11 @@ func (g *Gate) at(req edgelimit.Request) time.Time {
 
 // Allow decides req. A request with a valid proof for this client and
 // policy, unspent on this instance, spends it and is decided by the inner
-// limiter (the proof is given back when that denies or fails). Any other
-// request is peeked first: denied by the hard limit, the peek's denial is
-// the answer; would it leave more than the threshold used, the answer is a
-// challenge, and nothing is spent; else the inner limiter decides, and an
-// admission that lands above the threshold all the same (others spent
-// since the peek) is refunded and challenged. Invalid, expired, replayed
-// and foreign proofs are treated as absent.
+// limiter (the proof is given back when that denies or fails). A request
+// without one is peeked first: denied by the hard limit, the peek's denial
+// is the answer; would it leave more than the threshold used, the answer
+// is a challenge, and nothing is spent; else the inner limiter decides.
+// Invalid, expired, replayed and foreign proofs are treated as absent.
 //
 // An error is the inner limiter's: its store failed, and the engine applies
 // the policy's on_store_error.
@@ -201,64 +196,27 @@ func (g *Gate) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Deci
 		}
 		return d, nil
 	}
-	cost := req.Units()
-	if g.hints.hot(req.Key, now.UnixNano()) {
-		// This instance saw the key above the threshold: ask before
-		// spending, so that a client that keeps coming without work
-		// costs a read (or nothing, from the inner limiter's caches).
-		pd, err := g.peek.Peek(ctx, req)
-		if err != nil {
-			return edgelimit.Decision{}, err
-		}
-		if !pd.Allowed {
-			// Work cannot buy past the hard limit: the denial as it is.
-			return pd, nil
-		}
-		if g.over(pd, cost) {
-			g.hints.mark(req.Key, g.hotUntil(now, pd, cost))
-			return g.challenge(now, req.Key, pd), nil
-		}
-		g.hints.clear(req.Key)
+	pd, err := g.peek.Peek(ctx, req)
+	if err != nil {
+		return edgelimit.Decision{}, err
 	}
-	// As far as this instance knows, below the threshold: spend, as the
-	// inner limiter alone would (one write for durable). A request whose
-	// spending lands above the threshold (the key's first there, on this
-	// instance, or one racing others) is given back and challenged
-	// instead, so that neither concurrency nor other instances buy what
-	// work does.
-	d, err := g.inner.Allow(ctx, req)
-	if err != nil || !d.Allowed || !g.over(d, 0) {
-		// A denial is the hard limit's: the denial as it is.
-		return d, err
+	if !pd.Allowed {
+		// Work cannot buy past the hard limit: the denial as it is.
+		return pd, nil
 	}
-	if rerr := g.refund.Refund(ctx, req, d); rerr != nil {
-		// The units stay spent: the request may as well have them.
-		g.warn("refund of a request above the threshold failed; admitted without work", rerr)
-		return d, nil
+	if g.over(pd, req.Units()) {
+		return g.challenge(now, req.Key, pd), nil
 	}
-	d.Remaining = min(d.Remaining+cost, d.Limit)
-	g.hints.mark(req.Key, g.hotUntil(now, d, cost))
-	return g.challenge(now, req.Key, d), nil
+	// Below the threshold, by the peek. Another request (another
+	// goroutine, another instance) may spend between the peek and this
+	// Allow, and this one then lands above the threshold without work: it
+	// is admitted all the same. The threshold is soft; the limit is not.
+	return g.inner.Allow(ctx, req)
 }
 
-// hotUntil is how long a key in the state d (nothing of the request of
-// cost spent) stays above the threshold at the least: until its window
-// ends (d.Reset, for a fixed window), or for a bucket until the units
-// beyond the threshold have drained at the quota's rate, at most one
-// window. It is a hint: a key back below the threshold sooner costs a peek
-// more, one above it longer a refund more.
-func (g *Gate) hotUntil(now time.Time, d edgelimit.Decision, cost int64) int64 {
-	excess := max(d.Limit-d.Remaining, 0) + cost - g.opts.threshold(d.Limit)
-	var drain time.Duration
-	if d.Limit > 0 {
-		drain = time.Duration(excess) * (d.Window / time.Duration(d.Limit))
-	}
-	return now.Add(min(max(d.Reset, drain), d.Window)).UnixNano()
-}
-
-// over reports whether a request of cost, on a policy in the state d
-// shows, would leave more than the threshold used: for a peek (nothing
-// spent yet) the request's cost, for an admission 0 (it is spent).
+// over reports whether a request of cost, on a key in the state the peek
+// d shows (nothing of the request spent), would leave more than the
+// threshold used.
 func (g *Gate) over(d edgelimit.Decision, cost int64) bool {
 	used := max(d.Limit-d.Remaining, 0) + cost
 	return used > g.opts.threshold(d.Limit)
@@ -362,12 +320,6 @@ func (g *Gate) Local() (edgelimit.Limiter, error) {
 		return nil, err
 	}
 	return w, nil
-}
-
-func (g *Gate) warn(msg string, err error) {
-	if g.log != nil {
-		g.log.Warn("powgate: "+msg, slog.String("policy", g.name), slog.String("error", err.Error()))
-	}
 }
 
 func (g *Gate) debug(reason error) {

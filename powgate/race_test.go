@@ -137,15 +137,15 @@ func TestConcurrentInstances(t *testing.T) {
 }
 
 // TestConcurrentThreshold: 64 goroutines without proofs on a limit of 40
-// gated above 20, against every inner limiter. Requests that all peek
-// before any spends all pass the peek; those whose spending lands above
-// the threshold are refunded and challenged, so exactly 20 are admitted
-// without work, and every challenged request spent nothing.
+// gated above 20, against every inner limiter. The threshold is soft:
+// requests that all peek before any spends may all pass it (and then the
+// last ones meet the hard limit, and are denied without a challenge), but
+// never the hard limit; and every challenged request spent nothing.
 func TestConcurrentThreshold(t *testing.T) {
 	for _, in := range inners {
 		t.Run(in.name, func(t *testing.T) {
 			f := newFixture(t, in, 40, time.Minute, powgate.Options{Above: 20, Bits: 4})
-			var admitted, challenged atomic.Int64
+			var admitted, challenged, denied atomic.Int64
 			run(goroutines, func(int) {
 				d, err := f.gate.Allow(ctx, request(keyA, ""))
 				switch {
@@ -156,14 +156,16 @@ func TestConcurrentThreshold(t *testing.T) {
 				case powgate.Challenged(d):
 					challenged.Add(1)
 				default:
-					t.Errorf("a plain denial below the hard limit: %+v", d)
+					denied.Add(1)
 				}
 			})
-			if a, c := admitted.Load(), challenged.Load(); a != 20 || c != goroutines-20 {
-				t.Fatalf("%d admitted, %d challenged; want 20 admitted without work, %d challenged", a, c, goroutines-20)
+			a, c, n := admitted.Load(), challenged.Load(), denied.Load()
+			t.Logf("%d at once: %d admitted, %d challenged, %d denied", goroutines, a, c, n)
+			if a < 20 || a > 40 || a+c+n != goroutines || n > 0 && a != 40 {
+				t.Fatalf("%d admitted, %d challenged, %d denied; want 20 to 40 admitted, the rest challenged, or denied once 40 are", a, c, n)
 			}
-			if got := f.peekInner(keyA).Remaining; got != 20 {
-				t.Fatalf("remaining %d, want 20: a challenge spent", got)
+			if got := f.peekInner(keyA).Remaining; got != 40-a {
+				t.Fatalf("remaining %d after %d admissions, want %d: a challenge spent", got, a, 40-a)
 			}
 		})
 	}
