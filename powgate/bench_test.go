@@ -62,11 +62,10 @@ func parallel(b *testing.B, f func(key string) edgelimit.Decision, check func(ed
 func allowed(d edgelimit.Decision) bool { return d.Allowed }
 
 // BenchmarkGate compares, per inner limiter: the inner limiter alone
-// (baseline); the Gate below its threshold (the inner Allow, as alone); a
-// key's first request above the threshold (an Allow, its refund and a
-// challenge); a challenge of a key seen above it (a peek and a challenge:
-// nothing spent); and an admission paid by a proof (the proof verified and
-// spent, then the inner Allow).
+// (baseline); the Gate below its threshold (a peek, then the inner Allow);
+// a challenged request (a peek and a challenge: nothing spent); and an
+// admission paid by a proof (the proof verified and spent, then the inner
+// Allow).
 func BenchmarkGate(b *testing.B) {
 	for _, in := range []inner{inners[1], kvInner} {
 		b.Run(in.name+"/inner-alone", func(b *testing.B) {
@@ -83,30 +82,9 @@ func BenchmarkGate(b *testing.B) {
 				return d
 			}, allowed)
 		})
-		b.Run(in.name+"/first-challenge", func(b *testing.B) {
-			// A key's first request above the threshold on this instance:
-			// spent, refunded, challenged. A fresh Gate every len(benchKeys)
-			// requests, so that every key is new to it.
-			var g edgelimit.Limiter
-			b.ReportAllocs()
-			for i := range b.N {
-				if i%len(benchKeys) == 0 {
-					b.StopTimer()
-					g, _ = benchGate(b, in, powgate.Options{Above: 0})
-					b.StartTimer()
-				}
-				if d, _ := g.Allow(ctx, edgelimit.Request{Key: benchKeys[i%len(benchKeys)]}); !powgate.Challenged(d) {
-					b.Fatal(d)
-				}
-			}
-		})
 		b.Run(in.name+"/challenge", func(b *testing.B) {
-			// A key this instance saw above the threshold: a peek and a
-			// challenge, nothing written.
+			// A peek and a challenge, nothing written.
 			g, _ := benchGate(b, in, powgate.Options{Above: 0})
-			for _, key := range benchKeys {
-				g.Allow(ctx, edgelimit.Request{Key: key})
-			}
 			parallel(b, func(key string) edgelimit.Decision {
 				d, _ := g.Allow(ctx, edgelimit.Request{Key: key})
 				return d
