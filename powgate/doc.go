@@ -109,4 +109,12 @@
 // (charge, charge_status) is refused by Parse and Wrap: the engine only
 // peeks at it before the response. Challenged and Paid tell metrics why a
 // decision was what it was.
+//
+// # Wiring
+//
+// A strategy declares the field (Field, "proof_of_work") and reads it with
+// Parse into its own options, which implement Gated; a program builds its
+// limiters as usual and wraps them with Gating, which gates exactly the
+// policies whose options carry proof_of_work (OptionsOf), sharing one
+// replay cache and the key ring of the signed strategy.
 package powgate

@@ -364,3 +364,24 @@ func Paid(d edgelimit.Decision) bool {
 func Challenged(d edgelimit.Decision) bool {
 	return !d.Allowed && d.Response != nil && d.Response.Field.Name == HeaderChallenge
 }
+
+// Gating returns a Factory that builds each policy's limiter with build
+// and wraps those of the policies with proof_of_work (OptionsOf) in a
+// Gate, configured by base with the policy's Policy and Options. A Replay
+// cache in base is shared by every Gate (proofs are named by random salts:
+// they never collide), as setup does for one instance.
+func Gating(build edgelimit.Factory, base Config) edgelimit.Factory {
+	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		l, err := build(p)
+		if err != nil {
+			return nil, err
+		}
+		o := OptionsOf(p)
+		if o == nil {
+			return l, nil
+		}
+		cfg := base
+		cfg.Policy, cfg.Options = p, *o
+		return Wrap(l, cfg)
+	}
+}

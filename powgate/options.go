@@ -134,3 +134,24 @@ func parseAbove(m *edgelimit.Fields, name, s string, capacity int64, varies bool
 		o.Above = n
 	}
 }
+
+// Gated is implemented by a strategy's options that can carry
+// proof_of_work (durable's and kv's), so that a program can find the
+// policies to gate without knowing their strategies.
+type Gated interface {
+	// ProofOfWorkOptions returns the policy's proof_of_work, or nil.
+	ProofOfWorkOptions() *Options
+}
+
+// ProofOfWorkOptions returns o: Options are Gated themselves, for a
+// strategy whose options are nothing else.
+func (o *Options) ProofOfWorkOptions() *Options { return o }
+
+// OptionsOf returns the proof_of_work of p (its Options, when they are
+// Gated), or nil when p has none.
+func OptionsOf(p *edgelimit.Policy) *Options {
+	if g, ok := p.Options.(Gated); ok {
+		return g.ProofOfWorkOptions()
+	}
+	return nil
+}

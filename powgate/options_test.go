@@ -164,3 +164,36 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestGating: the Factory wraps the policies whose options carry
+// proof_of_work, with those options, and only them.
+func TestGating(t *testing.T) {
+	pf, err := edgelimit.ParsePolicies("test.yaml", []byte(`version: 1
+policies:
+  - {name: gated, routes: ["GET /a"], key: ip, strategy: gated-test, limit: 10, window: 1m, proof_of_work: {above: 5, bits: 4}}
+  - {name: plain, routes: ["GET /a"], key: ip, strategy: gated-test, limit: 10, window: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		return inners[0].new(t, &edgelimit.Policy{Name: p.Name, Limit: p.Limit, Window: p.Window}, nil), nil
+	}
+	f := powgate.Gating(build, powgate.Config{Secrets: [][]byte{secret}})
+	l, err := f(pf.Policies[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok := l.(*powgate.Gate)
+	if !ok || g.Options() != (powgate.Options{Above: 5, Bits: 4, TTL: 10 * time.Second}) {
+		t.Fatalf("gated policy: %T %+v, want a Gate with its options", l, l)
+	}
+	if l, err := f(pf.Policies[1]); err != nil || powgate.OptionsOf(pf.Policies[1]) != nil {
+		t.Fatalf("plain policy: %T, %v", l, err)
+	} else if _, gated := l.(*powgate.Gate); gated {
+		t.Fatal("a policy without proof_of_work was gated")
+	}
+	if _, err := powgate.Gating(build, powgate.Config{})(pf.Policies[0]); !errors.Is(err, powgate.ErrConfig) {
+		t.Fatalf("Gating without secrets: %v, want ErrConfig", err)
+	}
+}
