@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -152,19 +151,19 @@ const (
 	// request, and back in the client's next request.
 	HeaderToken = "Edgelimit-Token"
 	// HeaderChallenge carries a proof-of-work challenge in a 429.
-	HeaderChallenge = "Edgelimit-Challenge"
+	HeaderChallenge = pow.HeaderChallenge
 	// HeaderProof carries the client's solution of a challenge.
-	HeaderProof = "Edgelimit-Proof"
+	HeaderProof = pow.HeaderProof
 )
 
 // Limits on the client state headers; a larger value is ignored (absent).
 const (
 	MaxTokenHeader = 4096
-	MaxProofHeader = 1024
+	MaxProofHeader = pow.MaxProofHeader
 )
 
 // detailProof is what a 429 with a challenge tells the client to do.
-const detailProof = "Solve the proof-of-work challenge and retry with the Edgelimit-Proof header."
+const detailProof = pow.ChallengeDetail
 
 // Allow decides req: see the package documentation. It never returns an
 // error; invalid, expired, tampered, replayed or foreign tokens and proofs
@@ -259,16 +258,8 @@ func (l *Limiter) decide(now time.Time, req edgelimit.Request, spend bool) edgel
 	// there is no effective window to announce (t is left out).
 	ch := l.pow.IssueAt(now, req.Key, l.name)
 	d.Response = &edgelimit.Response{Field: edgelimit.Field{Name: HeaderChallenge, Value: ch.Value},
-		Detail: detailProof, Extension: challengeJSON(ch)}
+		Detail: detailProof, Extension: ch.Extension()}
 	return d
-}
-
-// challengeJSON is the problem body's extension member for ch.
-func challengeJSON(ch pow.Challenge) string {
-	b, _ := json.Marshal(struct {
-		Challenge pow.Challenge `json:"challenge"`
-	}{ch}) // fixed types: cannot fail
-	return string(b)
 }
 
 // mint starts a window worth limit units at now, spending cost of it (and
