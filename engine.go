@@ -67,7 +67,9 @@ type Event struct {
 	// Reason says why a decision was not made by counting at request time,
 	// or is "": "after-response" (charged or refunded once the response was
 	// known), "allow-list" and "deny-list" (a list decided, no limiter was
-	// asked), "degraded" (the store failed; on_store_error decided).
+	// asked), "degraded" (the store failed; on_store_error decided), or
+	// what the limiter said (Decision.Reason: "soft-threshold",
+	// "proof-of-work").
 	Reason string
 }
 

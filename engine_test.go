@@ -1153,3 +1153,55 @@ policies:
 		t.Errorf("the finisher heard %v, want every call's end", fin.ends)
 	}
 }
+
+// A challenge (a denial work lifts) beside a denial only time lifts is left
+// out of the 429: the client would solve it for nothing. Alone, it is sent.
+func TestChallengeDroppedBesideAHardDenial(t *testing.T) {
+	challenge := edgelimit.Decision{Limit: 10, Window: time.Minute, Remaining: 5, Reason: "soft-threshold",
+		Response: &edgelimit.Response{Field: edgelimit.Field{Name: "Edgelimit-Challenge", Value: "ch"}, Detail: "Solve the challenge.", Extension: `{"challenge":{"challenge":"ch"}}`}}
+	hardDeny := true
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: gate, routes: ["GET /x"], key: ip, strategy: kv, limit: 10, window: 1m}
+  - {name: daily, routes: ["GET /x"], key: ip, strategy: kv, limit: 2, window: 1d}
+`, func(name string, c *counter) edgelimit.Limiter {
+		return peekable(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
+			if name == "gate" {
+				return challenge, nil
+			}
+			if hardDeny {
+				return edgelimit.Decision{Limit: 2, Window: 24 * time.Hour, Reset: time.Hour, RetryAfter: time.Hour}, nil
+			}
+			return edgelimit.Decision{Allowed: true, Limit: 2, Window: 24 * time.Hour, Remaining: 1, Reset: time.Hour}, nil
+		})
+	})
+	v := fx.do("GET", "/x", "192.0.2.1", nil)
+	if v.Status != 429 || header(v, "Edgelimit-Challenge") != "" || strings.Contains(string(v.Body), "challenge") || strings.Contains(string(v.Body), "Solve") {
+		t.Errorf("beside a hard denial: %d %v %s", v.Status, v.Header(), v.Body)
+	}
+	if p := problem(t, v); len(p.ViolatedPolicies) != 2 || header(v, "Retry-After") != "3600" {
+		t.Errorf("violated %v, Retry-After %q; want both named and the hour", p.ViolatedPolicies, header(v, "Retry-After"))
+	}
+	var reasons []string
+	for _, ev := range fx.events {
+		reasons = append(reasons, ev.Policy+":"+ev.Reason)
+	}
+	if !slices.Contains(reasons, "gate:soft-threshold") {
+		t.Errorf("events' reasons %v, want the limiter's soft-threshold", reasons)
+	}
+	hardDeny = false
+	v = fx.do("GET", "/x", "192.0.2.1", nil)
+	if v.Status != 429 || header(v, "Edgelimit-Challenge") != "ch" || !strings.Contains(string(v.Body), `"challenge":{"challenge":"ch"}`) {
+		t.Errorf("alone: %d %v %s", v.Status, v.Header(), v.Body)
+	}
+}
+
+// peekable is a LimiterFunc that answers peeks the same way.
+type peekable func(context.Context, edgelimit.Request) (edgelimit.Decision, error)
+
+func (f peekable) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+	return f(ctx, r)
+}
+func (f peekable) Peek(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+	return f(ctx, r)
+}

@@ -392,5 +392,5 @@ func reasonOf(s *slot) string {
 	if s.d.Degraded {
 		return "degraded"
 	}
-	return ""
+	return s.d.Reason
 }

@@ -92,6 +92,11 @@ type Decision struct {
 	Response *Response
 	// Receipt records what an allowed decision spent, for Refunder.Refund.
 	Receipt Receipt
+	// Reason, for metrics and logs only (never sent), says why the limiter
+	// decided as it did when counting alone did not: "soft-threshold" (a
+	// proof of work is asked for, package powgate), "proof-of-work" (a
+	// proof paid for the request). Empty otherwise.
+	Reason string
 }
 
 // Field is one HTTP header field.

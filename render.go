@@ -157,7 +157,18 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	if blocked {
 		want = denied
 	}
-	addDecisionFields(v, rs, slots, want)
+	// A denial that work lifts (a proof-of-work challenge: no wait of its
+	// own) is pointless beside one that only time lifts: the client would
+	// solve for nothing, then wait anyway. Its fields and problem members
+	// are left out; the policy is still named as violated.
+	hard := false
+	for _, c := range rs.policies {
+		if s := &slots[c.slot]; !c.Shadow && (s.o == denied && s.d.RetryAfter > 0 || s.o == failedClosed) {
+			hard = true
+		}
+	}
+	lifted := func(s *slot) bool { return hard && s.o == denied && s.d.RetryAfter == 0 && s.d.Response != nil }
+	addDecisionFields(v, rs, slots, want, lifted)
 	if !blocked {
 		v.Allowed = true
 		return
@@ -187,7 +198,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	for _, c := range rs.policies {
 		if s := &slots[c.slot]; !c.Shadow && s.o == denied {
 			names = append(names, c.Name)
-			if r := s.d.Response; r != nil && r.Extension != "" {
+			if r := s.d.Response; r != nil && r.Extension != "" && !lifted(s) {
 				ext = append(ext, r.Extension)
 			}
 		}
@@ -199,7 +210,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	d = append(d, '.')
 	for _, c := range rs.policies {
 		s := &slots[c.slot]
-		if r := s.d.Response; !c.Shadow && s.o == denied && r != nil && r.Detail != "" && !bytes.Contains(d, []byte(r.Detail)) {
+		if r := s.d.Response; !c.Shadow && s.o == denied && r != nil && r.Detail != "" && !lifted(s) && !bytes.Contains(d, []byte(r.Detail)) {
 			d = append(d, ' ')
 			d = append(d, r.Detail...)
 		}
@@ -209,12 +220,12 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 }
 
 // addDecisionFields adds the header fields of the listed decisions whose
-// outcome is want; fields of one name from several policies are joined
+// outcome is want, except those skip drops; fields of one name from several policies are joined
 // into one list value, in policy order.
-func addDecisionFields(v *Verdict, rs *routeSet, slots []slot, want outcome) {
+func addDecisionFields(v *Verdict, rs *routeSet, slots []slot, want outcome, skip func(*slot) bool) {
 	field := func(c member) Field {
 		s := &slots[c.slot]
-		if c.Shadow || s.o != want || s.d.Response == nil {
+		if c.Shadow || s.o != want || s.d.Response == nil || skip(s) {
 			return Field{}
 		}
 		return s.d.Response.Field

@@ -194,6 +194,7 @@ func (g *Gate) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Deci
 			// proof then stays spent if the decision is refunded.)
 			d.Response = paidWith(id)
 		}
+		d.Reason = ReasonPaid
 		return d, nil
 	}
 	pd, err := g.peek.Peek(ctx, req)
@@ -235,6 +236,7 @@ func (g *Gate) challenge(now time.Time, key string, pd edgelimit.Decision) edgel
 		Limit:     pd.Limit,
 		Window:    pd.Window,
 		Remaining: pd.Remaining,
+		Reason:    ReasonChallenged,
 		Response: &edgelimit.Response{
 			Field:     edgelimit.Field{Name: HeaderChallenge, Value: ch.Value},
 			Detail:    pow.ChallengeDetail,
@@ -327,6 +329,14 @@ func (g *Gate) debug(reason error) {
 		g.log.Debug("powgate: proof treated as absent", slog.String("policy", g.name), slog.String("reason", reason.Error()))
 	}
 }
+
+// The reasons a Gate's decisions give metrics and logs (Decision.Reason).
+const (
+	// ReasonChallenged: above the soft threshold, a proof is asked for.
+	ReasonChallenged = "soft-threshold"
+	// ReasonPaid: a proof of work paid for the request.
+	ReasonPaid = "proof-of-work"
+)
 
 // paidPrefix starts the value of the unnamed field that marks a decision a
 // proof paid for.
