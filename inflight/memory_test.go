@@ -18,3 +18,5 @@ func newMemory(t *testing.T) inflight.Store {
 func TestMemoryConformance(t *testing.T) {
 	storetest.Run(t, newMemory, storetest.Options{Churn: 200})
 }
+
+func TestMemoryEngine(t *testing.T) { storetest.RunEngine(t, newMemory) }

@@ -30,3 +30,14 @@ func TestConformance(t *testing.T) {
 		}, storetest.Options{})
 	})
 }
+
+// TestEngine runs in-flight policies through the engine and the net/http
+// middleware on dynalite and moto.
+func TestEngine(t *testing.T) {
+	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
+		storetest.RunEngine(t, func(t *testing.T) inflight.Store {
+			st, _ := newStore(t, s)
+			return st
+		})
+	})
+}
