@@ -2,8 +2,9 @@ package inflight
 
 import (
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -168,8 +169,9 @@ func (l *Limiter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.D
 		l.fill(&d, State{}, now, lease, false)
 		return d, nil
 	}
-	var id SlotID
-	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
+	var id SlotID // 128 bits from the runtime's ChaCha8: unique, never shown
+	binary.LittleEndian.PutUint64(id[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(id[8:], rand.Uint64())
 	expiry := now + int64(lease)
 	taken, st, err := l.store.TakeSlot(ctx, Take{Item: l.Item(req.Key), ID: id, Limit: limit, Now: now, Expiry: expiry})
 	if err != nil {
@@ -245,8 +247,8 @@ func (l *Limiter) Release(ctx context.Context, req edgelimit.Request, d edgelimi
 	if req.Key == "" {
 		return ErrNoKey
 	}
-	rctx, cancel := detach(ctx)
-	defer cancel()
+	rctx := detach(ctx)
+	defer rctx.stop()
 	if _, err := l.store.ReleaseSlot(rctx, l.Item(req.Key), id); err != nil {
 		return fmt.Errorf("inflight: policy %q: release: %w", l.name, err)
 	}
@@ -254,11 +256,69 @@ func (l *Limiter) Release(ctx context.Context, req edgelimit.Request, d edgelimi
 }
 
 // detach returns ctx without its cancellation but with its deadline, or
-// ReleaseTimeout from now when it has none.
-func detach(ctx context.Context) (context.Context, context.CancelFunc) {
-	c := context.WithoutCancel(ctx)
-	if dl, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(c, dl)
+// ReleaseTimeout from now when it has none. Like the engine's budget
+// context, it starts a timer only when a store waits on Done (the SDK
+// does; the memory store only asks Err), so that a release from memory
+// costs no timer.
+func detach(ctx context.Context) *releaseCtx {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(ReleaseTimeout)
 	}
-	return context.WithTimeout(c, ReleaseTimeout)
+	return &releaseCtx{parent: ctx, deadline: dl}
+}
+
+// releaseCtx carries its parent's values and deadline, not its
+// cancellation.
+type releaseCtx struct {
+	parent   context.Context
+	deadline time.Time
+
+	mu       sync.Mutex
+	inner    context.Context // context.WithDeadline(WithoutCancel(parent), deadline), once started
+	cancel   context.CancelFunc
+	canceled bool
+}
+
+func (c *releaseCtx) started() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inner == nil {
+		c.inner, c.cancel = context.WithDeadline(context.WithoutCancel(c.parent), c.deadline)
+		if c.canceled {
+			c.cancel()
+		}
+	}
+	return c.inner
+}
+
+func (c *releaseCtx) stop() {
+	c.mu.Lock()
+	c.canceled = true
+	cancel := c.cancel
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (c *releaseCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *releaseCtx) Done() <-chan struct{} { return c.started().Done() }
+
+func (c *releaseCtx) Value(key any) any { return c.parent.Value(key) }
+
+func (c *releaseCtx) Err() error {
+	c.mu.Lock()
+	inner, canceled := c.inner, c.canceled
+	c.mu.Unlock()
+	switch {
+	case inner != nil:
+		return inner.Err()
+	case canceled:
+		return context.Canceled
+	case !time.Now().Before(c.deadline):
+		return context.DeadlineExceeded
+	}
+	return nil
 }

@@ -20,7 +20,10 @@ var t0 = time.Unix(1_700_000_000, 0)
 func TestRoundTrips(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
 		store, counter := newStore(t, s)
-		clock := limitertest.NewClock(t0)
+		// An instant between milliseconds, as real ones are (a regression
+		// test: the item once kept leases rounded up to the millisecond,
+		// and every take paid a second write to extend expires_at).
+		clock := limitertest.NewClock(t0.Add(1_234_567))
 		lim, err := inflight.New(inflight.Config{
 			Policy: &edgelimit.Policy{Name: "jobs", Strategy: inflight.Strategy, Limit: 2, Window: time.Minute},
 			Store:  store, Now: clock.Now,

@@ -10,7 +10,7 @@
 //
 //	pk          S  "if#<policy>#<keyhash>"
 //	n           N  the number of holders in the item (live or not)
-//	h_<slotid>  N  one per holder: its lease expiry, Unix milliseconds
+//	h_<slotid>  N  one per holder: its lease expiry, Unix nanoseconds
 //	expires_at  N  the latest lease expiry plus ExpiryMargin, Unix seconds
 //
 // A holder is live until its expiry. n counts the holders whether live or
@@ -65,7 +65,7 @@
 // Lease expiries are the deciding instance's clock: a holder counts as live
 // until the clock of the instance that asks passes its expiry, so the clock
 // skew between instances (milliseconds on Lambda) shortens or lengthens a
-// lease by as much. Expiries are rounded up to a millisecond. DynamoDB's
+// lease by as much. DynamoDB's
 // TTL deletes an item by its own clock after expires_at, which is at least
 // ExpiryMargin (default a minute) after every holder's expiry: never while
 // one is live.
@@ -188,16 +188,6 @@ const (
 
 func holderAttr(id inflight.SlotID) string { return holderPrefix + id.String() }
 
-// ceilMs converts Unix nanoseconds to milliseconds, rounding up, so that a
-// lease is never shorter than asked.
-func ceilMs(ns int64) int64 {
-	ms := ns / 1e6
-	if ns%1e6 > 0 {
-		ms++
-	}
-	return ms
-}
-
 func num(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
 }
@@ -220,7 +210,7 @@ func (s *Store) ttl(expiry int64) int64 {
 // holder is one holder read from an item.
 type holder struct {
 	attr   string
-	expiry int64 // Unix milliseconds, as stored
+	expiry int64 // Unix nanoseconds, as stored
 	raw    string
 }
 
@@ -264,7 +254,7 @@ func parse(item map[string]types.AttributeValue) (view, error) {
 func (v view) state(now int64) inflight.State {
 	var st inflight.State
 	for _, h := range v.holders {
-		if e := h.expiry * 1e6; e > now {
+		if e := h.expiry; e > now {
 			st.Live++
 			if st.Earliest == 0 || e < st.Earliest {
 				st.Earliest = e
@@ -278,7 +268,7 @@ func (v view) state(now int64) inflight.State {
 func (v view) latest() int64 {
 	var l int64
 	for _, h := range v.holders {
-		l = max(l, h.expiry*1e6)
+		l = max(l, h.expiry)
 	}
 	return l
 }
@@ -295,7 +285,7 @@ func (v view) has(attr string) bool {
 // TakeSlot implements inflight.Store.
 func (s *Store) TakeSlot(ctx context.Context, t inflight.Take) (bool, inflight.State, error) {
 	attr := holderAttr(t.ID)
-	exp := num(ceilMs(t.Expiry))
+	exp := num(t.Expiry)
 	ttl := num(s.ttl(t.Expiry))
 	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           s.table,
@@ -366,7 +356,7 @@ func (s *Store) reclaim(t inflight.Take, v view, attr string, exp, ttl types.Att
 	cond.WriteString("n = :n AND attribute_not_exists(#h)")
 	k := int64(0)
 	for _, h := range v.holders {
-		if h.expiry*1e6 > t.Now || k == maxReclaim {
+		if h.expiry > t.Now || k == maxReclaim {
 			continue
 		}
 		ks := strconv.FormatInt(k, 10)
@@ -410,7 +400,7 @@ func (s *Store) taken(ctx context.Context, t inflight.Take, after map[string]typ
 	}
 	st := v.state(t.Now)
 	if st.Live == 0 { // a server that returned nothing: at least this holder
-		st = inflight.State{Live: 1, Earliest: ceilMs(t.Expiry) * 1e6}
+		st = inflight.State{Live: 1, Earliest: t.Expiry}
 	}
 	if latest := v.latest(); latest > t.Expiry {
 		want := s.ttl(latest)

@@ -41,3 +41,7 @@ func TestEngine(t *testing.T) {
 		})
 	})
 }
+
+func newBenchStore(client dynamostore.API, table string) (*dynamostore.Store, error) {
+	return dynamostore.New(dynamostore.Config{Client: client, Table: table})
+}

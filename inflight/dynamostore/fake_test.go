@@ -118,7 +118,7 @@ func TestCleanupAfterAnUnknownOutcome(t *testing.T) {
 // ErrContention, a store failure, not a denial and not a loop.
 func TestContentionBounded(t *testing.T) {
 	f := &fake{t: t}
-	expired := &types.AttributeValueMemberN{Value: "1"} // 1 ms after the epoch: long expired
+	expired := &types.AttributeValueMemberN{Value: "1"} // 1 ns after the epoch: long expired
 	f.update = func(int, *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
 		return nil, &types.ConditionalCheckFailedException{Item: map[string]types.AttributeValue{
 			"pk":  &types.AttributeValueMemberS{Value: "if#speech#k"},

@@ -64,7 +64,7 @@ func TestItem(t *testing.T) {
 		want := map[string]string{
 			"pk":               pk,
 			"n":                "1",
-			"h_" + id.String(): strconv.FormatInt(t0.Add(crashLease).UnixMilli(), 10),
+			"h_" + id.String(): strconv.FormatInt(t0.Add(crashLease).UnixNano(), 10),
 			"expires_at":       strconv.FormatInt(t0.Add(crashLease+dynamostore.DefaultExpiryMargin).Unix(), 10),
 		}
 		if len(item) != len(want) {
@@ -107,7 +107,7 @@ func TestDriftRepaired(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		live := strconv.FormatInt(t0.Add(time.Minute).UnixMilli(), 10)
+		live := strconv.FormatInt(t0.Add(time.Minute).UnixNano(), 10)
 		_, err = client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{
 			"pk":  &types.AttributeValueMemberS{Value: "if#speech#k"},
 			"n":   &types.AttributeValueMemberN{Value: "7"},
