@@ -111,9 +111,9 @@ func New(cfg Config) (*Limiter, error) {
 // the limit (q) and the lease (w).
 func (l *Limiter) Quota() (int64, time.Duration) { return l.limit, l.lease }
 
-// Item returns the name of key's item in the store: "if#<policy>#<key>",
+// item returns the name of key's item in the store: "if#<policy>#<key>",
 // key being the engine's keyed hash of the client key.
-func (l *Limiter) Item(key string) string { return l.prefix + key }
+func (l *Limiter) item(key string) string { return l.prefix + key }
 
 // now is the decision instant, Unix nanoseconds.
 func (l *Limiter) now(req edgelimit.Request) int64 {
@@ -173,7 +173,7 @@ func (l *Limiter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.D
 	binary.LittleEndian.PutUint64(id[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(id[8:], rand.Uint64())
 	expiry := now + int64(lease)
-	taken, st, err := l.store.TakeSlot(ctx, Take{Item: l.Item(req.Key), ID: id, Limit: limit, Now: now, Expiry: expiry})
+	taken, st, err := l.store.TakeSlot(ctx, Take{Item: l.item(req.Key), ID: id, Limit: limit, Now: now, Expiry: expiry})
 	if err != nil {
 		return edgelimit.Decision{}, fmt.Errorf("inflight: policy %q: take: %w", l.name, err)
 	}
@@ -211,7 +211,7 @@ func (l *Limiter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.De
 		l.fill(&d, State{}, now, lease, false)
 		return d, nil
 	}
-	st, err := l.store.Slots(ctx, l.Item(req.Key), now)
+	st, err := l.store.Slots(ctx, l.item(req.Key), now)
 	if err != nil {
 		return edgelimit.Decision{}, fmt.Errorf("inflight: policy %q: read: %w", l.name, err)
 	}
@@ -249,7 +249,7 @@ func (l *Limiter) Release(ctx context.Context, req edgelimit.Request, d edgelimi
 	}
 	rctx := detach(ctx)
 	defer rctx.stop()
-	if _, err := l.store.ReleaseSlot(rctx, l.Item(req.Key), id); err != nil {
+	if _, err := l.store.ReleaseSlot(rctx, l.item(req.Key), id); err != nil {
 		return fmt.Errorf("inflight: policy %q: release: %w", l.name, err)
 	}
 	return nil

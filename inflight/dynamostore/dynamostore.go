@@ -396,7 +396,10 @@ func (s *Store) reclaim(t inflight.Take, v view, attr string, exp, ttl types.Att
 func (s *Store) taken(ctx context.Context, t inflight.Take, after map[string]types.AttributeValue) (bool, inflight.State, error) {
 	v, err := parse(after)
 	if err != nil {
-		return true, inflight.State{}, fmt.Errorf("dynamostore: item %q: %w", t.Item, err)
+		// An item this store did not write: give the slot back rather
+		// than report a take the caller will not release.
+		_, _ = s.ReleaseSlot(ctx, t.Item, t.ID)
+		return false, inflight.State{}, fmt.Errorf("dynamostore: item %q: %w", t.Item, err)
 	}
 	st := v.state(t.Now)
 	if st.Live == 0 { // a server that returned nothing: at least this holder
