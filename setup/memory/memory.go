@@ -7,6 +7,7 @@ package memory
 import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/setup"
 )
@@ -37,5 +38,23 @@ func (kv) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limite
 	store := kvbucket.NewMemory(kvbucket.MemoryConfig{Now: env.Now})
 	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
 		return kvbucket.New(kvbucket.Config{Policy: p, KV: store, Now: env.Now})
+	}, nil
+}
+
+// InFlight returns the backend of inflight policies on one in-memory store
+// of slots.
+func InFlight() setup.Backend { return inFlight{} }
+
+type inFlight struct{}
+
+func (inFlight) Strategy() *edgelimit.Strategy { return inflight.Strategy }
+
+func (inFlight) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+	store, err := inflight.NewMemoryStore(inflight.MemoryConfig{})
+	if err != nil {
+		return nil, err
+	}
+	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		return inflight.New(inflight.Config{Policy: p, Store: store, Now: env.Now})
 	}, nil
 }
