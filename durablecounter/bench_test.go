@@ -81,7 +81,7 @@ func BenchmarkAllowMemory(b *testing.B) {
 				}
 				c, err := durablecounter.New(durablecounter.Config{
 					Policy: benchPolicy("bench", alg, window),
-					Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+					Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 					Now:    now,
 				})
 				if err != nil {
@@ -109,7 +109,7 @@ func BenchmarkAllowMemoryShards(b *testing.B) {
 		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
 			c, err := durablecounter.New(durablecounter.Config{
 				Policy: benchPolicy("bench", string(durablecounter.FixedWindow), time.Hour),
-				Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{Shards: shards}),
+				Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{Shards: shards}),
 				Now:    func() time.Time { return time.Unix(1_700_000_000, 0) },
 			})
 			if err != nil {
@@ -131,7 +131,7 @@ func BenchmarkDenyCache(b *testing.B) {
 		b.Run(alg, func(b *testing.B) {
 			c, err := durablecounter.New(durablecounter.Config{
 				Policy: &edgelimit.Policy{Name: "deny", Limit: 1, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: true}},
-				Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+				Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 				Now:    func() time.Time { return time.Unix(1_700_000_000, 0) },
 				// room for every key
 				DenyCacheSize: 2 * len(benchKeys),
@@ -160,7 +160,7 @@ func BenchmarkDenyCache(b *testing.B) {
 
 // BenchmarkAllowBatchMemory measures AllowBatch of two policies.
 func BenchmarkAllowBatchMemory(b *testing.B) {
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	now := func() time.Time { return time.Unix(1_700_000_000, 0) }
 	mk := func(name string) *durablecounter.Counter {
 		c, err := durablecounter.New(durablecounter.Config{
@@ -226,7 +226,7 @@ func BenchmarkPeekMemory(b *testing.B) {
 		b.Run(alg, func(b *testing.B) {
 			now := time.Unix(1_700_000_000, 0)
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: benchPolicy("peek", alg, time.Hour), Store: durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+				Policy: benchPolicy("peek", alg, time.Hour), Store: durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 				Now: func() time.Time { return now },
 			})
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
@@ -34,7 +35,7 @@ func TestDynamoCallsPerDecision(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
 		t.Parallel()
 		client, table, calls := ddbtest.Table(t, s)
-		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +145,7 @@ func TestDynamoCallsRefundAndBatch(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
 		t.Parallel()
 		client, table, calls := ddbtest.Table(t, s)
-		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +290,7 @@ func TestReadThenWriteContention(t *testing.T) {
 				return ok, false, err
 			}))
 		}
-		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -371,7 +372,7 @@ func TestDenyCacheExpiryAsksOnce(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
 		t.Parallel()
 		client, table, calls := ddbtest.Table(t, s)
-		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,7 +440,7 @@ func TestDynamoCallsPerPeek(t *testing.T) {
 			t.Run(alg, func(t *testing.T) {
 				p := &edgelimit.Policy{Name: "peek", Limit: 2, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: true}}
 				instance := func(p *edgelimit.Policy) *durablecounter.Counter {
-					store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+					store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -76,22 +77,22 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-func TestNewDynamoStoreValidates(t *testing.T) {
+func TestDynamoStoreNewValidates(t *testing.T) {
 	f := &fakeDynamo{t: t}
-	for _, cfg := range []durablecounter.DynamoConfig{
+	for _, cfg := range []dynamostore.Config{
 		{Table: "t"},
 		{Client: f},
 		{Client: f, Table: "t", ExpiryMargin: -time.Second},
 		{Client: f, Table: "t", Transactions: 9},
 	} {
-		if _, err := durablecounter.NewDynamoStore(cfg); !errors.Is(err, durablecounter.ErrConfig) {
-			t.Errorf("NewDynamoStore(%+v) = %v, want ErrConfig", cfg, err)
+		if _, err := dynamostore.New(cfg); !errors.Is(err, durablecounter.ErrConfig) {
+			t.Errorf("dynamostore.New(%+v) = %v, want ErrConfig", cfg, err)
 		}
 	}
 }
 
 func TestEmptyKey(t *testing.T) {
-	c := newCounter(t, durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}), "p", 5, time.Minute)
+	c := newCounter(t, durablecounter.NewMemory(durablecounter.MemoryConfig{}), "p", 5, time.Minute)
 	if _, err := c.Allow(context.Background(), edgelimit.Request{}); !errors.Is(err, durablecounter.ErrNoKey) {
 		t.Errorf("Allow(no key) = %v, want ErrNoKey", err)
 	}
@@ -107,7 +108,7 @@ func TestEmptyKey(t *testing.T) {
 // request's At (the engine reads the instant once for every policy of a
 // request); one with Config.Now uses its clock, whatever At says.
 func TestRequestAt(t *testing.T) {
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	p := &edgelimit.Policy{Name: "at", Limit: 1, Window: time.Minute}
 	free, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store})
 	if err != nil {
@@ -140,8 +141,8 @@ func TestRequestAt(t *testing.T) {
 }
 
 func TestBatchMisuse(t *testing.T) {
-	s1 := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
-	s2 := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	s1 := durablecounter.NewMemory(durablecounter.MemoryConfig{})
+	s2 := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	a, b, other := newCounter(t, s1, "a", 5, time.Minute), newCounter(t, s1, "b", 5, time.Minute), newCounter(t, s2, "c", 5, time.Minute)
 	if a.BatchKey() != b.BatchKey() || a.BatchKey() == other.BatchKey() || a.BatchKey() == "" {
 		t.Errorf("BatchKeys %q, %q, %q: want equal for one store, different for another", a.BatchKey(), b.BatchKey(), other.BatchKey())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
@@ -25,11 +26,11 @@ func TestDenialExplainsItself(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
 		t.Parallel()
 		client, table, calls := ddbtest.Table(t, s)
-		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}
-		mem := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+		mem := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 		for _, alg := range allAlgorithms {
 			clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Minute).Add(90 * time.Second))
 			p := &edgelimit.Policy{Name: "explain-" + alg, Limit: 5, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}}
@@ -88,7 +89,7 @@ func TestDenialReadFails(t *testing.T) {
 				},
 			}
 			f.t = t
-			store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: f, Table: "tbl"})
+			store, err := dynamostore.New(dynamostore.Config{Client: f, Table: "tbl"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +134,7 @@ func TestTwoInstances(t *testing.T) {
 			p := &edgelimit.Policy{Name: "two-" + alg, Limit: 6, Window: 10 * time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}}
 			var instances [2]*durablecounter.Counter
 			for i := range instances {
-				store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+				store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -141,7 +142,7 @@ func TestTwoInstances(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ref, err := durablecounter.New(durablecounter.Config{Policy: p, Store: durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}), Now: clock.Now})
+			ref, err := durablecounter.New(durablecounter.Config{Policy: p, Store: durablecounter.NewMemory(durablecounter.MemoryConfig{}), Now: clock.Now})
 			if err != nil {
 				t.Fatal(err)
 			}

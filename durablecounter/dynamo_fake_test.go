@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 )
 
@@ -87,10 +88,10 @@ var (
 	pk0 = "fw#paid#k#1699999200"
 )
 
-func fakeCounter(t *testing.T, f *fakeDynamo, limit int64, mode durablecounter.TransactionMode) (*durablecounter.Counter, *durablecounter.DynamoStore) {
+func fakeCounter(t *testing.T, f *fakeDynamo, limit int64, mode dynamostore.TransactionMode) (*durablecounter.Counter, *dynamostore.Store) {
 	t.Helper()
 	f.t = t
-	store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: f, Table: "tbl", Transactions: mode})
+	store, err := dynamostore.New(dynamostore.Config{Client: f, Table: "tbl", Transactions: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestUpdateItemRequest(t *testing.T) {
 				got = in
 				return updated(tc.cost)
 			}}
-			c, _ := fakeCounter(t, f, 10, durablecounter.TransactionsAuto)
+			c, _ := fakeCounter(t, f, 10, dynamostore.TransactionsAuto)
 			if _, err := c.Allow(context.Background(), edgelimit.Request{Key: "k", Cost: tc.cost}); err != nil {
 				t.Fatal(err)
 			}
@@ -191,7 +192,7 @@ func TestSubSecondWindowKey(t *testing.T) {
 		pk = pkOf(in.Key)
 		return updated(1)
 	}}
-	store, _ := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: f, Table: "tbl"})
+	store, _ := dynamostore.New(dynamostore.Config{Client: f, Table: "tbl"})
 	c := newCounter(t, store, "fast", 5, 1500*time.Millisecond)
 	if _, err := c.Allow(context.Background(), edgelimit.Request{Key: "k"}); err != nil {
 		t.Fatal(err)
@@ -241,7 +242,7 @@ func TestDenialWithoutOldItem(t *testing.T) {
 				},
 				get: tc.read,
 			}
-			c, _ := fakeCounter(t, f, 10, durablecounter.TransactionsAuto)
+			c, _ := fakeCounter(t, f, 10, dynamostore.TransactionsAuto)
 			d, err := c.Allow(context.Background(), edgelimit.Request{Key: "k", Cost: tc.cost})
 			if err != nil {
 				t.Fatalf("Allow: %v", err)
@@ -262,7 +263,7 @@ func TestDenialWithOldItem(t *testing.T) {
 	f := &fakeDynamo{update: func(context.Context, *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
 		return nil, conditionFailed(item(9, 1_700_002_860))
 	}}
-	c, _ := fakeCounter(t, f, 10, durablecounter.TransactionsAuto)
+	c, _ := fakeCounter(t, f, 10, dynamostore.TransactionsAuto)
 	d, err := c.Allow(context.Background(), edgelimit.Request{Key: "k", Cost: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +331,7 @@ func TestStoreErrors(t *testing.T) {
 				<-ctx.Done() // a hung server: only the context ends the call
 				return nil, ctx.Err()
 			}}
-			c, _ := fakeCounter(t, f, 10, durablecounter.TransactionsAuto)
+			c, _ := fakeCounter(t, f, 10, dynamostore.TransactionsAuto)
 			ctx, cancel := context.Background(), context.CancelFunc(func() {})
 			if tc.ctx != nil {
 				ctx, cancel = tc.ctx()
@@ -382,7 +383,7 @@ func TestHungServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: "tbl"})
+	store, err := dynamostore.New(dynamostore.Config{Client: client, Table: "tbl"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +399,7 @@ func TestMalformedReply(t *testing.T) {
 	f := &fakeDynamo{update: func(context.Context, *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
 		return &dynamodb.UpdateItemOutput{}, nil // no attributes
 	}}
-	c, _ := fakeCounter(t, f, 10, durablecounter.TransactionsAuto)
+	c, _ := fakeCounter(t, f, 10, dynamostore.TransactionsAuto)
 	if d, err := c.Allow(context.Background(), edgelimit.Request{Key: "k"}); err == nil {
 		t.Errorf("Allow with a reply without n = %+v, nil; want an error", d)
 	}
@@ -416,7 +417,7 @@ func TestRefundRequest(t *testing.T) {
 		refunds++
 		return &dynamodb.UpdateItemOutput{}, fail
 	}}
-	c, _ := fakeCounter(t, f, 10, durablecounter.TransactionsAuto)
+	c, _ := fakeCounter(t, f, 10, dynamostore.TransactionsAuto)
 	req := edgelimit.Request{Key: "k", Cost: 2}
 	d, err := c.Allow(context.Background(), req)
 	if err != nil || !d.Allowed {
@@ -461,7 +462,7 @@ func TestRefundRequest(t *testing.T) {
 }
 
 // batchPair returns two Counters on one fake store.
-func batchPair(t *testing.T, f *fakeDynamo, mode durablecounter.TransactionMode) (a, b *durablecounter.Counter) {
+func batchPair(t *testing.T, f *fakeDynamo, mode dynamostore.TransactionMode) (a, b *durablecounter.Counter) {
 	t.Helper()
 	a, store := fakeCounter(t, f, 10, mode)
 	return a, newCounter(t, store, "burst", 2, time.Hour)
@@ -515,7 +516,7 @@ func TestTransactionDenied(t *testing.T) {
 			return countsReply(in, map[string]int64{pk0: 4}), nil
 		},
 	}
-	a, b := batchPair(t, f, durablecounter.TransactionsAuto)
+	a, b := batchPair(t, f, dynamostore.TransactionsAuto)
 	ds, err := a.AllowBatch(context.Background(), batchOf(a, b))
 	if err != nil {
 		t.Fatal(err)
@@ -544,7 +545,7 @@ func TestTransactionConflictRetried(t *testing.T) {
 			return countsReply(in, map[string]int64{pk0: 1, "fw#burst#k#1699999200": 1}), nil
 		},
 	}
-	a, b := batchPair(t, f, durablecounter.TransactionsAuto)
+	a, b := batchPair(t, f, dynamostore.TransactionsAuto)
 	ds, err := a.AllowBatch(context.Background(), batchOf(a, b))
 	if err != nil {
 		t.Fatal(err)
@@ -568,7 +569,7 @@ func TestTransactionsUnsupported(t *testing.T) {
 	}
 	t.Run("auto falls back once and for all", func(t *testing.T) {
 		f := newFake()
-		a, b := batchPair(t, f, durablecounter.TransactionsAuto)
+		a, b := batchPair(t, f, dynamostore.TransactionsAuto)
 		for range 2 {
 			ds, err := a.AllowBatch(context.Background(), batchOf(a, b))
 			if err != nil || !ds[0].Allowed || !ds[1].Allowed {
@@ -581,7 +582,7 @@ func TestTransactionsUnsupported(t *testing.T) {
 	})
 	t.Run("required fails", func(t *testing.T) {
 		f := newFake()
-		a, b := batchPair(t, f, durablecounter.TransactionsRequired)
+		a, b := batchPair(t, f, dynamostore.TransactionsRequired)
 		if _, err := a.AllowBatch(context.Background(), batchOf(a, b)); !errors.Is(err, durablecounter.ErrNoTransactions) {
 			t.Errorf("AllowBatch = %v, want ErrNoTransactions", err)
 		}
@@ -606,7 +607,7 @@ func TestSequentialBatchCompensates(t *testing.T) {
 			return &dynamodb.GetItemOutput{Item: item(2, 1_700_002_860)}, nil
 		},
 	}
-	a, b := batchPair(t, f, durablecounter.TransactionsOff)
+	a, b := batchPair(t, f, dynamostore.TransactionsOff)
 	ds, err := a.AllowBatch(context.Background(), batchOf(a, b))
 	if err != nil {
 		t.Fatal(err)
@@ -633,7 +634,7 @@ func TestCommittedBatchWithFailedRead(t *testing.T) {
 			return nil, errors.New("connection reset")
 		},
 	}
-	a, b := batchPair(t, f, durablecounter.TransactionsAuto)
+	a, b := batchPair(t, f, dynamostore.TransactionsAuto)
 	ds, err := a.AllowBatch(context.Background(), batchOf(a, b))
 	if err != nil {
 		t.Fatalf("AllowBatch after a committed transaction = %v; the units are spent, so the decisions must stand", err)
@@ -672,7 +673,7 @@ func TestTransactionDeniedJudgesOnlyUnevaluated(t *testing.T) {
 					return countsReply(in, map[string]int64{pk0: tc.readCount, pkBurst: 2}), nil
 				},
 			}
-			a, b := batchPair(t, f, durablecounter.TransactionsAuto)
+			a, b := batchPair(t, f, dynamostore.TransactionsAuto)
 			ds, err := a.AllowBatch(context.Background(), batchOf(a, b))
 			if err != nil {
 				t.Fatal(err)
@@ -727,7 +728,7 @@ func TestUpdateExpressions(t *testing.T) {
 				return &dynamodb.UpdateItemOutput{Attributes: tc.reply}, nil
 			}}
 			f.t = t
-			store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: f, Table: "tbl"})
+			store, err := dynamostore.New(dynamostore.Config{Client: f, Table: "tbl"})
 			if err != nil {
 				t.Fatal(err)
 			}
