@@ -8,7 +8,6 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
-	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -74,20 +73,6 @@ func TestNewValidates(t *testing.T) {
 				t.Errorf("New = %v, %v; want error %v", c, err, tc.want)
 			}
 		})
-	}
-}
-
-func TestDynamoStoreNewValidates(t *testing.T) {
-	f := &fakeDynamo{t: t}
-	for _, cfg := range []dynamostore.Config{
-		{Table: "t"},
-		{Client: f},
-		{Client: f, Table: "t", ExpiryMargin: -time.Second},
-		{Client: f, Table: "t", Transactions: 9},
-	} {
-		if _, err := dynamostore.New(cfg); !errors.Is(err, durablecounter.ErrConfig) {
-			t.Errorf("dynamostore.New(%+v) = %v, want ErrConfig", cfg, err)
-		}
 	}
 }
 
@@ -184,4 +169,20 @@ func opts(p *edgelimit.Policy) *durablecounter.Options {
 		p.Options = &durablecounter.Options{}
 	}
 	return p.Options.(*durablecounter.Options)
+}
+
+// t0 is a fixed instant; its 1h window starts at 1699999200 and ends at 1700002800.
+var t0 = time.Unix(1_700_000_000, 0)
+
+func newCounter(t *testing.T, store durablecounter.Store, name string, limit int64, window time.Duration) *durablecounter.Counter {
+	t.Helper()
+	c, err := durablecounter.New(durablecounter.Config{
+		Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: window},
+		Store:  store,
+		Now:    func() time.Time { return t0 },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

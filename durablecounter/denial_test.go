@@ -2,12 +2,9 @@ package durablecounter_test
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
@@ -70,48 +67,6 @@ func TestDenialExplainsItself(t *testing.T) {
 			}
 		}
 	})
-}
-
-// TestDenialReadFails: when the failed condition came without the old item
-// and the read after it fails, an exact algorithm (fixed window) still
-// denies, with the quota unknown; the others, whose condition may also fail
-// because this instance's view is out of date, report the store error (the
-// engine applies on_store_error) rather than guess.
-func TestDenialReadFails(t *testing.T) {
-	for _, alg := range allAlgorithms {
-		t.Run(alg, func(t *testing.T) {
-			f := &fakeDynamo{
-				update: func(context.Context, *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
-					return nil, conditionFailed(nil) // dynalite: no ALL_OLD
-				},
-				get: func(context.Context, *dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error) {
-					return nil, errors.New("connection reset")
-				},
-			}
-			f.t = t
-			store, err := dynamostore.New(dynamostore.Config{Client: f, Table: "tbl"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "p", Limit: 10, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}},
-				Store:  store, Now: func() time.Time { return t0 },
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := c.Allow(context.Background(), edgelimit.Request{Key: "k", Cost: 3})
-			if alg == string(durablecounter.FixedWindow) {
-				if err != nil || d.Allowed || d.Remaining != 0 {
-					t.Errorf("Allow = %+v, %v; want a denial with Remaining 0", d, err)
-				}
-				return
-			}
-			if err == nil {
-				t.Errorf("Allow = %+v, nil; want the read's error", d)
-			}
-		})
-	}
 }
 
 // TestTwoInstances: two Lambda instances (two DynamoStores, each with its

@@ -168,8 +168,11 @@
 // name every violated policy (a member whose condition failed only for an
 // out-of-date view is retried, not reported), and a BatchGetItem reads the
 // states the headers need (a transaction returns no values): two calls. A
-// transaction cancelled only by conflicts with other transactions is
-// retried, within the engine's time budget and at most 4 times in all.
+// transaction cancelled although every member fits (its condition failed
+// only for an out-of-date view, or another transaction held its item) is
+// sent again with the views the cancellation corrected: one retry decision
+// for both causes, within the engine's time budget and at most 32
+// transactions, then ErrContention.
 //
 // # Deny cache
 //
