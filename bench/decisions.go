@@ -238,14 +238,14 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 			add(microLimiter{name: name, group: "edgelimit", unavailable: "policy: " + err.Error()})
 			continue
 		}
-		c, err := durablecounter.New(durablecounter.Config{Policy: p, Store: durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})})
+		c, err := durablecounter.New(durablecounter.Config{Policy: p, Store: durablecounter.NewMemory(durablecounter.MemoryConfig{})})
 		if err != nil {
 			add(microLimiter{name: name, group: "edgelimit", unavailable: err.Error()})
 			continue
 		}
 		add(microLimiter{
 			name: name, group: "edgelimit",
-			setup: "durablecounter.Counter on a MemoryStore, limit " + map[bool]string{true: "20,000", false: "10^12"}[alg == string(durablecounter.SlidingLog)] + " per hour, time.Now",
+			setup: "durablecounter.Counter on a durablecounter.Memory, limit " + map[bool]string{true: "20,000", false: "10^12"}[alg == string(durablecounter.SlidingLog)] + " per hour, time.Now",
 			allow: func(ctx context.Context, i int) bool {
 				d, err := c.Allow(ctx, edgelimit.Request{Key: reqKeys[i]})
 				return err == nil && d.Allowed
@@ -322,7 +322,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		if err != nil {
 			return nil, err
 		}
-		store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+		store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 		eng, err := edgelimit.New(edgelimit.Config{
 			Policies:   pf,
 			HashSecret: benchSecret,
@@ -356,7 +356,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		if err != nil {
 			return nil, err
 		}
-		store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+		store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 		eng, err := edgelimit.New(edgelimit.Config{
 			Policies:   pf,
 			HashSecret: benchSecret,

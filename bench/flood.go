@@ -307,7 +307,7 @@ func available(spec phaseSpec) string {
 	if err != nil {
 		return err.Error()
 	}
-	if _, err := durablecounter.New(durablecounter.Config{Policy: p, Store: durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})}); err != nil {
+	if _, err := durablecounter.New(durablecounter.Config{Policy: p, Store: durablecounter.NewMemory(durablecounter.MemoryConfig{})}); err != nil {
 		return err.Error()
 	}
 	return ""

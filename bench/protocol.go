@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 )
 
@@ -137,7 +138,7 @@ type protoServer struct {
 	name   string
 	client *dynamodb.Client
 	table  string
-	store  *durablecounter.DynamoStore
+	store  *dynamostore.Store
 	now    func() time.Time
 }
 
@@ -154,7 +155,7 @@ func newProtoServer(ctx context.Context, name, endpoint string, now func() time.
 	if err := ddb.CreateTable(ctx, client, table); err != nil {
 		return nil, err
 	}
-	store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+	store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 	if err != nil {
 		return nil, err
 	}

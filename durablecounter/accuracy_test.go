@@ -77,7 +77,7 @@ func measureAccuracy(tb testing.TB, alg string, trace []arrival, clients int, li
 	clock := limitertest.NewClock(limitertest.T0)
 	c, err := durablecounter.New(durablecounter.Config{
 		Policy: &edgelimit.Policy{Name: "acc", Limit: limit, Window: window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}},
-		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    clock.Now,
 	})
 	if err != nil {

@@ -3,17 +3,19 @@ package durablecounter
 import (
 	"encoding/binary"
 	"math/bits"
-	"strconv"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"iter"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/durablecounter/internal/wire"
 )
 
 // algorithm is one counting algorithm (one file each). It defines the state
 // of an item, decides requests against it, and says how a DynamoDB
-// conditional update expresses that decision. The stores and the Counter do
+// conditional update expresses that decision, without any SDK type (a
+// wire.Update: expression strings, names, numbers), and reads an item back
+// through a wire.Item. The stores and the Counter do
 // the rest; the same pure methods decide on both stores and in the deny
 // cache, which is what makes their semantics identical.
 //
@@ -74,10 +76,10 @@ type algorithm interface {
 	// to the instant it decided at, and u.rc to the receipt the write
 	// guarantees without its reply (a transaction returns none); with u.tx
 	// set it may add conditions that make that receipt exact.
-	update(view state, t, cost int64, margin time.Duration, u *ddbUpdate)
+	update(view state, t, cost int64, margin time.Duration, u *condUpdate)
 	// decode reads an item (from ALL_NEW, ALL_OLD or a read) into a state;
 	// an empty item is the zero state.
-	decode(item map[string]types.AttributeValue, now int64) (state, error)
+	decode(item wire.Item, now int64) (state, error)
 	// refundUpdate fills u with the guarded update that undoes the
 	// spending rc records, as of tr, or reports false when there is nothing
 	// (left) to give back. seen is nil on the first attempt, else the state
@@ -85,7 +87,7 @@ type algorithm interface {
 	// from 1. Each algorithm's guard fails only when nothing is left to
 	// give back, or (gcra) when a concurrent refund changed what is left,
 	// and then the next attempt's update is computed from seen.
-	refundUpdate(rc edgelimit.Receipt, seen *state, attempt int, tr, cost int64, u *ddbUpdate) bool
+	refundUpdate(rc edgelimit.Receipt, seen *state, attempt int, tr, cost int64, u *condUpdate) bool
 	// refundRetries: refundUpdate's guard can fail for a concurrent refund,
 	// not only when nothing is left to give back (gcra), so a failure is
 	// followed by another attempt with the state it showed.
@@ -97,7 +99,7 @@ type algorithm interface {
 	// exact: the condition is exactly "fits", so a failure proves a denial
 	// and a read after it only fills the headers (fixed window).
 	exact() bool
-	// needsView: update uses the view, so the DynamoStore caches the last
+	// needsView: update uses the view, so the remote store caches the last
 	// state it saw of each item.
 	needsView() bool
 }
@@ -117,7 +119,7 @@ const (
 )
 
 // state is one item's state as an algorithm sees it: decoded from a
-// DynamoDB item, held by the MemoryStore, or cached. Its fields mean what
+// DynamoDB item, held by the Memory store, or cached. Its fields mean what
 // its algorithm says; the zero state is an absent item.
 type state struct {
 	// exists: the item is stored.
@@ -157,12 +159,11 @@ type bucket struct {
 	ms, units int64
 }
 
-// ddbUpdate is one conditional UpdateItem (or one Update of a transaction).
-type ddbUpdate struct {
-	update, cond string
-	names        map[string]string
-	values       map[string]types.AttributeValue
-	ret          types.ReturnValue
+// condUpdate is one conditional update (or one member of a transaction)
+// as an algorithm builds it: the update itself, SDK-free, and what the
+// protocol needs to know about it.
+type condUpdate struct {
+	wire.Update
 	// readOnly: the request can never fit (cost above capacity); read the
 	// state for the headers instead of writing.
 	readOnly bool
@@ -172,20 +173,6 @@ type ddbUpdate struct {
 	// write guarantees without its reply.
 	at int64
 	rc edgelimit.Receipt
-}
-
-func (u *ddbUpdate) name(placeholder, attr string) {
-	if u.names == nil {
-		u.names = make(map[string]string, 4)
-	}
-	u.names[placeholder] = attr
-}
-
-func (u *ddbUpdate) value(placeholder string, v int64) {
-	if u.values == nil {
-		u.values = make(map[string]types.AttributeValue, 6)
-	}
-	u.values[placeholder] = num(v)
 }
 
 // floorDiv returns floor(a / b) for b > 0.
@@ -225,21 +212,21 @@ func expSec(ns int64) int64 {
 	return s
 }
 
-// attrInt reads a number attribute; ok is false when it is absent.
-func attrInt(item map[string]types.AttributeValue, name string) (int64, bool, error) {
-	v, ok := item[name]
-	if !ok {
+// attrInt reads a number attribute; ok is false when it is absent (or the
+// item is).
+func attrInt(item wire.Item, name string) (int64, bool, error) {
+	if item == nil {
 		return 0, false, nil
 	}
-	nv, ok := v.(*types.AttributeValueMemberN)
-	if !ok {
-		return 0, false, errNotNumber(name, v)
+	return item.Int(name)
+}
+
+// attrs yields the attribute names of item (none if it is nil).
+func attrs(item wire.Item) iter.Seq[string] {
+	if item == nil {
+		return func(func(string) bool) {}
 	}
-	n, err := strconv.ParseInt(nv.Value, 10, 64)
-	if err != nil {
-		return 0, false, errBadNumber(name, err)
-	}
-	return n, true, nil
+	return item.Attrs()
 }
 
 // denyNever fills the decision of a request that can never fit (cost above

@@ -1,10 +1,7 @@
 package durablecounter
 
 import (
-	"context"
 	"fmt"
-	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +20,7 @@ type Config struct {
 	// cache; default the Policy's Options (what its file said), else the
 	// zero Options.
 	Options *Options
-	// Store keeps the counts; default a MemoryStore shared by every Counter
+	// Store keeps the counts; default a Memory store shared by every Counter
 	// in the process built without a Store (so they can be batched).
 	Store Store
 	// Now is the Counter's clock. Without it the Counter decides at the
@@ -32,12 +29,21 @@ type Config struct {
 	Now func() time.Time
 	// DenyCacheSize bounds the Counter's deny cache (when the policy's
 	// DenyCache is on): entries, plus one per sliding-log bucket they hold;
-	// default 65,536.
+	// default DefaultDenyCacheSize.
 	DenyCacheSize int
 }
 
-// DefaultDenyCacheSize is Config.DenyCacheSize's default.
-const DefaultDenyCacheSize = 1 << 16
+// DefaultDenyCacheSize is Config.DenyCacheSize's default: 131,072, so that
+// 100,000 denied keys of a fixed window, sliding window or gcra policy fit
+// (the cache has 16 shards of 8,192; 100,000 keys put about 6,250 ± 80 in
+// each), where the 65,536 of before evicted a third of them. A full cache
+// holds about 29 MB of entries (measured: 16 maps of 8,192 entries of 112
+// bytes, with their slack) plus the keys it retains (24 bytes each for the
+// engine's hashed keys): about 32 MB per Counter at most, reached only when
+// that many distinct keys are denied within their retry windows; 100,000
+// entries hold 14 MB. A sliding log's entry weighs 1 plus its buckets (at
+// most 33), 16 bytes each, which the bound counts.
+const DefaultDenyCacheSize = 1 << 17
 
 // PeekFreshness is how long Peek answers "there is room" from what it last
 // read of an item instead of reading again (with the deny cache on). Peeks
@@ -110,7 +116,7 @@ type params struct {
 	burst  int64
 }
 
-var defaultStore = sync.OnceValue(func() *MemoryStore { return NewMemoryStore(MemoryConfig{}) })
+var defaultStore = sync.OnceValue(func() *Memory { return NewMemory(MemoryConfig{}) })
 
 // share returns shard i's part of total split over n shards.
 func share(total int64, n, i int) int64 {
@@ -208,12 +214,12 @@ func New(cfg Config) (*Counter, error) {
 }
 
 // Local returns the Counter's in-process twin: the same policy and clock on
-// a MemoryStore of its own. The engine uses it for a policy with
+// a Memory store of its own. The engine uses it for a policy with
 // on_store_error: local while the store fails, so that each instance still
 // holds the limit (at most the limit per instance, instead of everything).
 func (c *Counter) Local() (edgelimit.Limiter, error) {
 	cfg := c.cfg
-	cfg.Store = NewMemoryStore(MemoryConfig{})
+	cfg.Store = NewMemory(MemoryConfig{})
 	return New(cfg)
 }
 
@@ -272,501 +278,4 @@ func receiptOf(r *result, shard int) edgelimit.Receipt {
 	rc := r.rc
 	rc.Slot |= int64(shard)
 	return rc
-}
-
-// cached answers o from the deny cache when it proves a denial. held
-// reports an entry that does not prove it (the request may fit), expired
-// one whose time has passed.
-func (c *Counter) cached(o *op) (d edgelimit.Decision, denied, held, expired bool) {
-	if c.deny == nil {
-		return edgelimit.Decision{}, false, false, false
-	}
-	st, ok, expired := c.deny.lookup(o.id, o.t)
-	if !ok {
-		return edgelimit.Decision{}, false, false, expired
-	}
-	if o.alg.fits(st, o.t, o.cost) {
-		return edgelimit.Decision{}, false, true, false
-	}
-	return o.alg.decision(st, o.t, o.cost, false), true, true, false
-}
-
-// remember puts a state the store returned into the deny cache, a lower
-// bound of the stored state from then on: until a request of one unit
-// would fit it (a denial, or an admission that left nothing), else until
-// the denied request would fit, or (a batch member that fit, companion of
-// a denial) until the batch's denial expires.
-func (c *Counter) remember(o *op, r *result, until int64) {
-	if c.deny == nil || !r.known {
-		return
-	}
-	st := o.alg.compact(r.st, o.t)
-	switch {
-	case !o.alg.fits(st, o.t, 1):
-		until = o.t + int64(o.alg.decision(st, o.t, 1, false).RetryAfter)
-	case !r.ok:
-		until = o.t + int64(r.d.RetryAfter)
-	}
-	c.deny.put(o.id, st, o.t, until)
-}
-
-// Allow decides req: it spends req.Units() of the key's quota if they fit
-// and reports the quota left. A denial spends nothing. An error means the
-// store failed; the engine then applies the policy's on_store_error. An
-// allowed decision carries the Receipt that Refund needs to undo it.
-func (c *Counter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
-	if req.Key == "" {
-		return edgelimit.Decision{}, ErrNoKey
-	}
-	t, cost := c.instant(req), req.Units()
-	var d edgelimit.Decision
-	switch {
-	case c.limit == 0: // denied without asking the store
-		d = c.algs[0].decision(state{}, t, cost, false)
-	case len(c.algs) == 1:
-		var err error
-		if d, err = c.decide(ctx, req, 0, cost, t); err != nil {
-			return edgelimit.Decision{}, err
-		}
-	default:
-		var err error
-		if d, err = c.decideSharded(ctx, req, cost, t); err != nil {
-			return edgelimit.Decision{}, err
-		}
-	}
-	c.told(&d)
-	return d, nil
-}
-
-func (c *Counter) decide(ctx context.Context, req edgelimit.Request, shard int, cost, t int64) (edgelimit.Decision, error) {
-	o := c.op(shard, req.Key, cost, t)
-	d, denied, held, expired := c.cached(&o)
-	if denied {
-		return d, nil
-	}
-	if expired {
-		// The key was denied until just now: one request asks the store,
-		// the others wait for its answer and look again, so a flood costs
-		// one store call per expiry, not one per request in flight.
-		wait, leader := c.refresh.join(o.id)
-		if !leader {
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				return edgelimit.Decision{}, fmt.Errorf("durablecounter: waiting for %q: %w", o.id.pk(), ctx.Err())
-			}
-			o = c.op(shard, req.Key, cost, c.later(req, t))
-			if d, denied, held, _ = c.cached(&o); denied {
-				return d, nil
-			}
-		} else {
-			defer c.refresh.done(o.id, wait)
-			// A leader that finished between our lookup and our join
-			// may have refreshed the entry already.
-			if d, denied, held, _ = c.cached(&o); denied {
-				return d, nil
-			}
-		}
-	}
-	r, err := c.store.apply(ctx, o)
-	if err != nil {
-		return edgelimit.Decision{}, err
-	}
-	if r.ok {
-		c.unpeek(o.id)
-	}
-	switch {
-	case !r.ok, r.d.Remaining == 0:
-		// A denial, or an admission that left nothing: the next request
-		// of this instance is answered from the cache.
-		c.remember(&o, &r, 0)
-	case held, expired:
-		// The entry is out of date now that this instance spent units.
-		c.deny.del(o.id)
-	}
-	d = r.d
-	if r.ok {
-		d.Receipt = receiptOf(&r, shard)
-	}
-	return d, nil
-}
-
-// decideSharded tries the shards from a random one on until one admits the
-// request: a request is denied only when every shard denies it (the deny
-// cache answers for shards known to be full), so a sharded policy admits
-// exactly its limit, at the price of up to one call per shard for a denial
-// the cache does not know yet.
-func (c *Counter) decideSharded(ctx context.Context, req edgelimit.Request, cost, t int64) (edgelimit.Decision, error) {
-	n := len(c.algs)
-	start := rand.IntN(n)
-	var worst edgelimit.Decision
-	for k := range n {
-		shard := (start + k) % n
-		d, err := c.decide(ctx, req, shard, cost, t)
-		if err != nil {
-			return edgelimit.Decision{}, err
-		}
-		if d.Allowed {
-			if d.Remaining == 0 {
-				c.wholePolicy(ctx, req.Key, shard, t, &d)
-			}
-			return d, nil
-		}
-		if k == 0 {
-			worst = d
-			continue
-		}
-		// Denied by every shard: the most any shard has left (what one
-		// request could still spend, less than its cost), the soonest any
-		// could take the request, the soonest a unit comes back anywhere.
-		worst.Remaining = max(worst.Remaining, d.Remaining)
-		worst.RetryAfter = min(worst.RetryAfter, d.RetryAfter)
-		worst.Reset = min(worst.Reset, d.Reset)
-	}
-	return worst, nil
-}
-
-// wholePolicy makes an admission that left its shard with nothing report
-// what the other shards have left, so that a sharded policy's Remaining
-// reads 0 only when the whole policy has nothing left: otherwise it is the
-// answering shard's, a lower bound of the policy's. It costs one read of
-// the other shards (one BatchGetItem), only for such an admission; should
-// the read fail, the shard's 0 stands. Reset becomes the soonest instant a
-// unit comes back in any shard.
-func (c *Counter) wholePolicy(ctx context.Context, key string, shard int, t int64, d *edgelimit.Decision) {
-	ops := make([]op, 0, len(c.algs)-1)
-	for i := range c.algs {
-		if i != shard {
-			ops = append(ops, c.op(i, key, 1, t))
-		}
-	}
-	sts := make([]state, len(ops))
-	if err := c.store.read(ctx, ops, sts); err != nil {
-		return
-	}
-	for k := range ops {
-		o := &ops[k]
-		od := o.alg.decision(sts[k], t, 1, true)
-		d.Remaining += od.Remaining
-		d.Reset = min(d.Reset, od.Reset)
-		c.remember(o, &result{ok: true, known: true, st: sts[k]}, 0)
-	}
-}
-
-// Refund undoes what the allowed decision d spent for req, by d's Receipt:
-// on the same item (the window of d's instant, its shard) and the same
-// units (the sliding log's millisecond, gcra's slot of the emission
-// schedule), as of the later of d's instant and req's (the Counter's clock,
-// or req.At): never a later window's count, never below zero. A refund
-// after the spent units stopped mattering (the window ended, they left the
-// log, they came back to the bucket) gives nothing back. A decision without
-// a Receipt (a denial, a peek, a member of a batch that was not committed,
-// a degraded decision) spent nothing, and Refund returns nil. A refund that
-// cannot land is retried until ctx ends, then returned as an error.
-func (c *Counter) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.Decision) error {
-	if req.Key == "" {
-		return ErrNoKey
-	}
-	rc := d.Receipt
-	if !d.Allowed || rc.At == 0 || c.limit == 0 {
-		return nil
-	}
-	shard := int(rc.Slot & shardMask)
-	if shard >= len(c.algs) {
-		return fmt.Errorf("%w: shard %d of policy %q, which has %d", ErrReceipt, shard, c.name, len(c.algs))
-	}
-	o := op{alg: c.algs[shard], cost: req.Units(), t: max(c.instant(req), rc.At)}
-	o.id = o.alg.itemFor(req.Key, c.shardID(shard), rc.At)
-	if c.deny != nil {
-		c.deny.del(o.id)
-	}
-	c.unpeek(o.id)
-	_, err := c.store.refund(ctx, o, rc)
-	return err
-}
-
-// Peek reports whether req would be allowed now, and the policy's state,
-// without spending anything; the decision has no Receipt. A denial it
-// reports is real. It answers from the deny cache only where the cached
-// state (a lower bound of the stored one) proves the denial; otherwise it
-// reads the item (one consistent GetItem; a sharded policy reads its
-// shards with one BatchGetItem) and remembers what the read showed in the
-// deny cache, so that repeat peeks, and requests, of a key the read showed
-// denied cost no call until it could fit. A peek that finds room costs one
-// read every time: the cache cannot prove that anything fits.
-func (c *Counter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
-	if req.Key == "" {
-		return edgelimit.Decision{}, ErrNoKey
-	}
-	t, cost := c.instant(req), req.Units()
-	if c.limit == 0 {
-		d := c.algs[0].decision(state{}, t, cost, false)
-		c.told(&d)
-		return d, nil
-	}
-	if len(c.algs) == 1 {
-		o := c.op(0, req.Key, cost, t)
-		d, denied, _, _ := c.cached(&o)
-		if !denied {
-			st, fresh := c.peekView(&o)
-			if !fresh {
-				var err error
-				if st, err = c.store.get(ctx, o); err != nil {
-					return edgelimit.Decision{}, err
-				}
-				c.peeked(&o, st)
-			}
-			fits := o.alg.fits(st, t, cost)
-			d = o.alg.decision(st, t, cost, fits)
-			if !fresh {
-				c.remember(&o, &result{ok: fits, known: true, st: st, d: d}, 0)
-			}
-		}
-		c.told(&d)
-		return d, nil
-	}
-	n := len(c.algs)
-	ops, ds := make([]op, n), make([]edgelimit.Decision, n)
-	proven := 0
-	for i := range n {
-		ops[i] = c.op(i, req.Key, cost, t)
-		if d, denied, _, _ := c.cached(&ops[i]); denied {
-			ds[i] = d
-			proven++
-		}
-	}
-	if proven < n { // something may fit: read every shard
-		sts := make([]state, n)
-		if err := c.store.read(ctx, ops, sts); err != nil {
-			return edgelimit.Decision{}, err
-		}
-		for i := range ops {
-			o := &ops[i]
-			fits := o.alg.fits(sts[i], t, cost)
-			ds[i] = o.alg.decision(sts[i], t, cost, fits)
-			c.remember(o, &result{ok: fits, known: true, st: sts[i], d: ds[i]}, 0)
-			if fits {
-				// What the shard has left, for the policy's sum.
-				ds[i] = o.alg.decision(sts[i], t, cost, true)
-			}
-		}
-	}
-	d := combine(ds)
-	c.told(&d)
-	return d, nil
-}
-
-// peekView returns what Peek read of o's item less than PeekFreshness ago.
-func (c *Counter) peekView(o *op) (state, bool) {
-	if c.peeks == nil {
-		return state{}, false
-	}
-	return c.peeks.get(o.id, o.t)
-}
-
-// peeked remembers what Peek read of o's item, for PeekFreshness.
-func (c *Counter) peeked(o *op, st state) {
-	if c.peeks != nil {
-		c.peekUsed.Store(true)
-		c.peeks.put(o.id, o.alg.compact(st, o.t), o.t, o.t+int64(PeekFreshness))
-	}
-}
-
-// unpeek forgets what Peek read of an item this instance just spent on or
-// refunded, so that its own spending always shows; until a peek has been
-// remembered, it costs one atomic load.
-func (c *Counter) unpeek(id itemID) {
-	if c.peekUsed.Load() {
-		c.peeks.del(id)
-	}
-}
-
-// combine reports the decisions of a sharded policy's shards as the
-// policy's: allowed if any shard allows, with the units every shard has
-// left and the soonest a unit comes back anywhere; else denied with what
-// the best shard has left (less than the cost: a request must fit one
-// shard), the soonest any shard could take the request, and the soonest a
-// unit comes back anywhere.
-func combine(ds []edgelimit.Decision) edgelimit.Decision {
-	if len(ds) == 1 {
-		return ds[0]
-	}
-	var out edgelimit.Decision
-	for i, d := range ds {
-		out.Allowed = out.Allowed || d.Allowed
-		if i == 0 || d.Reset < out.Reset {
-			out.Reset = d.Reset
-		}
-	}
-	first := true
-	for _, d := range ds {
-		switch {
-		case out.Allowed:
-			out.Remaining += d.Remaining
-		case first:
-			out.Remaining, out.RetryAfter, first = d.Remaining, d.RetryAfter, false
-		default:
-			out.Remaining = max(out.Remaining, d.Remaining)
-			out.RetryAfter = min(out.RetryAfter, d.RetryAfter)
-		}
-	}
-	return out
-}
-
-// BatchKey identifies the Counter's Store: Counters with equal keys can be
-// decided together by AllowBatch.
-func (c *Counter) BatchKey() string { return c.store.batchKey() }
-
-// batchInstant returns when a batch is decided: by c's clock, else at the
-// first request's At (the engine gives every policy of a request the same
-// one), else now.
-func (c *Counter) batchInstant(items []edgelimit.BatchItem) int64 {
-	return c.instant(items[0].Request)
-}
-
-// AllowBatch decides several requests, each against its own Counter, all or
-// nothing: either every decision is allowed and every request spent its
-// units, or nothing was spent; then every member whose quota was exceeded
-// is denied and the others are reported allowed with their quota without
-// this request (and without a Receipt: they spent nothing). Every member
-// must be a *Counter on c's Store, each policy at most once. The batch is
-// decided at one instant: c's clock, else the first request's At, else now.
-//
-// On a MemoryStore the batch is decided under the members' shard locks; on
-// a DynamoStore with one TransactWriteItems, or, on a server without
-// transactions, as documented at TransactionMode. When the members' deny
-// caches prove that the batch is denied and know every member's state, the
-// batch is answered without a store call.
-func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) ([]edgelimit.Decision, error) {
-	if len(items) == 0 {
-		return nil, nil
-	}
-	t := c.batchInstant(items)
-	n := len(items)
-	members := make([]*Counter, n)
-	for i, it := range items {
-		m, ok := it.Limiter.(*Counter)
-		if !ok || m == nil {
-			return nil, fmt.Errorf("%w: member %d is a %T, not a *durablecounter.Counter", ErrBatch, i, it.Limiter)
-		}
-		if m.store != c.store {
-			return nil, fmt.Errorf("%w: policy %q is on another store", ErrBatch, m.name)
-		}
-		if slices.ContainsFunc(members[:i], func(o *Counter) bool { return o.name == m.name }) {
-			return nil, fmt.Errorf("%w: policy %q appears twice", ErrBatch, m.name)
-		}
-		if it.Request.Key == "" {
-			return nil, fmt.Errorf("policy %q: %w", m.name, ErrNoKey)
-		}
-		members[i] = m
-	}
-	// cur is each member's shard, tried how many shards it has tried.
-	cur, tried := make([]int, n), make([]int, n)
-	for i, m := range members {
-		if len(m.algs) > 1 {
-			cur[i] = rand.IntN(len(m.algs))
-		}
-	}
-	ops := make([]op, n)
-	res := make([]result, n)
-	for {
-		for i, m := range members {
-			key, cost := items[i].Request.Key, items[i].Request.Units()
-			ops[i] = m.op(cur[i], key, cost, t)
-			// A sharded member skips the shards its deny cache knows are full.
-			for len(m.algs) > 1 && tried[i] < len(m.algs)-1 {
-				if _, full, _, _ := m.cached(&ops[i]); !full {
-					break
-				}
-				cur[i], tried[i] = (cur[i]+1)%len(m.algs), tried[i]+1
-				ops[i] = m.op(cur[i], key, cost, t)
-			}
-		}
-		if out, ok := fromCaches(members, ops); ok {
-			return out, nil
-		}
-		committed, err := c.store.applyAll(ctx, ops, res)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]edgelimit.Decision, n)
-		denied, retry := false, true
-		until := t
-		for i, m := range members {
-			out[i] = res[i].d
-			m.told(&out[i])
-			if !res[i].ok {
-				denied = true
-				until = max(until, t+int64(res[i].d.RetryAfter))
-				// A sharded member may fit in a shard it has not tried.
-				retry = retry && len(m.algs) > 1 && tried[i] < len(m.algs)-1
-			}
-		}
-		if committed {
-			for i, m := range members {
-				m.unpeek(ops[i].id)
-				out[i].Receipt = receiptOf(&res[i], cur[i])
-				switch {
-				case m.deny == nil:
-				case res[i].d.Remaining == 0:
-					m.remember(&ops[i], &res[i], 0)
-				default:
-					m.deny.del(ops[i].id)
-				}
-				if len(m.algs) > 1 && out[i].Remaining == 0 {
-					m.wholePolicy(ctx, items[i].Request.Key, cur[i], t, &out[i])
-				}
-			}
-			return out, nil
-		}
-		if !denied {
-			return nil, fmt.Errorf("durablecounter: batch of %d was not committed, yet no member was denied", n)
-		}
-		for i, m := range members {
-			m.remember(&ops[i], &res[i], until)
-		}
-		if !retry {
-			return out, nil
-		}
-		for i, m := range members {
-			if !res[i].ok {
-				cur[i], tried[i] = (cur[i]+1)%len(m.algs), tried[i]+1
-			}
-		}
-	}
-}
-
-// fromCaches answers a batch from its members' deny caches when one of
-// them proves a denial and every member's state is cached: no store call.
-func fromCaches(members []*Counter, ops []op) ([]edgelimit.Decision, bool) {
-	denied := false
-	sts := make([]state, len(ops))
-	for i, m := range members {
-		o := &ops[i]
-		if m.limit == 0 {
-			denied = true
-			continue
-		}
-		if m.deny == nil {
-			return nil, false
-		}
-		st, ok := m.deny.get(o.id, o.t)
-		if !ok {
-			return nil, false
-		}
-		sts[i] = st
-		if !o.alg.fits(st, o.t, o.cost) {
-			denied = true
-		}
-	}
-	if !denied {
-		return nil, false
-	}
-	out := make([]edgelimit.Decision, len(ops))
-	for i, m := range members {
-		o := &ops[i]
-		out[i] = o.alg.decision(sts[i], o.t, o.cost, m.limit > 0 && o.alg.fits(sts[i], o.t, o.cost))
-		m.told(&out[i])
-	}
-	return out, true
 }

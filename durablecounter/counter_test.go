@@ -76,22 +76,8 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-func TestNewDynamoStoreValidates(t *testing.T) {
-	f := &fakeDynamo{t: t}
-	for _, cfg := range []durablecounter.DynamoConfig{
-		{Table: "t"},
-		{Client: f},
-		{Client: f, Table: "t", ExpiryMargin: -time.Second},
-		{Client: f, Table: "t", Transactions: 9},
-	} {
-		if _, err := durablecounter.NewDynamoStore(cfg); !errors.Is(err, durablecounter.ErrConfig) {
-			t.Errorf("NewDynamoStore(%+v) = %v, want ErrConfig", cfg, err)
-		}
-	}
-}
-
 func TestEmptyKey(t *testing.T) {
-	c := newCounter(t, durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}), "p", 5, time.Minute)
+	c := newCounter(t, durablecounter.NewMemory(durablecounter.MemoryConfig{}), "p", 5, time.Minute)
 	if _, err := c.Allow(context.Background(), edgelimit.Request{}); !errors.Is(err, durablecounter.ErrNoKey) {
 		t.Errorf("Allow(no key) = %v, want ErrNoKey", err)
 	}
@@ -107,7 +93,7 @@ func TestEmptyKey(t *testing.T) {
 // request's At (the engine reads the instant once for every policy of a
 // request); one with Config.Now uses its clock, whatever At says.
 func TestRequestAt(t *testing.T) {
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	p := &edgelimit.Policy{Name: "at", Limit: 1, Window: time.Minute}
 	free, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store})
 	if err != nil {
@@ -140,8 +126,8 @@ func TestRequestAt(t *testing.T) {
 }
 
 func TestBatchMisuse(t *testing.T) {
-	s1 := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
-	s2 := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	s1 := durablecounter.NewMemory(durablecounter.MemoryConfig{})
+	s2 := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	a, b, other := newCounter(t, s1, "a", 5, time.Minute), newCounter(t, s1, "b", 5, time.Minute), newCounter(t, s2, "c", 5, time.Minute)
 	if a.BatchKey() != b.BatchKey() || a.BatchKey() == other.BatchKey() || a.BatchKey() == "" {
 		t.Errorf("BatchKeys %q, %q, %q: want equal for one store, different for another", a.BatchKey(), b.BatchKey(), other.BatchKey())
@@ -183,4 +169,20 @@ func opts(p *edgelimit.Policy) *durablecounter.Options {
 		p.Options = &durablecounter.Options{}
 	}
 	return p.Options.(*durablecounter.Options)
+}
+
+// t0 is a fixed instant; its 1h window starts at 1699999200 and ends at 1700002800.
+var t0 = time.Unix(1_700_000_000, 0)
+
+func newCounter(t *testing.T, store durablecounter.Store, name string, limit int64, window time.Duration) *durablecounter.Counter {
+	t.Helper()
+	c, err := durablecounter.New(durablecounter.Config{
+		Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: window},
+		Store:  store,
+		Now:    func() time.Time { return t0 },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -55,12 +55,21 @@
 //
 // # Stores
 //
-// A Counter keeps its state in a Store. A DynamoStore shares it through a
-// DynamoDB table between every instance; a MemoryStore keeps it in the
-// process (the embedded default of `edgelimit serve`, right for one
-// process). Counters on one Store can be decided together, all or nothing
-// (Counter.AllowBatch); the engine does that for the durable policies of a
-// route.
+// A Counter keeps its state in a Store. A dynamostore.Store (package
+// durablecounter/dynamostore) shares it through a DynamoDB table between
+// every instance; a Memory store keeps it in the process (the embedded
+// default of `edgelimit serve`, right for one process). Counters on one
+// Store can be decided together, all or nothing (Counter.AllowBatch); the
+// engine does that for the durable policies of a route.
+//
+// This package links no AWS SDK: the algorithms describe their DynamoDB
+// conditional updates as expression strings, attribute names and numbers,
+// and read items back through an accessor; the DynamoDB protocol (one
+// write, retries on an out-of-date view, transactions, the sequential
+// fallback, views, refunds, peeks) is here too, in those terms. Only
+// dynamostore converts them to the SDK's types and sends them, so a program
+// that keeps its counts in memory (or uses only middleware, pow or
+// signedwindow) does not link the SDK.
 //
 // # Data model and the one write
 //
@@ -140,7 +149,7 @@
 // return the error, and the engine applies on_store_error.
 //
 // dynalite lacks TransactWriteItems. With TransactionsAuto (the default) a
-// DynamoStore detects that from the first batch's UnknownOperationException
+// dynamostore.Store detects that from the first batch's UnknownOperationException
 // and from then on commits batches sequentially: one conditional update per
 // member; at the first denial, the members already spent are refunded by
 // their receipts (exactly what each spent), and the remaining members are
@@ -149,7 +158,7 @@
 // compensation lands. A compensation is retried until it lands or the
 // context ends, and one that cannot land fails AllowBatch with its error
 // (TestSequentialBatchRefundsEveryUnit: 150 concurrent batches, every unit
-// comes back); see TransactionMode to force either protocol.
+// comes back); see dynamostore.TransactionMode to force either protocol.
 //
 // # Several policies on one request
 //
@@ -159,8 +168,11 @@
 // name every violated policy (a member whose condition failed only for an
 // out-of-date view is retried, not reported), and a BatchGetItem reads the
 // states the headers need (a transaction returns no values): two calls. A
-// transaction cancelled only by conflicts with other transactions is
-// retried, within the engine's time budget and at most 4 times in all.
+// transaction cancelled although every member fits (its condition failed
+// only for an out-of-date view, or another transaction held its item) is
+// sent again with the views the cancellation corrected: one retry decision
+// for both causes, within the engine's time budget and at most 32
+// transactions, then ErrContention.
 //
 // # Deny cache
 //
@@ -267,7 +279,7 @@
 // fixed window, a sliding window's next window, the log's newest unit plus
 // a window, gcra's TAT), plus ExpiryMargin, rounded up to a second.
 //
-// The MemoryStore treats expired items as absent the same way and sweeps a
+// The Memory store treats expired items as absent the same way and sweeps a
 // shard when it has doubled in size since its last sweep, so memory stays
 // within about twice the live items; MaxKeys bounds those, and a new key
 // beyond it is refused with ErrStoreFull rather than evicting a live count.
@@ -281,7 +293,7 @@
 // on_store_error, and logs and counts it. The context goes straight to the
 // SDK, so the engine's time budget (store_timeout, default 100 ms) bounds
 // every call, the SDK's own retries included; the store caps the SDK's
-// retry back-off (DynamoConfig.RetryBackoff) so that they fit the budget.
+// retry back-off (dynamostore.Config.RetryBackoff) so that they fit the budget.
 // The Counter retries nothing but conditional updates whose failure showed
 // an out-of-date view: while the context lasts (the engine's budget) and at
 // most 32 in all, then gives up with ErrContention. A failure that another

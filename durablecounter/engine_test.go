@@ -28,7 +28,7 @@ policies:
 		t.Fatal(err)
 	}
 	clock := limitertest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	e, err := edgelimit.New(edgelimit.Config{
 		Policies:   file,
 		HashSecret: []byte(strings.Repeat("s", 32)),

@@ -10,9 +10,9 @@ import (
 )
 
 func ExampleNew() {
-	// One store per process; on Lambda use NewDynamoStore so that every
+	// One store per process; on Lambda use dynamostore.New so that every
 	// instance shares the counts.
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	counter, err := durablecounter.New(durablecounter.Config{
 		Policy: &edgelimit.Policy{Name: "paid-daily", Limit: 1000, Window: 24 * time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow}},
 		Store:  store,
@@ -37,7 +37,7 @@ func ExampleCounter_Allow() {
 	now := t0
 	counter, err := durablecounter.New(durablecounter.Config{
 		Policy: &edgelimit.Policy{Name: "login", Limit: 3, Window: time.Minute},
-		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
 	if err != nil {
@@ -70,7 +70,7 @@ func ExampleCounter_Allow() {
 
 func ExampleCounter_AllowBatch() {
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	newCounter := func(name string, limit int64, window time.Duration) *durablecounter.Counter {
 		c, err := durablecounter.New(durablecounter.Config{
 			Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: window},
@@ -111,7 +111,7 @@ func ExampleNew_slidingWindow() {
 	now := start
 	counter, err := durablecounter.New(durablecounter.Config{
 		Policy: &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingWindow}},
-		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
 	if err != nil {
@@ -143,7 +143,7 @@ func ExampleNew_gcra() {
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	counter, err := durablecounter.New(durablecounter.Config{
 		Policy: &edgelimit.Policy{Name: "paid-burst", Limit: 10, Window: time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.GCRA, Burst: 3}},
-		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
 	if err != nil {
@@ -172,7 +172,7 @@ func ExampleNew_slidingLog() {
 	now := start
 	counter, err := durablecounter.New(durablecounter.Config{
 		Policy: &edgelimit.Policy{Name: "login", Limit: 3, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingLog}},
-		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
 	if err != nil {

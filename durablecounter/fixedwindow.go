@@ -3,7 +3,7 @@ package durablecounter
 import (
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/edgelimit/edgelimit/durablecounter/internal/wire"
 
 	"github.com/edgelimit/edgelimit"
 )
@@ -117,21 +117,21 @@ const (
 	condRefund = "n >= :d"
 )
 
-func (f *fixedWindow) update(_ state, t, cost int64, margin time.Duration, u *ddbUpdate) {
-	u.update = exprAdd
-	u.cond = condFits
+func (f *fixedWindow) update(_ state, t, cost int64, margin time.Duration, u *condUpdate) {
+	u.Expr = exprAdd
+	u.Cond = condFits
 	if cost > f.limit {
-		u.cond = condNever
+		u.Cond = condNever
 	}
-	u.value(":d", cost)
-	u.value(":m", f.limit-cost)
-	u.value(":e", expSec(f.start(t)+f.window+int64(margin)))
-	u.ret = types.ReturnValueUpdatedNew // n after the write: Remaining = limit - n
+	u.Value(":d", cost)
+	u.Value(":m", f.limit-cost)
+	u.Value(":e", expSec(f.start(t)+f.window+int64(margin)))
+	u.Return = wire.ReturnUpdatedNew // n after the write: Remaining = limit - n
 	u.at, u.rc = t, f.receipt(state{}, t, cost)
 }
 
-func (f *fixedWindow) decode(item map[string]types.AttributeValue, now int64) (state, error) {
-	if len(item) == 0 {
+func (f *fixedWindow) decode(item wire.Item, now int64) (state, error) {
+	if item == nil || item.Len() == 0 {
 		return state{}, nil
 	}
 	if e, ok, _ := attrInt(item, "expires_at"); ok && e <= floorDiv(now, int64(time.Second)) {
@@ -148,14 +148,14 @@ func (f *fixedWindow) decode(item map[string]types.AttributeValue, now int64) (s
 // rc.At), never to a later window: a refund after the window ended has
 // nothing left to do. A failed guard means the item holds less than the
 // cost (it expired): nothing to give back.
-func (f *fixedWindow) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, tr, cost int64, u *ddbUpdate) bool {
+func (f *fixedWindow) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, tr, cost int64, u *condUpdate) bool {
 	if seen != nil || tr >= f.start(rc.At)+f.window {
 		return false
 	}
-	u.update = exprRefund
-	u.cond = condRefund
-	u.value(":r", -cost)
-	u.value(":d", cost)
+	u.Expr = exprRefund
+	u.Cond = condRefund
+	u.Value(":r", -cost)
+	u.Value(":d", cost)
 	return true
 }
 

@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/edgelimit/edgelimit/durablecounter/internal/wire"
 
 	"github.com/edgelimit/edgelimit"
 )
@@ -216,52 +216,52 @@ func (a *gcra) compact(s state, _ int64) state {
 	return state{exists: s.exists, n: s.n, p: s.p, r: s.r, at: s.at}
 }
 
-func (a *gcra) update(view state, t, cost int64, margin time.Duration, u *ddbUpdate) {
+func (a *gcra) update(view state, t, cost int64, margin time.Duration, u *condUpdate) {
 	if a.limit == 0 || cost > a.burst {
 		u.readOnly = true
 		return
 	}
 	te := a.instant(view, t)
-	u.name("#t", "tat")
-	u.name("#a", "a")
-	u.value(":te", te)
+	u.Name("#t", "tat")
+	u.Name("#a", "a")
+	u.Value(":te", te)
 	u.at = te
 	if view.exists && view.n > te {
-		u.update = "SET #t = #t + :ct, #a = :te, expires_at = :e"
-		u.cond = "#t > :te AND #t <= :lim"
-		u.value(":ct", cost*a.T)
-		u.value(":lim", te+(a.burst-cost)*a.T)
-		u.value(":e", expSec(te+a.tau+int64(margin))) // the TAT can be at most te + tau
+		u.Expr = "SET #t = #t + :ct, #a = :te, expires_at = :e"
+		u.Cond = "#t > :te AND #t <= :lim"
+		u.Value(":ct", cost*a.T)
+		u.Value(":lim", te+(a.burst-cost)*a.T)
+		u.Value(":e", expSec(te+a.tau+int64(margin))) // the TAT can be at most te + tau
 		// Without a reply the slot's end is known only to be after
 		// te + cT, and the period only if the condition pins it.
 		u.rc = edgelimit.Receipt{At: te}
 		putInt64(u.rc.ID[:8], te+cost*a.T)
 		putInt64(u.rc.ID[8:], -1)
 		if u.tx {
-			u.name("#p", "p")
+			u.Name("#p", "p")
 			if view.p == 0 {
-				u.cond += " AND attribute_not_exists(#p)"
+				u.Cond += " AND attribute_not_exists(#p)"
 			} else {
-				u.cond += " AND #p = :p"
-				u.value(":p", view.p)
+				u.Cond += " AND #p = :p"
+				u.Value(":p", view.p)
 			}
 			u.rc.Slot = view.p << shardBits
 		}
 	} else {
 		tat, p := te+cost*a.T, newPeriod()
-		u.name("#p", "p")
-		u.name("#z", "z")
-		u.update = "SET #t = :nt, #a = :te, #p = :p, expires_at = :e REMOVE #z"
-		u.cond = "(attribute_not_exists(#t) OR #t <= :te) AND (attribute_not_exists(#a) OR #a <= :te)"
-		u.value(":nt", tat)
-		u.value(":p", p)
-		u.value(":e", expSec(tat+int64(margin)))
+		u.Name("#p", "p")
+		u.Name("#z", "z")
+		u.Expr = "SET #t = :nt, #a = :te, #p = :p, expires_at = :e REMOVE #z"
+		u.Cond = "(attribute_not_exists(#t) OR #t <= :te) AND (attribute_not_exists(#a) OR #a <= :te)"
+		u.Value(":nt", tat)
+		u.Value(":p", p)
+		u.Value(":e", expSec(tat+int64(margin)))
 		u.rc = a.receipt(state{exists: true, n: tat, p: p}, te, cost)
 	}
-	u.ret = types.ReturnValueAllNew
+	u.Return = wire.ReturnAllNew
 }
 
-func (a *gcra) decode(item map[string]types.AttributeValue, _ int64) (state, error) {
+func (a *gcra) decode(item wire.Item, _ int64) (state, error) {
 	tat, ok, err := attrInt(item, "tat")
 	if err != nil || !ok {
 		return state{}, err
@@ -289,7 +289,7 @@ const maxRefundGuards = 4
 // refund give back more than te bounds, fails when another refund landed
 // since the spend or the last attempt, and the next attempt uses the z the
 // failure showed.
-func (a *gcra) refundUpdate(rc edgelimit.Receipt, seen *state, attempt int, tr, cost int64, u *ddbUpdate) bool {
+func (a *gcra) refundUpdate(rc edgelimit.Receipt, seen *state, attempt int, tr, cost int64, u *condUpdate) bool {
 	p, zk := rc.Slot>>shardBits, getInt64(rc.ID[8:])
 	if seen != nil && (!seen.exists || seen.p != p) {
 		return false
@@ -307,20 +307,20 @@ func (a *gcra) refundUpdate(rc edgelimit.Receipt, seen *state, attempt int, tr, 
 	if out == 0 {
 		return false
 	}
-	u.name("#t", "tat")
-	u.name("#p", "p")
-	u.name("#z", "z")
-	u.update = "SET #t = #t - :out ADD #z :out"
-	u.value(":out", out)
+	u.Name("#t", "tat")
+	u.Name("#p", "p")
+	u.Name("#z", "z")
+	u.Expr = "SET #t = #t - :out ADD #z :out"
+	u.Value(":out", out)
 	if p == 0 {
-		u.cond = "attribute_not_exists(#p)"
+		u.Cond = "attribute_not_exists(#p)"
 	} else {
-		u.cond = "#p = :p"
-		u.value(":p", p)
+		u.Cond = "#p = :p"
+		u.Value(":p", p)
 	}
 	if zk >= 0 && out > a.refundOut(edgelimit.Receipt{At: rc.At, ID: unknownZ}, z, tr, cost) {
-		u.cond += " AND (attribute_not_exists(#z) OR #z <= :z)"
-		u.value(":z", z)
+		u.Cond += " AND (attribute_not_exists(#z) OR #z <= :z)"
+		u.Value(":z", z)
 	}
 	return true
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
@@ -26,7 +27,7 @@ import (
 func TestTwoClocksOneMillisecondApart(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		t.Run(alg, func(t *testing.T) {
-			store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+			store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 			start := limitertest.WindowStart(limitertest.T0, time.Minute).Add(30 * time.Second)
 			early := limitertest.NewClock(start)
 			late := limitertest.NewClock(start.Add(time.Millisecond))
@@ -68,7 +69,7 @@ type firstRequestBackend struct {
 func firstRequestBackends(t *testing.T) []firstRequestBackend {
 	t.Helper()
 	out := []firstRequestBackend{{name: "memory", keys: [2]int{1000, 200}, store: func(t *testing.T) func() durablecounter.Store {
-		s := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+		s := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 		return func() durablecounter.Store { return s }
 	}}}
 	var servers []ddbtest.Server
@@ -81,7 +82,7 @@ func firstRequestBackends(t *testing.T) []firstRequestBackend {
 		out = append(out, firstRequestBackend{name: s.Name, keys: keys, parallel: true, store: func(t *testing.T) func() durablecounter.Store {
 			client, table, _ := ddbtest.Table(t, s)
 			return func() durablecounter.Store {
-				st, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+				st, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -218,7 +219,7 @@ func testSequentialBatchRefunds(t *testing.T, s ddbtest.Server, alg string) {
 		requests           = 150
 	)
 	client, table, _ := ddbtest.Table(t, s)
-	store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table, Transactions: durablecounter.TransactionsOff})
+	store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table, Transactions: dynamostore.TransactionsOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,14 +313,14 @@ func TestShardedRemainingDescribesPolicy(t *testing.T) {
 		algs  []string
 	}
 	backends := []backend{{name: "memory", algs: allAlgorithms, store: func(t *testing.T) durablecounter.Store {
-		return durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+		return durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	}}}
 	var servers []ddbtest.Server
 	t.Run("servers", func(t *testing.T) { servers = ddbtest.Servers(t) })
 	for _, s := range servers {
 		backends = append(backends, backend{name: s.Name, algs: allAlgorithms, store: func(t *testing.T) durablecounter.Store {
 			client, table, _ := ddbtest.Table(t, s)
-			st, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+			st, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
@@ -32,7 +33,7 @@ func TestShards(t *testing.T) {
 		algs  []string
 	}
 	backends := []backend{{name: "memory", algs: allAlgorithms, store: func(t *testing.T) (durablecounter.Store, func() map[string]int) {
-		return durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}), nil
+		return durablecounter.NewMemory(durablecounter.MemoryConfig{}), nil
 	}}}
 	var servers []ddbtest.Server
 	t.Run("servers", func(t *testing.T) { servers = ddbtest.Servers(t) })
@@ -43,7 +44,7 @@ func TestShards(t *testing.T) {
 		}
 		backends = append(backends, backend{name: s.Name, algs: algs, store: func(t *testing.T) (durablecounter.Store, func() map[string]int) {
 			client, table, _ := ddbtest.Table(t, s)
-			store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+			store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -130,7 +131,7 @@ func itemsByPrefix(t *testing.T, client *dynamodb.Client, table string) map[stri
 // that empties its shard reports what the others have left. A refund goes
 // back to the shard its decision spent in.
 func TestShardsTradeOff(t *testing.T) {
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	clock := limitertest.NewClock(limitertest.T0)
 	c, err := durablecounter.New(durablecounter.Config{
 		Policy: &edgelimit.Policy{Name: "global", Limit: 100, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 4}},
@@ -172,7 +173,7 @@ func TestShardedKeysInDynamo(t *testing.T) {
 			t.Skip("the partition keys are the same on every server; dynalite is faster")
 		}
 		client, table, _ := ddbtest.Table(t, s)
-		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
@@ -79,7 +80,7 @@ func TestSlidingLogLargestItem(t *testing.T) {
 		if _, err := client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
 			t.Fatalf("PutItem of the largest item: %v", err)
 		}
-		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/edgelimit/edgelimit/durablecounter/internal/wire"
 
 	"github.com/edgelimit/edgelimit"
 )
@@ -221,7 +221,7 @@ const maxRemove = 16
 
 func countName(i int64) string { return "c" + strconv.FormatInt(i, 10) }
 
-func (a *slidingWindow) update(view state, t, cost int64, margin time.Duration, u *ddbUpdate) {
+func (a *slidingWindow) update(view state, t, cost int64, margin time.Duration, u *condUpdate) {
 	if cost > a.limit {
 		u.readOnly = true
 		return
@@ -230,16 +230,16 @@ func (a *slidingWindow) update(view state, t, cost int64, margin time.Duration, 
 	_, pg := a.counts(&view, i) // this instance's count of window i-1
 	m := a.limit - cost - a.share(pg, i, te)
 	cur, prev := countName(i), countName(i-1)
-	u.name("#w", "w")
-	u.name("#a", "a")
-	u.name("#c", cur)
-	u.name("#p", prev)
+	u.Name("#w", "w")
+	u.Name("#a", "a")
+	u.Name("#c", cur)
+	u.Name("#p", prev)
 	countCond := "(attribute_not_exists(#c) OR #c <= :m)"
 	if m < 0 {
 		countCond = "#c <= :m" // cannot fit with the cached count: fails, and returns the item
 	}
-	u.cond = "(attribute_not_exists(#w) OR #w <= :i) AND " + countCond + " AND (attribute_not_exists(#p) OR #p <= :pg)"
-	u.update = "ADD #c :d SET #w = :i, #a = :te, expires_at = :e"
+	u.Cond = "(attribute_not_exists(#w) OR #w <= :i) AND " + countCond + " AND (attribute_not_exists(#p) OR #p <= :pg)"
+	u.Expr = "ADD #c :d SET #w = :i, #a = :te, expires_at = :e"
 	// Remove counts of windows before i-1 that the view knows of (and
 	// i-2, which the previous window's writes left): the item keeps about
 	// two counts.
@@ -261,7 +261,7 @@ func (a *slidingWindow) update(view state, t, cost int64, margin time.Duration, 
 	}
 	if len(remove) > 0 {
 		var b strings.Builder
-		b.WriteString(u.update)
+		b.WriteString(u.Expr)
 		b.WriteString(" REMOVE ")
 		for k, name := range remove {
 			ph := "#s" + strconv.Itoa(k)
@@ -269,21 +269,21 @@ func (a *slidingWindow) update(view state, t, cost int64, margin time.Duration, 
 				b.WriteString(", ")
 			}
 			b.WriteString(ph)
-			u.name(ph, name)
+			u.Name(ph, name)
 		}
-		u.update = b.String()
+		u.Expr = b.String()
 	}
-	u.value(":d", cost)
-	u.value(":i", i)
-	u.value(":m", m)
-	u.value(":pg", pg)
-	u.value(":te", te)
-	u.value(":e", expSec((i+2)*a.window+int64(margin)))
-	u.ret = types.ReturnValueAllNew
+	u.Value(":d", cost)
+	u.Value(":i", i)
+	u.Value(":m", m)
+	u.Value(":pg", pg)
+	u.Value(":te", te)
+	u.Value(":e", expSec((i+2)*a.window+int64(margin)))
+	u.Return = wire.ReturnAllNew
 	u.at, u.rc = te, a.receipt(state{}, te, cost)
 }
 
-func (a *slidingWindow) decode(item map[string]types.AttributeValue, _ int64) (state, error) {
+func (a *slidingWindow) decode(item wire.Item, _ int64) (state, error) {
 	w, ok, err := attrInt(item, "w")
 	if err != nil || !ok {
 		return state{}, err
@@ -292,7 +292,7 @@ func (a *slidingWindow) decode(item map[string]types.AttributeValue, _ int64) (s
 	if s.at, _, err = attrInt(item, "a"); err != nil {
 		return state{}, err
 	}
-	for name := range item {
+	for name := range attrs(item) {
 		if len(name) < 2 || name[0] != 'c' {
 			continue
 		}
@@ -323,16 +323,16 @@ func (a *slidingWindow) decode(item map[string]types.AttributeValue, _ int64) (s
 // weighs (until the end of the next window); never from a later window's.
 // A failed guard means the count is gone (the item moved on): nothing to
 // give back.
-func (a *slidingWindow) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, tr, cost int64, u *ddbUpdate) bool {
+func (a *slidingWindow) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, tr, cost int64, u *condUpdate) bool {
 	i := floorDiv(rc.At, a.window)
 	if seen != nil || tr >= (i+2)*a.window {
 		return false
 	}
-	u.name("#c", countName(i))
-	u.update = "ADD #c :r"
-	u.cond = "#c >= :d"
-	u.value(":r", -cost)
-	u.value(":d", cost)
+	u.Name("#c", countName(i))
+	u.Expr = "ADD #c :r"
+	u.Cond = "#c >= :d"
+	u.Value(":r", -cost)
+	u.Value(":d", cost)
 	return true
 }
 

@@ -7,17 +7,24 @@ import (
 	"github.com/edgelimit/edgelimit"
 )
 
-// Store keeps the state of Counters: a *MemoryStore (in-process, the default
-// for `edgelimit serve`) or a *DynamoStore (shared by every instance). Both
-// have identical semantics; the conformance suite in package limitertest
-// runs against each.
+// Store keeps the state of Counters: a *Memory (in-process, the default
+// for `edgelimit serve`) or a *dynamostore.Store (package
+// durablecounter/dynamostore: a DynamoDB table shared by every instance).
+// Both have identical semantics; the conformance suite in package
+// limitertest runs against each.
 //
 // Counters built on the same Store value can be decided together, all or
 // nothing, by AllowBatch.
 //
 // Store is sealed: its methods are the storage operations the algorithms
-// need, and they grow as algorithms are added, so only this package
-// implements it.
+// need, in this package's unexported types, and they grow as algorithms
+// are added, so only this package implements it. The DynamoDB store is
+// this package's protocol too (the algorithms' conditional updates, their
+// retries, batches and fallbacks, with no SDK type); dynamostore embeds it
+// and only converts to the SDK and back (see internal/wire), which keeps
+// the SDK out of every program that does not import dynamostore. Exporting
+// the operations instead would freeze them and invite backends that cannot
+// keep the exactness the conformance suite checks.
 type Store interface {
 	// apply decides one operation: it spends o.cost if it fits the item's
 	// state at o.t, and reports the decision.

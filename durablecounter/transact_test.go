@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
@@ -23,7 +24,7 @@ func txBackends(t *testing.T) map[string]func(t *testing.T) (durablecounter.Stor
 	t.Helper()
 	out := map[string]func(t *testing.T) (durablecounter.Store, *ddbtest.Counter){
 		"memory": func(t *testing.T) (durablecounter.Store, *ddbtest.Counter) {
-			return durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}), nil
+			return durablecounter.NewMemory(durablecounter.MemoryConfig{}), nil
 		},
 	}
 	var servers []ddbtest.Server
@@ -35,7 +36,7 @@ func txBackends(t *testing.T) map[string]func(t *testing.T) (durablecounter.Stor
 		}
 		out[s.Name] = func(t *testing.T) (durablecounter.Store, *ddbtest.Counter) {
 			client, table, calls := ddbtest.Table(t, s)
-			store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table, Transactions: durablecounter.TransactionsRequired})
+			store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table, Transactions: dynamostore.TransactionsRequired})
 			if err != nil {
 				t.Fatal(err)
 			}

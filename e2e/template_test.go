@@ -20,7 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/edgelimit/edgelimit"
-	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 	"github.com/edgelimit/edgelimit/kvbucket"
@@ -372,12 +372,12 @@ func transactMembers(t *testing.T, dir string) []string {
 
 // TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls derives each
 // function's DynamoDB actions from its strategies' narrow SDK interfaces
-// (durablecounter.DynamoAPI, kvbucket.DynamoDBAPI) and compares them with
+// (dynamostore.DynamoAPI, kvbucket.DynamoDBAPI) and compares them with
 // the template's policy statements: the same set, on the table only.
 func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 	c := loadTemplate(t)
 	byStrategy := map[string][]string{
-		"durable": sdkActions(t, reflect.TypeFor[durablecounter.DynamoAPI](), "durablecounter"),
+		"durable": sdkActions(t, reflect.TypeFor[dynamostore.DynamoAPI](), "durablecounter/dynamostore"),
 		"kv":      sdkActions(t, reflect.TypeFor[kvbucket.DynamoDBAPI](), "kvbucket"),
 		"signed":  nil,
 	}

@@ -5,7 +5,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
-//			store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+//			store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 //			return func(s limitertest.Spec) (edgelimit.Limiter, error) {
 //				return durablecounter.New(durablecounter.Config{Policy: s.Policy, Store: store, Now: s.Now,
 //					Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(s.Algorithm), Burst: s.Burst, DenyCache: s.DenyCache}})

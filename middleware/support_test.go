@@ -73,7 +73,7 @@ policies:
 // real one). A policy named in record is wrapped so that the keys it is
 // asked about are kept.
 type limiters struct {
-	store  *durablecounter.MemoryStore
+	store  *durablecounter.Memory
 	now    func() time.Time
 	record map[string]*recorder
 }
@@ -124,7 +124,7 @@ func buildEngine(tb testing.TB, policies string, now func() time.Time, record ..
 	if err != nil {
 		tb.Fatalf("ParsePolicies: %v", err)
 	}
-	ls := &limiters{store: durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}), now: now,
+	ls := &limiters{store: durablecounter.NewMemory(durablecounter.MemoryConfig{}), now: now,
 		record: map[string]*recorder{}}
 	for _, name := range record {
 		ls.record[name] = &recorder{}

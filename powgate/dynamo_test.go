@@ -7,6 +7,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/pow"
@@ -15,9 +16,9 @@ import (
 
 // dynamoGate is a Gate around a durable Counter on a table of s, with its
 // own replay cache (an instance). Gates made with one table share counts.
-func dynamoGate(t *testing.T, api durablecounter.DynamoAPI, table string, pol *edgelimit.Policy, o powgate.Options, now func() time.Time) edgelimit.Limiter {
+func dynamoGate(t *testing.T, api dynamostore.DynamoAPI, table string, pol *edgelimit.Policy, o powgate.Options, now func() time.Time) edgelimit.Limiter {
 	t.Helper()
-	store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: api, Table: table})
+	store, err := dynamostore.New(dynamostore.Config{Client: api, Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func newEngine(t *testing.T, file string, clock *limitertest.Clock, gated map[st
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	replay := pow.NewReplayCache(0)
 	e, err := edgelimit.New(edgelimit.Config{
 		Policies:   pf,

@@ -40,7 +40,7 @@ func durableInner(alg durablecounter.Algorithm, denyCache bool) inner {
 	return inner{name, func(t testing.TB, p *edgelimit.Policy, now func() time.Time) edgelimit.Limiter {
 		t.Helper()
 		o := &durablecounter.Options{Algorithm: alg, DenyCache: denyCache}
-		c, err := durablecounter.New(durablecounter.Config{Policy: p, Options: o, Store: durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}), Now: now})
+		c, err := durablecounter.New(durablecounter.Config{Policy: p, Options: o, Store: durablecounter.NewMemory(durablecounter.MemoryConfig{}), Now: now})
 		if err != nil {
 			t.Fatal(err)
 		}

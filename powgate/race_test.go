@@ -106,7 +106,7 @@ func TestConcurrentProofs(t *testing.T) {
 func TestConcurrentInstances(t *testing.T) {
 	pol := &edgelimit.Policy{Name: "search", Limit: 40, Window: time.Minute}
 	now := func() time.Time { return t0 }
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	var gates [2]edgelimit.Limiter
 	for i := range gates {
 		c, err := durablecounter.New(durablecounter.Config{Policy: pol, Options: &durablecounter.Options{DenyCache: true}, Store: store, Now: now})

@@ -12,7 +12,7 @@ import (
 	"github.com/edgelimit/edgelimit/setup"
 )
 
-// Durable returns the backend of durable policies on one MemoryStore, so
+// Durable returns the backend of durable policies on one Memory store, so
 // that several on one route are decided together.
 func Durable() setup.Backend { return durable{} }
 
@@ -21,7 +21,7 @@ type durable struct{}
 func (durable) Strategy() *edgelimit.Strategy { return durablecounter.Strategy }
 
 func (durable) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
 		return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: env.Now})
 	}, nil

@@ -6,6 +6,7 @@ package durable
 import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 )
@@ -23,7 +24,7 @@ func (b backend) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit
 	if err != nil {
 		return nil, err
 	}
-	store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+	store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 	if err != nil {
 		return nil, err
 	}
