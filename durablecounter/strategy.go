@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/powgate"
 )
 
 // Algorithm is a durable policy's counting algorithm (the policy file's
@@ -50,6 +51,18 @@ type Options struct {
 	// they could fit, without a store call. The policy file's default is
 	// on (deny_cache: true); a zero Options has it off.
 	DenyCache bool
+	// ProofOfWork, if set, asks for a proof of work above a soft
+	// threshold and denies only at the limit (proof_of_work: {above, bits,
+	// ttl}; package powgate, which setup applies).
+	ProofOfWork *powgate.Options
+}
+
+// ProofOfWorkOptions returns the policy's proof_of_work, for powgate.
+func (o *Options) ProofOfWorkOptions() *powgate.Options {
+	if o == nil {
+		return nil
+	}
+	return o.ProofOfWork
 }
 
 // String describes the options, as `edgelimit check` lists them.
@@ -68,6 +81,9 @@ func (o Options) String() string {
 	if !o.DenyCache {
 		parts = append(parts, "no deny cache")
 	}
+	if o.ProofOfWork != nil {
+		parts = append(parts, o.ProofOfWork.String())
+	}
 	return strings.Join(parts, " ")
 }
 
@@ -78,7 +94,7 @@ func (o Options) String() string {
 var Strategy = &edgelimit.Strategy{
 	Name:         "durable",
 	Package:      "github.com/edgelimit/edgelimit/durablecounter",
-	Fields:       []string{"algorithm", "burst", "shards", "deny_cache"},
+	Fields:       []string{"algorithm", "burst", "shards", "deny_cache", powgate.Field},
 	Parse:        parseOptions,
 	OnStoreError: edgelimit.FailClosed,
 }
@@ -127,6 +143,7 @@ func parseOptions(f *edgelimit.Fields) any {
 	if p.Limit > 0 && p.Cost > capacity {
 		f.Errorf("cost", "cost %d is more than the %s %d: every request would be denied", p.Cost, what, capacity)
 	}
+	o.ProofOfWork = powgate.Parse(f, powgate.Field, capacity)
 	return o
 }
 

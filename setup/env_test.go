@@ -6,8 +6,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/kv"
+	"github.com/edgelimit/edgelimit/setup/memory"
 	"github.com/edgelimit/edgelimit/setup/signed"
 )
 
@@ -264,5 +267,41 @@ func TestFromEnvBuildsSignedPolicies(t *testing.T) {
 	v := e.Engine.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: "/tts", SourceIP: "192.0.2.1", Header: edgelimit.MapHeaders{}})
 	if !v.Allowed {
 		t.Errorf("first request without proof of work: status %d, want allowed (a free window)", v.Status)
+	}
+}
+
+// A durable policy with proof_of_work is gated: below its threshold as
+// usual, above it a challenge keyed by EDGELIMIT_SECRETS, which it needs.
+func TestFromEnvGatesProofOfWork(t *testing.T) {
+	const file = `version: 1
+policies:
+  - {name: search, routes: ["GET /search"], key: ip, strategy: durable, limit: 4, window: 1m, proof_of_work: {above: 2, bits: 4}}
+`
+	ring := "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
+	_, _, _, err := fromEnv(t, nil, file)
+	if err == nil || !strings.Contains(err.Error(), "EDGELIMIT_SECRETS is not set; policies search ask for proof of work") {
+		t.Fatalf("without a ring: %v", err)
+	}
+	var stdout, stderr bytes.Buffer
+	e, err := setup.FromEnv(context.Background(), setup.EnvConfig{
+		Backends: []setup.Backend{memory.Durable()}, Policies: []byte(file), Getenv: env(map[string]string{setup.EnvSecrets: ring}),
+		Stdout: &stdout, Stderr: &stderr, Now: func() time.Time { return time.Unix(1_700_000_000, 0) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for range 3 {
+		v := e.Engine.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/search", SourceIP: "192.0.2.1"})
+		ch := ""
+		for _, f := range v.Header() {
+			if f.Name == "Edgelimit-Challenge" {
+				ch = "challenge"
+			}
+		}
+		got = append(got, fmt.Sprintf("%v %s", v.Allowed, ch))
+	}
+	if want := []string{"true ", "true ", "false challenge"}; !slices.Equal(got, want) {
+		t.Errorf("decisions %q, want %q", got, want)
 	}
 }

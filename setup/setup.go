@@ -20,6 +20,9 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/keyring"
+	"github.com/edgelimit/edgelimit/pow"
+	"github.com/edgelimit/edgelimit/powgate"
 )
 
 // A Backend builds the limiters of one strategy's policies.
@@ -94,13 +97,40 @@ func Limiters(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (edg
 		}
 		builders[s] = build
 	}
-	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	factory := func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
 		build, ok := builders[p.Strategy]
 		if !ok {
 			return nil, fmt.Errorf("setup: policy %q: no backend for strategy %q", p.Name, p.StrategyName())
 		}
 		return build(p)
-	}, nil
+	}
+	return gating(pf, factory, env)
+}
+
+// gating wraps the limiters of the policies that ask for proof of work
+// above a threshold (a durable or kv policy's proof_of_work) in a
+// powgate.Gate, whose challenges are keyed by the ring of EDGELIMIT_SECRETS,
+// as the signed strategy's are: every instance must share it.
+func gating(pf *edgelimit.PolicyFile, factory edgelimit.Factory, env BackendEnv) (edgelimit.Factory, error) {
+	var gated []string
+	for _, p := range pf.Policies {
+		if powgate.OptionsOf(p) != nil {
+			gated = append(gated, p.Name)
+		}
+	}
+	if len(gated) == 0 {
+		return factory, nil
+	}
+	entries, err := keyring.Parse(env.Getenv(EnvSecrets))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrEnv, err) // names entries, never secrets
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("%w: %s is not set; policies %s ask for proof of work above a threshold, and its challenges are keyed by that key ring (kid:base64 entries, newest first)",
+			ErrEnv, EnvSecrets, strings.Join(gated, ", "))
+	}
+	return powgate.Gating(factory, powgate.Config{Secrets: keyring.Secrets(entries), Now: env.Now, Logger: env.Logger,
+		Replay: pow.NewReplayCache(0)}), nil
 }
 
 // OverrideBackend is a Backend whose store can also keep the per-key
