@@ -22,6 +22,7 @@ import (
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/inflight"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/kv"
 	"github.com/edgelimit/edgelimit/setup/memory"
 	"github.com/edgelimit/edgelimit/setup/signed"
@@ -143,7 +144,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	}
 	switch f.store {
 	case "memory":
-		backends = append(backends, memory.Durable(), memory.KV())
+		backends = append(backends, memory.Durable(), memory.KV(), memory.InFlight())
 	case "dynamodb":
 		client, err := ddb.NewClient(ctx, ddb.ClientOptions{Endpoint: f.endpoint})
 		if err != nil {
@@ -153,7 +154,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 			return nil, err
 		}
 		cfg := dynamodb.Config{Client: client, Table: f.table}
-		backends = append(backends, durable.Backend(cfg), kv.Backend(cfg))
+		backends = append(backends, durable.Backend(cfg), kv.Backend(cfg), inflight.Backend(cfg))
 	default:
 		return nil, fmt.Errorf("--store %q is not one of memory, dynamodb", f.store)
 	}
