@@ -212,4 +212,3 @@ func ValidID(id string) bool {
 	}
 	return true
 }
-
