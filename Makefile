@@ -1,7 +1,7 @@
 # edgelimit — see README.md. `make run` and `make test` are the quick start.
 GO        ?= go
 ADDR      ?= 127.0.0.1:8080
-POLICIES  ?= policies.yaml
+POLICIES  ?= cmd/edgelimit/policies.yaml
 RUN_BIN   ?= bin/edgelimit
 TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 15m
 

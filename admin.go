@@ -30,13 +30,13 @@ func (e *Engine) KeyOf(policy, raw string) (string, error) {
 func (e *Engine) keyOf(c *compiled, raw string) (string, error) {
 	in := Input{}
 	raw = strings.TrimSpace(raw)
-	switch c.Key.Kind {
-	case KeyIP:
+	switch c.Key.kind {
+	case keyIP:
 		in.SourceIP = raw
-	case KeyHeader:
-		in.Header = singleValue{c.Key.Name, raw}
-	case KeyClaim:
-		in.Claims = singleValue{c.Key.Name, raw}
+	case keyHeader:
+		in.Header = singleValue{c.Key.name, raw}
+	case keyClaim:
+		in.Claims = exactValue{c.Key.name, raw}
 	}
 	p := *c.Policy
 	p.TrustedProxies, p.MissingKeyToIP = 0, false
@@ -44,7 +44,7 @@ func (e *Engine) keyOf(c *compiled, raw string) (string, error) {
 	k, err := rawKey(&p, &in, buf[:0])
 	if err != nil {
 		what := "the key"
-		if c.Key.Kind == KeyIP {
+		if c.Key.kind == keyIP {
 			what = "the key, an IP address,"
 		}
 		return "", fmt.Errorf("edgelimit: policy %q: %s is empty or not valid (%s)", c.Name, what, strings.TrimPrefix(err.Error(), "edgelimit: "))
@@ -62,7 +62,10 @@ func (s singleValue) Get(name string) string {
 	return ""
 }
 
-func (s singleValue) Claim(name string) string {
+// exactValue answers one claim, by exact name.
+type exactValue struct{ name, value string }
+
+func (s exactValue) Get(name string) string {
 	if name == s.name {
 		return s.value
 	}
@@ -150,7 +153,7 @@ func (e *Engine) Reset(ctx context.Context, policy, raw string) error {
 	if err != nil {
 		return err
 	}
-	r, ok := c.limiter.(Resetter)
+	r, ok := c.limiter.(resetter)
 	if !ok {
 		return fmt.Errorf("%w: policy %q (%s) keeps no usage to reset", errors.ErrUnsupported, c.Name, c.StrategyName())
 	}
@@ -171,7 +174,7 @@ func (e *Engine) Grant(ctx context.Context, policy, raw string, units int64, unt
 	if units <= 0 {
 		return fmt.Errorf("edgelimit: grant of %d units: it must be at least 1", units)
 	}
-	g, ok := c.limiter.(Granter)
+	g, ok := c.limiter.(granter)
 	if !ok {
 		return fmt.Errorf("%w: policy %q (%s) keeps no usage to grant against", errors.ErrUnsupported, c.Name, c.StrategyName())
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/overrides"
 )
 
@@ -92,7 +93,7 @@ func newAdminFixture(t *testing.T) *adminFixture {
 			defer mu.Unlock()
 			if p.StrategyName() == "signed" {
 				// Stores nothing: no peek, reset or grant.
-				return edgelimit.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
+				return limitertest.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
 					return edgelimit.Decision{Allowed: true, Limit: 2, Window: time.Minute, Remaining: 1}, nil
 				}), nil
 			}
@@ -107,7 +108,7 @@ func newAdminFixture(t *testing.T) *adminFixture {
 }
 
 func (fx *adminFixture) get(path, key, plan, ip string) *edgelimit.Verdict {
-	h := edgelimit.MapHeaders{"X-Api-Key": key}
+	h := limitertest.Headers{"X-Api-Key": key}
 	if plan != "" {
 		h["X-Plan"] = plan
 	}

@@ -1,16 +1,8 @@
 package edgelimit
 
-import (
-	"context"
-	_ "embed"
-)
+import "context"
 
 type verdictKey struct{}
-
-// NewContext returns ctx carrying v, so the wrapped handler can read the
-// decisions that let its request through (remaining quota, route). It is
-// v.Context(ctx).
-func NewContext(ctx context.Context, v *Verdict) context.Context { return v.Context(ctx) }
 
 // Context returns parent carrying v, for the wrapped handler: FromContext
 // finds v in it and in every context derived from it. It costs no
@@ -46,9 +38,3 @@ func FromContext(ctx context.Context) (*Verdict, bool) {
 	v, ok := ctx.Value(verdictKey{}).(*Verdict)
 	return v, ok
 }
-
-// ExamplePolicies is the repository's policies.yaml, embedded so that
-// `edgelimit serve` runs with no file at all.
-//
-//go:embed policies.yaml
-var ExamplePolicies []byte

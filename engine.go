@@ -10,15 +10,18 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/edgelimit/edgelimit/internal/keyhash"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 )
 
 // Config configures an Engine.
 type Config struct {
 	// Policies is the loaded policy file. Required.
 	Policies *PolicyFile
-	// Limiters builds each policy's Limiter. Required; setup.Factory knows
-	// every strategy.
-	Limiters Factory
+	// Limiters builds each policy's Limiter. Required; setup.Limiters
+	// builds it from the backends of the strategies a program links.
+	Limiters func(p *Policy) (Limiter, error)
 	// HashSecret keys the hash that replaces raw client keys in storage. At
 	// least 32 bytes, and the same on every instance sharing a store. Nil
 	// generates a random one, which is only right for a single process.
@@ -80,7 +83,7 @@ type Engine struct {
 	file     *PolicyFile
 	policies []*compiled
 	routes   []routeRef
-	hasher   *KeyHasher
+	hasher   *keyhash.Hasher
 	log      *slog.Logger
 	observe  func(Event)
 	now      func() time.Time
@@ -138,9 +141,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	secret := cfg.HashSecret
 	if secret == nil {
-		secret = RandomSecret()
+		secret = isecret.Random()
 	}
-	hasher, err := NewKeyHasher(secret)
+	hasher, err := keyhash.New(secret)
 	if err != nil {
 		return nil, fmt.Errorf("edgelimit: HashSecret: %w", err)
 	}
@@ -191,9 +194,9 @@ func New(cfg Config) (*Engine, error) {
 		}
 		c.finishes = c.deferred || len(p.RefundStatus) > 0 || c.finisher != nil
 		if p.OnStoreError == FailLocal {
-			lz, ok := l.(Localizer)
+			lz, ok := l.(localizer)
 			if !ok {
-				return nil, fmt.Errorf("edgelimit: policy %q: on_store_error local needs a limiter with an in-process twin (edgelimit.Localizer); %T has none", p.Name, l)
+				return nil, fmt.Errorf("edgelimit: policy %q: on_store_error local needs a limiter with an in-process twin (a Local method); %T has none", p.Name, l)
 			}
 			if c.local, err = lz.Local(); err != nil {
 				return nil, fmt.Errorf("edgelimit: policy %q: in-process twin: %w", p.Name, err)
@@ -234,9 +237,7 @@ func (e *Engine) Limiter(policy string) Limiter {
 // decisions announce (a bucket: its burst over the time it takes to fill),
 // or the policy's limit and window.
 func advertised(p *Policy, l Limiter) (int64, time.Duration) {
-	if q, ok := l.(interface {
-		Quota() (limit int64, window time.Duration)
-	}); ok {
+	if q, ok := l.(quotaer); ok {
 		return q.Quota()
 	}
 	return p.Limit, p.Window
@@ -314,7 +315,7 @@ func checkRequestLine(method, path string) string {
 	if path == "" || path[0] != '/' {
 		return "path does not start with /"
 	}
-	if len(path) > MaxPathLength {
+	if len(path) > maxPathLength {
 		return "path is too long"
 	}
 	if !utf8.ValidString(path) {
@@ -325,7 +326,7 @@ func checkRequestLine(method, path string) string {
 
 // Limits on client input; larger values are treated as bad input.
 const (
-	// MaxPathLength bounds a request path; longer is a 400.
-	MaxPathLength = 8192
+	// maxPathLength bounds a request path; longer is a 400.
+	maxPathLength = 8192
 	maxMethodLen  = 16
 )

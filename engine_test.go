@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/keyhash"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
+	"github.com/edgelimit/edgelimit/limitertest"
 )
 
 // counter is a minimal exact limiter for engine unit tests; the real
@@ -156,7 +159,7 @@ func newFixture(t *testing.T, yaml string, tweak func(name string, c *counter) e
 }
 
 func (fx *fixture) do(method, path, ip string, headers map[string]string) *edgelimit.Verdict {
-	return fx.e.Decide(context.Background(), &edgelimit.Input{Method: method, Path: path, SourceIP: ip, Header: edgelimit.MapHeaders(headers)})
+	return fx.e.Decide(context.Background(), &edgelimit.Input{Method: method, Path: path, SourceIP: ip, Header: limitertest.Headers(headers)})
 }
 
 func header(v *edgelimit.Verdict, name string) string {
@@ -168,9 +171,9 @@ func header(v *edgelimit.Verdict, name string) string {
 	return ""
 }
 
-func problem(t *testing.T, v *edgelimit.Verdict) edgelimit.Problem {
+func problem(t *testing.T, v *edgelimit.Verdict) limitertest.Problem {
 	t.Helper()
-	var p edgelimit.Problem
+	var p limitertest.Problem
 	if err := json.Unmarshal(v.Body, &p); err != nil {
 		t.Fatalf("body %q is not a problem: %v", v.Body, err)
 	}
@@ -213,7 +216,7 @@ func TestEngineAllowsThenDenies(t *testing.T) {
 		t.Errorf("Content-Type = %q", got)
 	}
 	p := problem(t, v)
-	if p.Type != edgelimit.ProblemQuotaExceeded || p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "burst" || p.Title == "" || p.Detail == "" {
+	if p.Type != "https://iana.org/assignments/http-problem-types#quota-exceeded" || p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "burst" || p.Title == "" || p.Detail == "" {
 		t.Errorf("problem = %+v", p)
 	}
 	// The denial by burst spent nothing of daily: it was never asked.
@@ -316,7 +319,7 @@ policies:
 		if got := header(v, "Retry-After"); got != "1" {
 			t.Errorf("%s: Retry-After = %q, want 1", path, got)
 		}
-		if p := problem(t, v); p.Type != edgelimit.ProblemReducedCapacity || p.Status != 503 || strings.Contains(string(v.Body), "refused") {
+		if p := problem(t, v); p.Type != "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity" || p.Status != 503 || strings.Contains(string(v.Body), "refused") {
 			t.Errorf("%s: problem = %s (must not echo the store error)", path, v.Body)
 		}
 	}
@@ -382,8 +385,8 @@ policies:
 	}
 	f, _ := edgelimit.ParsePolicies("p.yaml", []byte(yaml))
 	_, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) { return &counter{p: p}, nil }})
-	if err == nil || !strings.Contains(err.Error(), "Localizer") {
-		t.Errorf("New with a limiter without a twin = %v, want an error naming edgelimit.Localizer", err)
+	if err == nil || !strings.Contains(err.Error(), "a Local method") {
+		t.Errorf("New with a limiter without a twin = %v, want an error naming the Local method", err)
 	}
 }
 
@@ -441,7 +444,7 @@ policies:
 	if v := fx.do("GET", "/lenient", "1.2.3.4", nil); v.Allowed {
 		t.Error("fallback to ip did not count by address")
 	}
-	v = fx.e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/claims", SourceIP: "1.2.3.4", Claims: edgelimit.MapClaims{"sub": "user-1"}})
+	v = fx.e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/claims", SourceIP: "1.2.3.4", Claims: limitertest.Headers{"sub": "user-1"}})
 	if !v.Allowed {
 		t.Errorf("claim key: %d %s", v.Status, v.Body)
 	}
@@ -518,7 +521,7 @@ policies:
 	}
 	xff := map[string]string{"X-Forwarded-For": "6.6.6.6, 9.9.9.9"}
 	a := key("direct", "/d", "1.2.3.4", nil)
-	if len(a) != edgelimit.HashedKeyLength || strings.Contains(a, "1.2.3.4") {
+	if len(a) != keyhash.Length || strings.Contains(a, "1.2.3.4") {
 		t.Errorf("key %q is not a hash", a)
 	}
 	if b := key("direct", "/d", "1.2.3.4", xff); b != a {
@@ -570,7 +573,7 @@ func TestEngineLimiterFieldsOnDenial(t *testing.T) {
 policies:
   - {name: tts, routes: ["POST /tts"], key: ip, strategy: signed, limit: 10, window: 1m, proof_of_work: {bits: 8}}
 `, func(name string, c *counter) edgelimit.Limiter {
-		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+		return limitertest.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
 			return edgelimit.Decision{Limit: 10, Window: time.Minute, Response: &edgelimit.Response{
 				Field:     edgelimit.Field{Name: "Edgelimit-Challenge", Value: "v1.abc"},
 				Detail:    "Solve it.",
@@ -600,7 +603,7 @@ policies:
 		if name == "hard" {
 			return c
 		}
-		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+		return limitertest.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
 			return edgelimit.Decision{Allowed: true, Limit: 10, Window: time.Minute, Remaining: 9, Response: &edgelimit.Response{Field: edgelimit.Field{Name: "Edgelimit-Token", Value: "tok"}}}, nil
 		})
 	})
@@ -614,7 +617,7 @@ policies:
 
 // quoted is a limiter that says what its decisions announce.
 type quoted struct {
-	edgelimit.LimiterFunc
+	limitertest.LimiterFunc
 	q int64
 	w time.Duration
 }
@@ -631,7 +634,7 @@ policies:
   - {name: search, routes: ["GET /s"], key: ip, strategy: durable, algorithm: gcra, limit: 10, burst: 20, window: 1s, on_store_error: allow}
   - {name: form, routes: ["GET /f"], key: ip, strategy: kv, limit: 6, burst: 3, window: 1m}
 `, func(name string, c *counter) edgelimit.Limiter {
-		f := edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+		f := limitertest.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
 			if failing {
 				return edgelimit.Decision{}, errors.New("store down")
 			}
@@ -667,7 +670,7 @@ func TestNewErrors(t *testing.T) {
 	if _, err := edgelimit.New(edgelimit.Config{Policies: f}); err == nil {
 		t.Error("New without a factory succeeded")
 	}
-	if _, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: build, HashSecret: []byte("short")}); !errors.Is(err, edgelimit.ErrShortSecret) {
+	if _, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: build, HashSecret: []byte("short")}); !errors.Is(err, isecret.ErrShort) {
 		t.Errorf("short secret: %v, want ErrShortSecret", err)
 	}
 	boom := errors.New("no such store")
@@ -688,7 +691,7 @@ func FuzzDecide(f *testing.F) {
 		switch {
 		case v.Allowed && v.Status == 0:
 		case !v.Allowed && (v.Status == 400 || v.Status == 429):
-			var p edgelimit.Problem
+			var p limitertest.Problem
 			if err := json.Unmarshal(v.Body, &p); err != nil || p.Status != v.Status {
 				t.Fatalf("status %d with body %q", v.Status, v.Body)
 			}
@@ -976,9 +979,9 @@ policies:
         pro: {limit: 10000, window: 1h}
 `, func(name string, c *counter) edgelimit.Limiter { rec = &limitsOf{counter: c}; return rec })
 	do := func(plan string) *edgelimit.Verdict {
-		in := &edgelimit.Input{Method: "GET", Path: "/api/x", SourceIP: "1.2.3.4", Header: edgelimit.MapHeaders{"X-Api-Key": "k"}}
+		in := &edgelimit.Input{Method: "GET", Path: "/api/x", SourceIP: "1.2.3.4", Header: limitertest.Headers{"X-Api-Key": "k"}}
 		if plan != "" {
-			in.Claims = edgelimit.MapClaims{"plan": plan}
+			in.Claims = limitertest.Headers{"plan": plan}
 		}
 		return fx.e.Decide(context.Background(), in)
 	}
@@ -1051,7 +1054,7 @@ policies:
 		t.Fatal(err)
 	}
 	do := func(path, key string) {
-		e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: path, SourceIP: "1.2.3.4", Header: edgelimit.MapHeaders{"X-Api-Key": key}})
+		e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: path, SourceIP: "1.2.3.4", Header: limitertest.Headers{"X-Api-Key": key}})
 	}
 	do("/api", "alice")
 	do("/api", "alice")
@@ -1086,7 +1089,7 @@ policies:
 // edgelimitHash is the engine's keyed hash of a raw, kind-prefixed key.
 func edgelimitHash(t *testing.T, policy, raw string) string {
 	t.Helper()
-	h, err := edgelimit.NewKeyHasher([]byte(strings.Repeat("k", 32)))
+	h, err := keyhash.New([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1096,11 +1099,17 @@ func edgelimitHash(t *testing.T, policy, raw string) string {
 // finisher records how requests ended.
 type finisher struct {
 	*counter
-	ends []edgelimit.End
+	ends []end
 }
 
-func (f *finisher) Finish(_ context.Context, _ edgelimit.Request, _ edgelimit.Decision, end edgelimit.End) error {
-	f.ends = append(f.ends, end)
+// end is how a request ended, as Finish heard it.
+type end struct {
+	Status int
+	Cost   int64
+}
+
+func (f *finisher) Finish(_ context.Context, _ edgelimit.Request, _ edgelimit.Decision, status int, cost int64) error {
+	f.ends = append(f.ends, end{status, cost})
 	return nil
 }
 
@@ -1126,8 +1135,8 @@ policies:
 	if !v.Allowed || !v.Finishes() {
 		t.Fatalf("tts: allowed %v finishes %v", v.Allowed, v.Finishes())
 	}
-	edgelimit.ReportCost(edgelimit.NewContext(ctx, v), 40)
-	edgelimit.ReportCost(edgelimit.NewContext(ctx, v), 2)
+	v.ReportCost(40)
+	v.ReportCost(2)
 	v.Finish(ctx, 200)
 	v.Finish(ctx, 200) // once only
 	if got := fx.limiters["tokens"].charges; !slices.Equal(got, []int64{42}) {

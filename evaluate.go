@@ -93,16 +93,16 @@ func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdi
 // unusable key: what is required, never what was sent.
 func missingKeyDetail(p *Policy, err error) string {
 	what := "a usable client key"
-	switch p.Key.Kind {
-	case KeyHeader:
-		what = "the " + p.Key.Name + " header"
-	case KeyClaim:
-		what = "an authorizer claim " + strconv.Quote(p.Key.Name)
-	case KeyIP:
+	switch p.Key.kind {
+	case keyHeader:
+		what = "the " + p.Key.name + " header"
+	case keyClaim:
+		what = "an authorizer claim " + strconv.Quote(p.Key.name)
+	case keyIP:
 		what = "a valid source address"
 	}
-	if errors.Is(err, errBadKey) && p.Key.Kind != KeyIP {
-		return "This endpoint requires " + what + " of at most " + strconv.Itoa(MaxKeyLength) + " bytes of UTF-8."
+	if errors.Is(err, errBadKey) && p.Key.kind != keyIP {
+		return "This endpoint requires " + what + " of at most " + strconv.Itoa(maxKeyLength) + " bytes of UTF-8."
 	}
 	return "This endpoint requires " + what + "."
 }

@@ -21,3 +21,10 @@ func NewCIDRSet(values []string) func(netip.Addr) bool {
 	}
 	return newCIDRSet(pfxs).contains
 }
+
+// Parsers the tests check directly.
+var (
+	ParseDuration  = parseDuration
+	FormatDuration = formatDuration
+	ParseRoute     = parseRoute
+)

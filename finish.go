@@ -41,15 +41,15 @@ func (e *Engine) finishing(rs *routeSet, slots []slot) *finishState {
 	return f
 }
 
-// ReportCost adds units to what the current request cost, for the policies
-// that charge after the response (charge: response): a handler calls it
-// with what the request really used (tokens generated, bytes sent). The
-// total is charged when the middleware finishes the request; without a
-// report, the policy's cost is. It does nothing outside a request that such
-// a policy admitted. The client never sets its cost: only the handler can
-// call this.
-func ReportCost(ctx context.Context, units int64) {
-	if v, ok := FromContext(ctx); ok && v.finish != nil && units > 0 {
+// ReportCost adds units to what the request cost, for the policies that
+// charge after the response (charge: response): a handler calls it, on
+// the Verdict edgelimit.FromContext returns, with what the request really
+// used (tokens generated, bytes sent). The total is charged when the
+// middleware finishes the request; without a report, the policy's cost is.
+// It does nothing on a Verdict without such a policy. The client never sets
+// its cost: only the handler can call this.
+func (v *Verdict) ReportCost(units int64) {
+	if v != nil && v.finish != nil && units > 0 {
 		v.finish.cost.Add(units)
 	}
 }
@@ -102,7 +102,7 @@ func (e *Engine) finish(ctx context.Context, f *finishState, status int) {
 		}
 		if c.finisher != nil && it.o == allowed {
 			cctx := e.budget(ctx, start, c.StoreTimeout)
-			if ferr := c.finisher.Finish(cctx, req, it.d, End{Status: status, Cost: reported}); ferr != nil && err == nil {
+			if ferr := c.finisher.Finish(cctx, req, it.d, status, reported); ferr != nil && err == nil {
 				what, err = "finish", ferr
 			}
 			cctx.stop()

@@ -20,7 +20,7 @@ type Request struct {
 	// Header gives the limiter the request's headers, for strategies whose
 	// client state travels in headers (a signed window token, a proof of
 	// work). It may be nil.
-	Header HeaderGetter
+	Header Getter
 	// Limits, when not zero, is the quota in force for this request instead
 	// of the policy's: the tier the request's tier key chose, or an override
 	// an operator set for its client key. Its zero fields keep the policy's
@@ -136,23 +136,49 @@ type Receipt struct {
 // concurrent use. Allow returns an error only when its backend failed; the
 // caller then applies the policy's on_store_error mode.
 //
-// A Limiter whose decisions announce a quota other than its policy's limit
-// and window (a bucket: its burst over the time it takes to fill) also has
-// a method
+// The engine finds a limiter's optional abilities by type assertion: the
+// interfaces below (Refunder, Peeker, Charger, Finisher, BatchLimiter),
+// and these methods, which need no interface of their own:
 //
+//	// Quota: the quota a limiter's decisions announce when it is not its
+//	// policy's limit and window (a bucket: its burst over the time it takes
+//	// to fill), for the decisions the engine makes in its place when the
+//	// store fails.
 //	Quota() (limit int64, window time.Duration)
 //
-// that says so, for the decisions the engine makes in its place when the
-// store fails.
+//	// Local: an in-process twin of a limiter backed by a shared store (the
+//	// same policy, its state in this process only), which decides while
+//	// the store fails for a policy with on_store_error: local, so each
+//	// instance still holds the limit on its own.
+//	Local() (Limiter, error)
+//
+//	// Reset: forget one client key's usage (an operator's reset, at the
+//	// start of a billing cycle); Engine.Reset. key is hashed, as in a
+//	// Request.
+//	Reset(ctx context.Context, key string) error
+//
+//	// Grant: give one client key units beyond its quota, for the current
+//	// window when until is zero, else until that instant; Engine.Grant.
+//	Grant(ctx context.Context, key string, units int64, until time.Time) error
 type Limiter interface {
 	Allow(ctx context.Context, req Request) (Decision, error)
 }
 
-// LimiterFunc adapts a function to the Limiter interface.
-type LimiterFunc func(ctx context.Context, req Request) (Decision, error)
-
-// Allow calls f(ctx, req).
-func (f LimiterFunc) Allow(ctx context.Context, req Request) (Decision, error) { return f(ctx, req) }
+// The optional abilities the engine asserts without a named interface.
+type (
+	quotaer interface {
+		Quota() (limit int64, window time.Duration)
+	}
+	localizer interface {
+		Local() (Limiter, error)
+	}
+	resetter interface {
+		Reset(ctx context.Context, key string) error
+	}
+	granter interface {
+		Grant(ctx context.Context, key string, units int64, until time.Time) error
+	}
+)
 
 // Refunder is an optional ability: a limiter that can give back the units an
 // earlier Allow spent. The engine uses it when another policy on the same
@@ -175,20 +201,6 @@ type Peeker interface {
 	Peek(ctx context.Context, req Request) (Decision, error)
 }
 
-// Resetter is an optional ability: a limiter that can forget one client
-// key's usage (an operator's reset, at the start of a billing cycle). key
-// is hashed, as in a Request.
-type Resetter interface {
-	Reset(ctx context.Context, key string) error
-}
-
-// Granter is an optional ability: a limiter that can give one client key
-// units beyond its quota: for the current window when until is zero, else
-// until that instant. key is hashed, as in a Request.
-type Granter interface {
-	Grant(ctx context.Context, key string, units int64, until time.Time) error
-}
-
 // Charger is an optional ability: a limiter that can spend units whether or
 // not they fit, for costs known only after the response (the handler's
 // reported cost, a failed login). A charge that exceeds what is left takes
@@ -200,25 +212,11 @@ type Charger interface {
 
 // Finisher is an optional ability: a limiter that must hear how a request
 // it admitted ended (an in-flight limit releases its slot). d is the
-// decision Allow returned for req.
+// decision Allow returned for req; status is the response's (500 for a
+// handler that failed or panicked), cost what the handler reported
+// (Verdict.ReportCost; 0: none).
 type Finisher interface {
-	Finish(ctx context.Context, req Request, d Decision, end End) error
-}
-
-// End is how a request ended: its response status (0 if the handler
-// failed without one) and the cost the handler reported (0: none).
-type End struct {
-	Status int
-	Cost   int64
-}
-
-// Localizer is an optional ability: a limiter backed by a shared store that
-// can build an in-process twin of itself (the same policy, its state in this
-// process only). For a policy with on_store_error: local, the engine asks
-// the twin while the store fails, so each instance still holds the limit on
-// its own instead of admitting everything (allow) or nothing (deny).
-type Localizer interface {
-	Local() (Limiter, error)
+	Finish(ctx context.Context, req Request, d Decision, status int, cost int64) error
 }
 
 // BatchLimiter is an optional ability: limiters that share a backend and can
@@ -240,7 +238,3 @@ type BatchItem struct {
 	Limiter BatchLimiter
 	Request Request
 }
-
-// Factory builds the Limiter for a policy. Strategy packages do not import
-// each other; the setup package provides the Factory that knows them all.
-type Factory func(p *Policy) (Limiter, error)

@@ -29,7 +29,7 @@ type List struct {
 	Deny bool
 	// Routes the list applies to; every request when empty.
 	Routes []Route
-	// Match is what is compared: the client address (KeyIP) or a header's
+	// Match is what is compared: the client address (keyIP) or a header's
 	// or claim's value.
 	Match KeySource
 	// TrustedProxies, for an address list, as a policy's.
@@ -92,14 +92,14 @@ func (p *fileParser) parseLists(v *yaml.Node) []*List {
 				p.errorf(f.Line, "", "%s: action %q is not one of allow, deny", where, s)
 			}
 		}
-		l.Match = KeySource{Kind: KeyIP}
+		l.Match = KeySource{kind: keyIP}
 		if f := fields["match"]; f != nil {
 			if s, ok := p.str(f, "", "match"); ok {
-				ks, err := ParseKeySource(s)
+				ks, err := parseKeySource(s)
 				switch {
 				case err != nil:
 					p.errorf(f.Line, "", "%s: match: %s", where, strings.TrimPrefix(err.Error(), "edgelimit: "))
-				case ks.Kind == KeyGlobal:
+				case ks.kind == keyGlobal:
 					p.errorf(f.Line, "", "%s: match global would match every request; use ip, header:NAME or claim:NAME", where)
 				}
 				l.Match = ks
@@ -116,7 +116,7 @@ func (p *fileParser) parseLists(v *yaml.Node) []*List {
 		}
 		if f := fields["trusted_proxies"]; f != nil {
 			if t, ok := p.int(f, "", "trusted_proxies"); ok {
-				if t < 0 || t > 16 || l.Match.Kind != KeyIP {
+				if t < 0 || t > 16 || l.Match.kind != keyIP {
 					p.errorf(f.Line, "", "%s: trusted_proxies must be 0 to 16, for a list that matches ip", where)
 				}
 				l.TrustedProxies = int(t)
@@ -132,7 +132,7 @@ func (p *fileParser) parseLists(v *yaml.Node) []*List {
 				if !ok {
 					continue
 				}
-				if l.Match.Kind == KeyIP {
+				if l.Match.kind == keyIP {
 					if _, err := parseCIDR(s); err != nil {
 						p.errorf(it.Line, "", "%s: %s", where, err)
 						continue
@@ -203,7 +203,7 @@ func compileLists(lists []*List, dir string, getenv func(string) string) ([]*com
 			vals = append(vals, strings.FieldsFunc(getenv(l.Env), func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' || r == '\r' })...)
 		}
 		c := &compiledList{List: l}
-		if l.Match.Kind == KeyIP {
+		if l.Match.kind == keyIP {
 			var pfxs []netip.Prefix
 			for i, v := range vals {
 				pfx, err := parseCIDR(v)
@@ -260,18 +260,18 @@ func (l *compiledList) applies(method, path, template string) bool {
 // matches reports whether the request's address or key is on the list.
 func (l *compiledList) matches(in *Input) bool {
 	if l.cidrs != nil {
-		ip, ok := ClientIP(in.SourceIP, in.Header, l.TrustedProxies)
+		ip, ok := clientIP(in.SourceIP, in.Header, l.TrustedProxies)
 		return ok && l.cidrs.contains(ip)
 	}
 	var v string
-	switch l.Match.Kind {
-	case KeyHeader:
+	switch l.Match.kind {
+	case keyHeader:
 		if in.Header != nil {
-			v = in.Header.Get(l.Match.Name)
+			v = in.Header.Get(l.Match.name)
 		}
-	case KeyClaim:
+	case keyClaim:
 		if in.Claims != nil {
-			v = in.Claims.Claim(l.Match.Name)
+			v = in.Claims.Get(l.Match.name)
 		}
 	}
 	if v = strings.TrimSpace(v); v == "" {

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 )
 
 const listsFile = `version: 1
@@ -41,9 +42,9 @@ func TestListsDenyAllowAndScope(t *testing.T) {
 	fx := newFixture(t, listsFile, nil)
 	ctx := context.Background()
 	decide := func(ip string, hdr map[string]string, claims map[string]string, path string) *edgelimit.Verdict {
-		in := &edgelimit.Input{Method: "GET", Path: path, SourceIP: ip, Header: edgelimit.MapHeaders(hdr)}
+		in := &edgelimit.Input{Method: "GET", Path: path, SourceIP: ip, Header: limitertest.Headers(hdr)}
 		if claims != nil {
-			in.Claims = edgelimit.MapClaims(claims)
+			in.Claims = limitertest.Headers(claims)
 		}
 		return fx.e.Decide(ctx, in)
 	}
@@ -122,7 +123,7 @@ policies:
 	// The gateway's route template guards the request too: the path was
 	// rewritten by a stage mapping, the template was not.
 	v := fx.e.Decide(ctx, &edgelimit.Input{Method: "GET", Path: "/v2/items/7", Route: "GET /items/{id}", SourceIP: "198.51.100.1",
-		Header: edgelimit.MapHeaders(map[string]string{"X-Forwarded-For": "192.0.2.5, 198.51.100.1"})})
+		Header: limitertest.Headers(map[string]string{"X-Forwarded-For": "192.0.2.5, 198.51.100.1"})})
 	if v.Status != 403 {
 		t.Errorf("client 192.0.2.5 behind one proxy: status %d, want 403", v.Status)
 	}
@@ -182,7 +183,7 @@ policies:
 	}
 	for _, partner := range []string{"acme", "globex", "initech"} {
 		for i := 0; i < 3; i++ {
-			v := e.Decide(ctx, &edgelimit.Input{Method: "GET", Path: "/x", SourceIP: "12.0.0.1", Header: edgelimit.MapHeaders(map[string]string{"X-Partner": partner})})
+			v := e.Decide(ctx, &edgelimit.Input{Method: "GET", Path: "/x", SourceIP: "12.0.0.1", Header: limitertest.Headers(map[string]string{"X-Partner": partner})})
 			if !v.Allowed || len(v.Header()) != 0 {
 				t.Fatalf("partner %s request %d: %+v", partner, i, v)
 			}
@@ -350,7 +351,7 @@ func FuzzParseLists(f *testing.F) {
 			return
 		}
 		for _, ip := range []string{"10.1.2.3", "::1", "192.0.2.1", "bogus"} {
-			v := e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/x", SourceIP: ip, Header: edgelimit.MapHeaders(map[string]string{"X-K": "k"})})
+			v := e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/x", SourceIP: ip, Header: limitertest.Headers(map[string]string{"X-K": "k"})})
 			if !v.Allowed && v.Status != 403 && v.Status != 429 && v.Status != 400 {
 				t.Fatalf("status %d", v.Status)
 			}

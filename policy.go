@@ -14,8 +14,8 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// DefaultStoreTimeout is a policy's time budget for its store calls.
-const DefaultStoreTimeout = 100 * time.Millisecond
+// defaultStoreTimeout is a policy's time budget for its store calls.
+const defaultStoreTimeout = 100 * time.Millisecond
 
 // PolicyFile is a parsed, validated policies.yaml.
 type PolicyFile struct {
@@ -71,7 +71,7 @@ type Policy struct {
 	// 60s.
 	OverrideStaleness time.Duration
 	// ChargeAfter: the policy spends after the response, what the handler
-	// reported (edgelimit.ReportCost) or its Cost; a request is admitted
+	// reported (Verdict.ReportCost) or its Cost; a request is admitted
 	// while at least one unit is left, and a charge larger than what is
 	// left takes the quota below zero once.
 	ChargeAfter bool
@@ -175,16 +175,16 @@ func LoadPolicies(path string) (*PolicyFile, error) {
 	return ParsePolicies(path, data)
 }
 
-// MaxPolicyFileSize bounds the policy file, which is operator input but may
+// maxPolicyFileSize bounds the policy file, which is operator input but may
 // come from an environment variable.
-const MaxPolicyFileSize = 1 << 20
+const maxPolicyFileSize = 1 << 20
 
 // ParsePolicies parses and validates a policy file. name is used in messages.
 // All problems are reported together, as PolicyErrors.
 func ParsePolicies(name string, data []byte) (*PolicyFile, error) {
 	p := &fileParser{file: name}
-	if len(data) > MaxPolicyFileSize {
-		p.errorf(0, "", "file is %d bytes, larger than the %d allowed", len(data), MaxPolicyFileSize)
+	if len(data) > maxPolicyFileSize {
+		p.errorf(0, "", "file is %d bytes, larger than the %d allowed", len(data), maxPolicyFileSize)
 		return nil, p.err()
 	}
 	var doc yaml.Node
@@ -324,7 +324,7 @@ func (p *fileParser) duration(v *yaml.Node, policy, field string) (time.Duration
 		p.errorf(v.Line, policy, "%s must be a duration, like 10s", field)
 		return 0, false
 	}
-	d, err := ParseDuration(v.Value)
+	d, err := parseDuration(v.Value)
 	if err != nil {
 		p.errorf(v.Line, policy, "%s %s", field, strings.TrimPrefix(err.Error(), "edgelimit: "))
 		return 0, false
@@ -332,9 +332,9 @@ func (p *fileParser) duration(v *yaml.Node, policy, field string) (time.Duration
 	return d, true
 }
 
-// ParseDuration parses a positive duration as time.ParseDuration does, and
+// parseDuration parses a positive duration as time.ParseDuration does, and
 // also whole days ("1d"). A bare number is an error that says which unit to add.
-func ParseDuration(s string) (time.Duration, error) {
+func parseDuration(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, fmt.Errorf("edgelimit: duration is empty; use a unit, like 10s")
@@ -366,8 +366,8 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// FormatDuration writes d compactly (1d, 24h, 1m30s) for tables and docs.
-func FormatDuration(d time.Duration) string {
+// formatDuration writes d compactly (1d, 24h, 1m30s) for tables and docs.
+func formatDuration(d time.Duration) string {
 	if d > 0 && d%(24*time.Hour) == 0 {
 		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
 	}

@@ -16,9 +16,9 @@ import (
 )
 
 func TestLoadExamplePolicies(t *testing.T) {
-	f, err := edgelimit.LoadPolicies("policies.yaml")
+	f, err := edgelimit.LoadPolicies("cmd/edgelimit/policies.yaml")
 	if err != nil {
-		t.Fatalf("LoadPolicies(policies.yaml): %v", err)
+		t.Fatalf("LoadPolicies(cmd/edgelimit/policies.yaml): %v", err)
 	}
 	if got := len(f.Policies); got < 5 {
 		t.Fatalf("policies = %d, want at least 5", got)
@@ -29,7 +29,7 @@ func TestLoadExamplePolicies(t *testing.T) {
 	}
 	paid := byName["paid-daily"]
 	if paid == nil || paid.Limit != 1000 || paid.Window != 24*time.Hour || paid.OnStoreError != edgelimit.FailClosed ||
-		paid.Key.Kind != edgelimit.KeyHeader || paid.Key.Name != "X-Api-Key" {
+		paid.Key.String() != "header:X-Api-Key" {
 		t.Errorf("paid-daily = %+v", paid)
 	}
 	if b := byName["paid-burst"]; b == nil || *b.Options.(*durablecounter.Options) != (durablecounter.Options{Algorithm: durablecounter.GCRA, Burst: 20, Shards: 1, DenyCache: true}) {
@@ -110,7 +110,8 @@ func TestParsePoliciesErrors(t *testing.T) {
 		{"bad store mode", pol("    window: 1m\n    on_store_error: maybe\n"), []string{`on_store_error "maybe" is not one of allow, deny, local`}},
 		{"local on signed", head + "  - {name: a, routes: [\"GET /a\"], key: ip, strategy: signed, limit: 1, window: 1s, on_store_error: local}\n",
 			[]string{"on_store_error local needs a store"}},
-		{"pow on durable", pol("    window: 1m\n    proof_of_work: {bits: 8}\n"), []string{"proof_of_work applies only to strategy signed"}},
+		{"pow on durable without above", pol("    window: 1m\n    proof_of_work: {bits: 8}\n"), []string{"proof_of_work needs above"}},
+		{"pow on inflight", head + "  - {name: a, routes: [\"GET /a\"], key: ip, strategy: inflight, limit: 1, window: 1m, proof_of_work: {above: 0}}\n", []string{"proof_of_work"}},
 		{"pow bits", head + "  - {name: a, routes: [\"GET /a\"], key: ip, strategy: signed, limit: 1, window: 1s, proof_of_work: {bits: 40}}\n",
 			[]string{"proof_of_work.bits 40 must be between 1 and 32"}},
 		{"trusted proxies with header key", pol("    window: 1m\n    trusted_proxies: 1\n"), []string{"trusted_proxies applies only when the key is ip"}},
@@ -188,7 +189,7 @@ func TestFormatDuration(t *testing.T) {
 }
 
 func FuzzParsePolicies(f *testing.F) {
-	if b, err := os.ReadFile("policies.yaml"); err == nil {
+	if b, err := os.ReadFile("cmd/edgelimit/policies.yaml"); err == nil {
 		f.Add(b)
 	}
 	f.Add([]byte("version: 1\npolicies:\n  - {name: a, routes: [\"GET /a/*\"], key: header:X, strategy: kv, limit: 1, window: 1s}\n"))

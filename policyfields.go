@@ -67,7 +67,7 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 		p.errorf(n.Line, "", "each policy must be a mapping with name, routes, key, strategy, limit and window")
 		return nil
 	}
-	pol := &Policy{Line: n.Line, Cost: 1, StoreTimeout: DefaultStoreTimeout, IPv6Prefix: 64, OverrideStaleness: DefaultOverrideStaleness}
+	pol := &Policy{Line: n.Line, Cost: 1, StoreTimeout: defaultStoreTimeout, IPv6Prefix: 64, OverrideStaleness: defaultOverrideStaleness}
 	fields := map[string]*yaml.Node{}
 	keyLines := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -209,7 +209,7 @@ func parseRoutes(p *fileParser, pol *Policy, v *yaml.Node) {
 		if !ok {
 			continue
 		}
-		r, err := ParseRoute(s)
+		r, err := parseRoute(s)
 		if err != nil {
 			p.errorf(it.Line, pol.Name, "%s", strings.TrimPrefix(err.Error(), "edgelimit: "))
 			continue
@@ -229,7 +229,7 @@ func parseKey(p *fileParser, pol *Policy, v *yaml.Node) {
 	if !ok {
 		return
 	}
-	ks, err := ParseKeySource(s)
+	ks, err := parseKeySource(s)
 	if err != nil {
 		p.errorf(v.Line, pol.Name, "%s", strings.TrimPrefix(err.Error(), "edgelimit: "))
 	}
@@ -248,7 +248,7 @@ func parseOnMissingKey(p *fileParser, pol *Policy, v *yaml.Node) {
 	default:
 		p.errorf(v.Line, pol.Name, "on_missing_key %q is not one of reject, ip", s)
 	}
-	if pol.Key.Kind == KeyIP || pol.Key.Kind == KeyGlobal {
+	if pol.Key.kind == keyIP || pol.Key.kind == keyGlobal {
 		p.errorf(v.Line, pol.Name, "on_missing_key applies only to header: and claim: keys")
 	}
 }
@@ -315,7 +315,7 @@ func parseShadow(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.Shadow, _ = p.bool(v, pol.Name, "shadow")
 }
 
-func usesIP(pol *Policy) bool { return pol.Key.Kind == KeyIP || pol.MissingKeyToIP }
+func usesIP(pol *Policy) bool { return pol.Key.kind == keyIP || pol.MissingKeyToIP }
 
 func parseTrustedProxies(p *fileParser, pol *Policy, v *yaml.Node) {
 	t, ok := p.int(v, pol.Name, "trusted_proxies")
@@ -345,8 +345,8 @@ func parseIPv6Prefix(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.IPv6Prefix = int(t)
 }
 
-// DefaultOverrideStaleness is how old a cached override may be by default.
-const DefaultOverrideStaleness = time.Minute
+// defaultOverrideStaleness is how old a cached override may be by default.
+const defaultOverrideStaleness = time.Minute
 
 func parseTiers(p *fileParser, pol *Policy, v *yaml.Node) {
 	if v.Kind != yaml.MappingNode {
@@ -367,11 +367,11 @@ func parseTiers(p *fileParser, pol *Policy, v *yaml.Node) {
 	if by := fields["by"]; by == nil {
 		p.errorf(v.Line, pol.Name, "tiers needs `by`, the key source that names the tier (header:NAME or claim:NAME)")
 	} else if s, ok := p.str(by, pol.Name, "tiers.by"); ok {
-		ks, err := ParseKeySource(s)
+		ks, err := parseKeySource(s)
 		switch {
 		case err != nil:
 			p.errorf(by.Line, pol.Name, "tiers.by: %s", strings.TrimPrefix(err.Error(), "edgelimit: "))
-		case ks.Kind != KeyHeader && ks.Kind != KeyClaim:
+		case ks.kind != keyHeader && ks.kind != keyClaim:
 			p.errorf(by.Line, pol.Name, "tiers.by %q must be header:NAME or claim:NAME", s)
 		}
 		t.By = ks

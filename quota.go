@@ -35,14 +35,14 @@ var errUnknownTier = errors.New("edgelimit: tier not known")
 func tier(p *Policy, in *Input) (Limits, error) {
 	t := p.Tiers
 	var v string
-	switch t.By.Kind {
-	case KeyHeader:
+	switch t.By.kind {
+	case keyHeader:
 		if in.Header != nil {
-			v = in.Header.Get(t.By.Name)
+			v = in.Header.Get(t.By.name)
 		}
-	case KeyClaim:
+	case keyClaim:
 		if in.Claims != nil {
-			v = in.Claims.Claim(t.By.Name)
+			v = in.Claims.Get(t.By.name)
 		}
 	}
 	v = strings.TrimSpace(v)
@@ -61,9 +61,9 @@ func tier(p *Policy, in *Input) (Limits, error) {
 // unknownTierDetail is the public detail of that 400: what is required,
 // never what was sent (unless it is one of the known names).
 func unknownTierDetail(p *Policy) string {
-	what := "header " + p.Tiers.By.Name
-	if p.Tiers.By.Kind == KeyClaim {
-		what = "claim " + strconv.Quote(p.Tiers.By.Name)
+	what := "header " + p.Tiers.By.name
+	if p.Tiers.By.kind == keyClaim {
+		what = "claim " + strconv.Quote(p.Tiers.By.name)
 	}
 	return "The " + what + " must name one of the plans " + strings.Join(p.Tiers.Names, ", ") + "."
 }

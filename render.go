@@ -11,9 +11,9 @@ import (
 	"github.com/edgelimit/edgelimit/internal/jsonenc"
 )
 
-// Problem is an RFC 9457 problem details body as edgelimit sends it, without
+// problemBody is an RFC 9457 problem details body as edgelimit sends it, without
 // the extension members a limiter may add (Decision.Response).
-type Problem struct {
+type problemBody struct {
 	Type             string   `json:"type"`
 	Title            string   `json:"title"`
 	Status           int      `json:"status"`
@@ -25,8 +25,8 @@ type Problem struct {
 func badRequest(v *Verdict, detail string) {
 	v.Allowed = false
 	v.Status = 400
-	v.Body = appendProblem(make([]byte, 0, 160), &Problem{Type: ProblemBadRequest, Title: titleBadRequest, Status: 400, Detail: detail}, nil, nil)
-	v.add(HeaderContentType, ContentTypeProblemJSON)
+	v.Body = appendProblem(make([]byte, 0, 160), &problemBody{Type: problemBadRequest, Title: titleBadRequest, Status: 400, Detail: detail}, nil, nil)
+	v.add(headerContentType, contentTypeProblemJSON)
 }
 
 // forbidden makes v the 403 of a deny list. The body names neither the
@@ -34,8 +34,8 @@ func badRequest(v *Verdict, detail string) {
 func forbidden(v *Verdict) {
 	v.Allowed = false
 	v.Status = 403
-	v.Body = appendProblem(make([]byte, 0, 128), &Problem{Type: ProblemBadRequest, Title: titleForbidden, Status: 403, Detail: "This client may not use this resource."}, nil, nil)
-	v.add(HeaderContentType, ContentTypeProblemJSON)
+	v.Body = appendProblem(make([]byte, 0, 128), &problemBody{Type: problemBadRequest, Title: titleForbidden, Status: 403, Detail: "This client may not use this resource."}, nil, nil)
+	v.add(headerContentType, contentTypeProblemJSON)
 }
 
 // listed reports whether a policy's decision is shown to the client: it was
@@ -127,28 +127,28 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		limEnd = len(buf)
 		buf = strconv.AppendInt(buf, max(legacy.Remaining, 0), 10)
 		remEnd = len(buf)
-		buf = strconv.AppendInt(buf, Seconds(legacy.Reset), 10)
+		buf = strconv.AppendInt(buf, seconds(legacy.Reset), 10)
 		resetEnd = len(buf)
 	}
 	var secs int64
 	if blocked {
-		secs = RetryAfterSeconds(retry)
+		secs = retryAfterSeconds(retry)
 		buf = strconv.AppendInt(buf, secs, 10)
 	}
 	vals := unsafe.String(unsafe.SliceData(buf), len(buf))
 	switch {
 	case all && defaults && rs.policyHeader != "":
-		v.add(HeaderRateLimitPolicy, rs.policyHeader)
+		v.add(headerRateLimitPolicy, rs.policyHeader)
 	case policyEnd > 0:
-		v.add(HeaderRateLimitPolicy, vals[:policyEnd])
+		v.add(headerRateLimitPolicy, vals[:policyEnd])
 	}
 	if rlEnd > rlStart {
-		v.add(HeaderRateLimit, vals[rlStart:rlEnd])
+		v.add(headerRateLimit, vals[rlStart:rlEnd])
 	}
 	if e.legacy && legacy != nil {
-		v.add(HeaderLegacyLimit, vals[rlEnd:limEnd])
-		v.add(HeaderLegacyRemaining, vals[limEnd:remEnd])
-		v.add(HeaderLegacyReset, vals[remEnd:resetEnd])
+		v.add(headerLegacyLimit, vals[rlEnd:limEnd])
+		v.add(headerLegacyRemaining, vals[limEnd:remEnd])
+		v.add(headerLegacyReset, vals[remEnd:resetEnd])
 	}
 	// The limiters' own fields: those of the decisions that let the request
 	// through, or of those that denied it (a refunded decision's are
@@ -174,8 +174,8 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		return
 	}
 	v.Allowed = false
-	v.add(HeaderRetryAfter, vals[max(rlEnd, resetEnd):])
-	v.add(HeaderContentType, ContentTypeProblemJSON)
+	v.add(headerRetryAfter, vals[max(rlEnd, resetEnd):])
+	v.add(headerContentType, contentTypeProblemJSON)
 	var namesBuf [8]string
 	names := namesBuf[:0]
 	var detail [256]byte
@@ -189,7 +189,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		d := append(detail[:0], "The rate-limit store is unavailable and this endpoint fails closed. Retry in "...)
 		d = appendPlural(d, secs, "second")
 		d = append(d, '.')
-		v.Body = appendProblem(make([]byte, 0, 384), &Problem{Type: ProblemReducedCapacity, Title: titleReducedCapacity, Status: 503,
+		v.Body = appendProblem(make([]byte, 0, 384), &problemBody{Type: problemReducedCapacity, Title: titleReducedCapacity, Status: 503,
 			ViolatedPolicies: names, RetryAfter: secs}, d, nil)
 		return
 	}
@@ -215,7 +215,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 			d = append(d, r.Detail...)
 		}
 	}
-	v.Body = appendProblem(make([]byte, 0, 384), &Problem{Type: ProblemQuotaExceeded, Title: titleQuotaExceeded, Status: 429,
+	v.Body = appendProblem(make([]byte, 0, 384), &problemBody{Type: problemQuotaExceeded, Title: titleQuotaExceeded, Status: 429,
 		ViolatedPolicies: names, RetryAfter: secs}, d, ext)
 }
 
@@ -308,7 +308,7 @@ var problemMembers = []string{"type", "title", "status", "detail", "violated-pol
 // detail, if not nil, is used in place of p.Detail. exts are JSON objects
 // whose members follow, in order; a member already written is skipped, as
 // is an extension that is not a JSON object.
-func appendProblem(b []byte, p *Problem, detail []byte, exts []string) []byte {
+func appendProblem(b []byte, p *problemBody, detail []byte, exts []string) []byte {
 	b = append(b, `{"type":`...)
 	b = jsonenc.AppendString(b, p.Type)
 	b = append(b, `,"title":`...)

@@ -13,12 +13,13 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/internal/keyhash"
 )
 
 // benchKeys are 100,000 distinct keys hashed the way the engine hashes
 // them, so the benchmarks measure a realistic spread, not one hot key.
 var benchKeys = func() []string {
-	h, err := edgelimit.NewKeyHasher([]byte("benchmark-secret-benchmark-secret"))
+	h, err := keyhash.New([]byte("benchmark-secret-benchmark-secret"))
 	if err != nil {
 		panic(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/keyhash"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
 
@@ -22,7 +23,7 @@ func TestDefaultDenyCacheHolds100kKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := edgelimit.NewKeyHasher(make([]byte, 32))
+	h, err := keyhash.New(make([]byte, 32))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,7 +97,9 @@ var (
 	_ edgelimit.BatchLimiter = (*Counter)(nil)
 	_ edgelimit.Refunder     = (*Counter)(nil)
 	_ edgelimit.Peeker       = (*Counter)(nil)
-	_ edgelimit.Localizer    = (*Counter)(nil)
+	_ interface {
+		Local() (edgelimit.Limiter, error)
+	} = (*Counter)(nil)
 )
 
 // algorithms maps a policy's algorithm to its constructor.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/limitertest"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -155,7 +156,7 @@ func TestBatchMisuse(t *testing.T) {
 	}
 }
 
-type fakeBatcher struct{ edgelimit.LimiterFunc }
+type fakeBatcher struct{ limitertest.LimiterFunc }
 
 func (fakeBatcher) BatchKey() string { return "x" }
 

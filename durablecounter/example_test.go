@@ -44,7 +44,7 @@ func ExampleCounter_Allow() {
 		fmt.Println(err)
 		return
 	}
-	// Keys arrive hashed (edgelimit.KeyHasher); any stable string works.
+	// Keys arrive hashed (keyhash.Hasher); any stable string works.
 	req := edgelimit.Request{Key: "client-1"}
 	for i := range 5 {
 		now = t0.Add(time.Duration(i) * 10 * time.Second)

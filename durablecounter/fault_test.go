@@ -96,7 +96,7 @@ func (fe *faultEngine) do(route string) (*edgelimit.Verdict, []edgelimit.Event, 
 	start := time.Now()
 	v := fe.Decide(context.Background(), &edgelimit.Input{
 		Method: "GET", Path: route, SourceIP: "203.0.113.9",
-		Header: edgelimit.MapHeaders{"x-api-key": "client-1"},
+		Header: limitertest.Headers{"x-api-key": "client-1"},
 	})
 	took := time.Since(start)
 	fe.mu.Lock()
@@ -222,7 +222,7 @@ func TestFaultServerKilled(t *testing.T) {
 		if status != wantStatus {
 			t.Errorf("%s: GET %s = %d %s, want %d", phase, route, status, v.Body, wantStatus)
 		}
-		if wantStatus == 503 && header(v, edgelimit.HeaderRetryAfter) == "" {
+		if wantStatus == 503 && header(v, "Retry-After") == "" {
 			t.Errorf("%s: GET %s: 503 without Retry-After", phase, route)
 		}
 		for _, ev := range events {

@@ -161,7 +161,7 @@ policies:
 			do := func() *edgelimit.Verdict {
 				return e.Decide(context.Background(), &edgelimit.Input{
 					Method: "GET", Path: "/paid/report", SourceIP: "203.0.113.7",
-					Header: edgelimit.MapHeaders{"x-api-key": "key-1"},
+					Header: limitertest.Headers{"x-api-key": "key-1"},
 				})
 			}
 			for i := range 2 {
@@ -170,7 +170,7 @@ policies:
 				}
 			}
 			v := do()
-			var p edgelimit.Problem
+			var p limitertest.Problem
 			if err := json.Unmarshal(v.Body, &p); err != nil || v.Status != 429 {
 				t.Fatalf("third request: %d %s (%v), want 429", v.Status, v.Body, err)
 			}
@@ -180,9 +180,9 @@ policies:
 			var rateLimit, retryAfter string
 			for _, f := range v.Header() {
 				switch f.Name {
-				case edgelimit.HeaderRateLimit:
+				case "RateLimit":
 					rateLimit = f.Value
-				case edgelimit.HeaderRetryAfter:
+				case "Retry-After":
 					retryAfter = f.Value
 				}
 			}

@@ -62,7 +62,7 @@ func readmeModule(t *testing.T, programs []string) (string, []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	policies, err := os.ReadFile(filepath.Join(repo, "policies.yaml"))
+	policies, err := os.ReadFile(filepath.Join(repo, "cmd", "edgelimit", "policies.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

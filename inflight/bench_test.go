@@ -9,11 +9,12 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/inflight"
+	"github.com/edgelimit/edgelimit/internal/keyhash"
 )
 
 // benchKeys are 100,000 distinct keys hashed as the engine hashes them.
 var benchKeys = func() []string {
-	h, err := edgelimit.NewKeyHasher([]byte("benchmark-secret-benchmark-secret"))
+	h, err := keyhash.New([]byte("benchmark-secret-benchmark-secret"))
 	if err != nil {
 		panic(err)
 	}
@@ -58,7 +59,7 @@ func BenchmarkTakeRelease(b *testing.B) {
 			if err != nil || !d.Allowed {
 				b.Fatal(d, err)
 			}
-			if err := l.Finish(ctx, r, d, edgelimit.End{Status: 200}); err != nil {
+			if err := l.Finish(ctx, r, d, 200, 0); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -28,7 +28,7 @@ func ExampleLimiter() {
 	c, _ := l.Allow(ctx, req)
 	fmt.Println(a.Allowed, a.Remaining, b.Allowed, b.Remaining, c.Allowed, c.RetryAfter)
 
-	_ = l.Finish(ctx, req, a, edgelimit.End{Status: 200}) // a's handler returned
+	_ = l.Finish(ctx, req, a, 200, 0) // a's handler returned
 	d, _ := l.Allow(ctx, req)
 	fmt.Println(d.Allowed)
 

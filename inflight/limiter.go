@@ -221,7 +221,7 @@ func (l *Limiter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.De
 
 // Finish releases the slot d took (edgelimit.Finisher): the engine calls it
 // once the handler has returned, whatever its status. See Release.
-func (l *Limiter) Finish(ctx context.Context, req edgelimit.Request, d edgelimit.Decision, _ edgelimit.End) error {
+func (l *Limiter) Finish(ctx context.Context, req edgelimit.Request, d edgelimit.Decision, _ int, _ int64) error {
 	return l.Release(ctx, req, d)
 }
 

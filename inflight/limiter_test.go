@@ -143,7 +143,7 @@ func TestRequestErrors(t *testing.T) {
 	if err != nil || !d.Allowed {
 		t.Fatal(d, err)
 	}
-	if err := l.Finish(ctx, edgelimit.Request{}, d, edgelimit.End{}); !errors.Is(err, inflight.ErrNoKey) {
+	if err := l.Finish(ctx, edgelimit.Request{}, d, 0, 0); !errors.Is(err, inflight.ErrNoKey) {
 		t.Errorf("Finish without the key: %v, want ErrNoKey", err)
 	}
 	if q, w := l.Quota(); q != 2 || w != time.Minute {
@@ -163,7 +163,7 @@ func TestReleaseIgnoresCancellation(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := l.Finish(ctx, r, d, edgelimit.End{Status: 499}); err != nil {
+	if err := l.Finish(ctx, r, d, 499, 0); err != nil {
 		t.Fatalf("Finish with a cancelled context: %v", err)
 	}
 	d, err = l.Allow(context.Background(), r)
@@ -219,7 +219,7 @@ func TestMemoryStoreFull(t *testing.T) {
 	if _, err := l.Allow(ctx, edgelimit.Request{Key: "c"}); !errors.Is(err, inflight.ErrStoreFull) {
 		t.Fatalf("a third key with two live: %v, want ErrStoreFull", err)
 	}
-	if err := l.Finish(ctx, edgelimit.Request{Key: "a"}, a, edgelimit.End{}); err != nil {
+	if err := l.Finish(ctx, edgelimit.Request{Key: "a"}, a, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := l.Allow(ctx, edgelimit.Request{Key: "c"}); err != nil || !d.Allowed {

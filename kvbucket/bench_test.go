@@ -11,12 +11,14 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/keyhash"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 )
 
 // benchKeys are 100,000 distinct keys as the engine hands them over:
 // keyed hashes, 22 bytes of base64url.
 var benchKeys = func() []string {
-	h, err := edgelimit.NewKeyHasher(make([]byte, edgelimit.MinSecretLength))
+	h, err := keyhash.New(make([]byte, isecret.MinLength))
 	if err != nil {
 		panic(err)
 	}

@@ -79,10 +79,12 @@ type Bucket struct {
 }
 
 var (
-	_ edgelimit.Limiter   = (*Bucket)(nil)
-	_ edgelimit.Refunder  = (*Bucket)(nil)
-	_ edgelimit.Peeker    = (*Bucket)(nil)
-	_ edgelimit.Localizer = (*Bucket)(nil)
+	_ edgelimit.Limiter  = (*Bucket)(nil)
+	_ edgelimit.Refunder = (*Bucket)(nil)
+	_ edgelimit.Peeker   = (*Bucket)(nil)
+	_ interface {
+		Local() (edgelimit.Limiter, error)
+	} = (*Bucket)(nil)
 )
 
 // New checks cfg and returns the bucket.

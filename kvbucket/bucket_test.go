@@ -35,7 +35,7 @@ func kvPolicy(name string, limit, burst int64, window, sync time.Duration) *edge
 	return &edgelimit.Policy{
 		Name: name, Strategy: Strategy,
 		Limit: limit, Window: window, Cost: 1,
-		OnStoreError: edgelimit.FailOpen, StoreTimeout: edgelimit.DefaultStoreTimeout,
+		OnStoreError: edgelimit.FailOpen, StoreTimeout: 100 * time.Millisecond,
 		Options: &Options{Burst: burst, SyncInterval: sync},
 	}
 }

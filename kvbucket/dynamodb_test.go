@@ -304,7 +304,7 @@ func TestDynamoDBRetryBackoffFitsTheBudget(t *testing.T) {
 	base := client.Options()
 	base.Retryer = slowRetryer{base.Retryer}
 	attempts := base.Retryer.MaxAttempts()
-	budget := edgelimit.DefaultStoreTimeout
+	budget := 100 * time.Millisecond
 	for _, tc := range []struct {
 		name    string
 		backoff time.Duration

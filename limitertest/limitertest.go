@@ -320,7 +320,7 @@ func (s *suite) policy(name string, limit int64, window time.Duration) *Spec {
 			Window:       window,
 			Cost:         1,
 			OnStoreError: edgelimit.FailClosed,
-			StoreTimeout: edgelimit.DefaultStoreTimeout,
+			StoreTimeout: 100 * time.Millisecond,
 			IPv6Prefix:   64,
 		},
 		Algorithm: s.opts.Algorithm,

@@ -45,7 +45,7 @@ policies:
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), key{}, tok.Claims.(jwt.MapClaims))))
 		})
 	}
-	claims := func(r *http.Request) edgelimit.ClaimGetter {
+	claims := func(r *http.Request) edgelimit.Getter {
 		c, _ := r.Context().Value(key{}).(jwt.MapClaims)
 		return middleware.Claims(c)
 	}

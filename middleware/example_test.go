@@ -107,7 +107,7 @@ policies:
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), claimsKey{}, claims)))
 		})
 	}
-	claimsOf := func(r *http.Request) edgelimit.ClaimGetter {
+	claimsOf := func(r *http.Request) edgelimit.Getter {
 		m, _ := r.Context().Value(claimsKey{}).(map[string]any)
 		return middleware.Claims(m)
 	}

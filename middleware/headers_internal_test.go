@@ -13,10 +13,11 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 )
 
 var mergeFields = []edgelimit.Field{
-	{Name: edgelimit.HeaderRateLimit, Value: `"p";r=1;t=60`},
+	{Name: "RateLimit", Value: `"p";r=1;t=60`},
 	{Name: "Edgelimit-Token", Value: "tok"}, // a limiter's own field
 }
 
@@ -136,7 +137,7 @@ func allowedVerdict(t *testing.T, extra int) *edgelimit.Verdict {
 		t.Fatal(err)
 	}
 	e, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
-		return edgelimit.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
+		return limitertest.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
 			d := edgelimit.Decision{Allowed: true, Limit: 10, Window: time.Minute, Remaining: 9, Reset: time.Minute}
 			if extra > 0 {
 				d.Response = &edgelimit.Response{Field: edgelimit.Field{Name: "X-Own-" + p.Name, Value: "v-" + p.Name}}

@@ -14,7 +14,7 @@ import (
 type Option interface{ apply(*options) }
 
 type options struct {
-	claims func(*http.Request) edgelimit.ClaimGetter
+	claims func(*http.Request) edgelimit.Getter
 }
 
 type optionFunc func(*options)
@@ -27,7 +27,7 @@ func (f optionFunc) apply(o *options) { f(o) }
 // Claims for a claim map), or nil when the request has none. Without it,
 // net/http requests carry no claims, and a claim-keyed policy answers them
 // as its on_missing_key says.
-func WithClaims(claims func(r *http.Request) edgelimit.ClaimGetter) Option {
+func WithClaims(claims func(r *http.Request) edgelimit.Getter) Option {
 	return optionFunc(func(o *options) { o.claims = claims })
 }
 
@@ -35,7 +35,7 @@ func WithClaims(claims func(r *http.Request) edgelimit.ClaimGetter) Option {
 // map[string]any from JSON) for WithClaims: strings as they are, numbers and
 // booleans as their JSON text; objects, lists and null are absent, as in the
 // Lambda adapters.
-func Claims(m map[string]any) edgelimit.ClaimGetter {
+func Claims(m map[string]any) edgelimit.Getter {
 	if m == nil {
 		return nil
 	}
@@ -60,7 +60,7 @@ func Handler(e *edgelimit.Engine, next http.Handler, opts ...Option) http.Handle
 		in := edgelimit.Input{
 			Method:   r.Method,
 			SourceIP: remoteHost(r.RemoteAddr),
-			Header:   edgelimit.HTTPHeaders(r.Header),
+			Header:   httpHeaders(r.Header),
 		}
 		if o.claims != nil {
 			in.Claims = o.claims(r)
@@ -132,9 +132,9 @@ func remoteHost(addr string) string {
 var canonicalNames = func() map[string]string {
 	m := map[string]string{}
 	for _, n := range []string{
-		edgelimit.HeaderRateLimitPolicy, edgelimit.HeaderRateLimit, edgelimit.HeaderRetryAfter,
-		edgelimit.HeaderLegacyLimit, edgelimit.HeaderLegacyRemaining, edgelimit.HeaderLegacyReset,
-		edgelimit.HeaderContentType,
+		"RateLimit-Policy", "RateLimit", "Retry-After",
+		"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+		"Content-Type",
 	} {
 		m[n] = http.CanonicalHeaderKey(n)
 	}

@@ -22,11 +22,11 @@ type ALBHandler func(context.Context, events.ALBTargetGroupRequest) (events.ALBT
 
 // headersOf reads the multi-value headers when the event has any (they
 // hold every value of a repeated header), else the single-value ones.
-func headersOf(single map[string]string, multi map[string][]string) edgelimit.HeaderGetter {
+func headersOf(single map[string]string, multi map[string][]string) edgelimit.Getter {
 	if len(multi) > 0 {
-		return edgelimit.MultiMapHeaders(multi)
+		return multiMapHeaders(multi)
 	}
-	return edgelimit.MapHeaders(single)
+	return mapHeaders(single)
 }
 
 func mustWrap(name string, e *edgelimit.Engine, isNil bool) {
@@ -56,7 +56,7 @@ func guard[Req, Resp any](name string, e *edgelimit.Engine, h func(context.Conte
 		if !v.Allowed {
 			return refuse(&req, v), nil
 		}
-		hctx := edgelimit.NewContext(ctx, v)
+		hctx := v.Context(ctx)
 		finished := false
 		defer func() {
 			if !finished { // the handler panicked: the request failed
@@ -118,7 +118,7 @@ func FunctionURL(e *edgelimit.Engine, h FunctionURLHandler) FunctionURLHandler {
 }
 
 // v2Input is the Input of a payload-2.0 event (HTTP API and Function URL).
-func v2Input(http events.APIGatewayV2HTTPRequestContextHTTPDescription, rawPath string, headers map[string]string, claims edgelimit.ClaimGetter) edgelimit.Input {
+func v2Input(http events.APIGatewayV2HTTPRequestContextHTTPDescription, rawPath string, headers map[string]string, claims edgelimit.Getter) edgelimit.Input {
 	if rawPath == "" {
 		rawPath = http.Path
 	}
@@ -126,7 +126,7 @@ func v2Input(http events.APIGatewayV2HTTPRequestContextHTTPDescription, rawPath 
 		Method:   http.Method,
 		Path:     rawPath,
 		SourceIP: http.SourceIP,
-		Header:   edgelimit.MapHeaders(headers),
+		Header:   mapHeaders(headers),
 		Claims:   claims,
 	}
 }

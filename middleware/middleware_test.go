@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/edgelimit/edgelimit"
 )
 
 // absent in a want header map means the header must not be sent.
@@ -72,7 +70,7 @@ var scenarios = []struct {
 				"X-RateLimit-Remaining": "0",
 				"X-RateLimit-Reset":     "60",
 				"Retry-After":           "60",
-				"Content-Type":          edgelimit.ContentTypeProblemJSON,
+				"Content-Type":          "application/problem+json",
 				"X-Handler":             absent,
 			},
 			problem: map[string]any{
@@ -88,7 +86,7 @@ var scenarios = []struct {
 	{"missing key header", []step{
 		{name: "no header", call: get("/paid/report", ""), status: 400,
 			header: map[string]string{
-				"Content-Type":     edgelimit.ContentTypeProblemJSON,
+				"Content-Type":     "application/problem+json",
 				"RateLimit":        absent,
 				"RateLimit-Policy": absent,
 				"Retry-After":      absent,
@@ -246,8 +244,8 @@ func checkStep(t *testing.T, adapter string, st step, r result) {
 		}
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != edgelimit.ContentTypeProblemJSON {
-		t.Errorf("%s: Content-Type = %q, want %q", where, ct, edgelimit.ContentTypeProblemJSON)
+	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("%s: Content-Type = %q, want %q", where, ct, "application/problem+json")
 	}
 	var p map[string]any
 	if err := json.Unmarshal([]byte(r.Body), &p); err != nil {

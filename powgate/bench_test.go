@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/keyhash"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
@@ -14,7 +16,7 @@ import (
 // benchKeys are distinct keys hashed as the engine hashes them, so that
 // the benchmarks measure a spread of keys, not one hot key.
 var benchKeys = func() []string {
-	h, err := edgelimit.NewKeyHasher([]byte("benchmark-secret-benchmark-secret"))
+	h, err := keyhash.New([]byte("benchmark-secret-benchmark-secret"))
 	if err != nil {
 		panic(err)
 	}
@@ -98,7 +100,7 @@ func BenchmarkGate(b *testing.B) {
 			for i := range reqs {
 				key := benchKeys[i%len(benchKeys)]
 				d, _ := g.Allow(ctx, edgelimit.Request{Key: key})
-				reqs[i] = edgelimit.Request{Key: key, Header: edgelimit.MapHeaders{"edgelimit-proof": solve(b, challengeOf(d))}}
+				reqs[i] = edgelimit.Request{Key: key, Header: limitertest.Headers{"edgelimit-proof": solve(b, challengeOf(d))}}
 			}
 			var next atomic.Int64
 			b.ReportAllocs()
@@ -121,7 +123,7 @@ func BenchmarkGate(b *testing.B) {
 func BenchmarkReplayedProof(b *testing.B) {
 	g, _ := benchGate(b, inners[1], powgate.Options{Above: 0, Bits: 1, TTL: pow.MaxTTL})
 	d, _ := g.Allow(ctx, edgelimit.Request{Key: keyA})
-	req := edgelimit.Request{Key: keyA, Header: edgelimit.MapHeaders{"edgelimit-proof": solve(b, challengeOf(d))}}
+	req := edgelimit.Request{Key: keyA, Header: limitertest.Headers{"edgelimit-proof": solve(b, challengeOf(d))}}
 	if d, _ := g.Allow(ctx, req); !d.Allowed {
 		b.Fatal(d)
 	}

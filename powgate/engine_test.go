@@ -123,7 +123,7 @@ policies:
 	if err := json.NewDecoder(resp.Body).Decode(&problem); err != nil {
 		t.Fatal(err)
 	}
-	if problem.Type != edgelimit.ProblemQuotaExceeded || problem.Status != 429 || len(problem.Violated) != 1 || problem.Violated[0] != "search" ||
+	if problem.Type != "https://iana.org/assignments/http-problem-types#quota-exceeded" || problem.Status != 429 || len(problem.Violated) != 1 || problem.Violated[0] != "search" ||
 		!strings.Contains(problem.Detail, pow.ChallengeDetail) || problem.Challenge.Value != challenge || problem.Challenge.Bits != 4 ||
 		!problem.Challenge.Expires.Equal(tw.Add(pow.DefaultTTL)) {
 		t.Fatalf("problem body = %+v", problem)
@@ -175,7 +175,7 @@ policies:
   - {name: daily, routes: ["GET /paid"], key: "header:X-Api-Key", strategy: durable, limit: 2, window: 30s}
 `, clock, map[string]powgate.Options{"burst": {Above: 0, Bits: 4, TTL: time.Minute}})
 	decide := func(proof string) *edgelimit.Verdict {
-		h := edgelimit.MapHeaders{"x-api-key": "client-1"}
+		h := limitertest.Headers{"x-api-key": "client-1"}
 		if proof != "" {
 			h["edgelimit-proof"] = proof
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
@@ -47,7 +48,7 @@ func FuzzProofHeader(f *testing.F) {
 		}
 		admitted := 0
 		for range len(valid) + 2 {
-			d, err := fx.gate.Allow(ctx, edgelimit.Request{Key: keyA, Header: edgelimit.MapHeaders{"edgelimit-proof": header}})
+			d, err := fx.gate.Allow(ctx, edgelimit.Request{Key: keyA, Header: limitertest.Headers{"edgelimit-proof": header}})
 			switch {
 			case err != nil:
 				t.Fatalf("Allow(%q): %v", header, err)

@@ -35,7 +35,7 @@ type Config struct {
 	// lifetime (what Parse read from the policy file).
 	Options Options
 	// Secrets key the challenges' MAC: the first signs, all verify; each
-	// at least edgelimit.MinSecretLength (32) bytes. Every instance needs
+	// at least 32 bytes. Every instance needs
 	// the same ring (the key ring of EDGELIMIT_SECRETS). Required.
 	Secrets [][]byte
 	// Now is the Gate's clock. Without it the Gate decides at the
@@ -81,10 +81,10 @@ type Gate struct {
 }
 
 var (
-	_ edgelimit.Limiter   = (*Gate)(nil)
-	_ edgelimit.Refunder  = (*Gate)(nil)
-	_ edgelimit.Peeker    = (*Gate)(nil)
-	_ edgelimit.Localizer = (*Gate)(nil)
+	_ edgelimit.Limiter  = (*Gate)(nil)
+	_ edgelimit.Refunder = (*Gate)(nil)
+	_ edgelimit.Peeker   = (*Gate)(nil)
+	_ localizer          = (*Gate)(nil)
 )
 
 // Wrap returns inner gated by cfg.Options: the Gate. inner must be an
@@ -309,9 +309,9 @@ func (g *Gate) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.De
 // on_store_error: local: the same threshold, challenges and replay cache,
 // so a proof the Gate issued is good with the twin and spent once for both.
 func (g *Gate) Local() (edgelimit.Limiter, error) {
-	lz, ok := g.inner.(edgelimit.Localizer)
+	lz, ok := g.inner.(localizer)
 	if !ok {
-		return nil, fmt.Errorf("%w: policy %q: %T has no in-process twin (edgelimit.Localizer)", ErrConfig, g.name, g.inner)
+		return nil, fmt.Errorf("%w: policy %q: %T has no in-process twin (a Local method)", ErrConfig, g.name, g.inner)
 	}
 	twin, err := lz.Local()
 	if err != nil {
@@ -380,7 +380,7 @@ func Challenged(d edgelimit.Decision) bool {
 // Gate, configured by base with the policy's Policy and Options. A Replay
 // cache in base is shared by every Gate (proofs are named by random salts:
 // they never collide), as setup does for one instance.
-func Gating(build edgelimit.Factory, base Config) edgelimit.Factory {
+func Gating(build func(*edgelimit.Policy) (edgelimit.Limiter, error), base Config) func(*edgelimit.Policy) (edgelimit.Limiter, error) {
 	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
 		l, err := build(p)
 		if err != nil {
@@ -394,4 +394,10 @@ func Gating(build edgelimit.Factory, base Config) edgelimit.Factory {
 		cfg.Policy, cfg.Options = p, *o
 		return Wrap(l, cfg)
 	}
+}
+
+// localizer is the optional ability of a limiter with an in-process twin
+// (see edgelimit.Limiter).
+type localizer interface {
+	Local() (edgelimit.Limiter, error)
 }

@@ -341,7 +341,9 @@ func TestGateClock(t *testing.T) {
 // and a proof is spent once for the Gate and its twin.
 func TestGateLocal(t *testing.T) {
 	f := newFixture(t, inners[0], 10, time.Minute, powgate.Options{Above: 0, Bits: 4})
-	twin, err := f.gate.(edgelimit.Localizer).Local()
+	twin, err := f.gate.(interface {
+		Local() (edgelimit.Limiter, error)
+	}).Local()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +474,7 @@ func TestWrapRefuses(t *testing.T) {
 	pol := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute}
 	good := inners[0].new(t, pol, nil)
 	ok := powgate.Options{Above: 5}
-	onlyAllow := edgelimit.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
+	onlyAllow := limitertest.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
 		return edgelimit.Decision{}, nil
 	})
 	for _, tc := range []struct {

@@ -112,7 +112,7 @@ func (f *fixture) peekInner(key string) edgelimit.Decision {
 func request(key, proof string) edgelimit.Request {
 	req := edgelimit.Request{Key: key, Cost: 1}
 	if proof != "" {
-		req.Header = edgelimit.MapHeaders{"edgelimit-proof": proof}
+		req.Header = limitertest.Headers{"edgelimit-proof": proof}
 	}
 	return req
 }

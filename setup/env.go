@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/edgelimit/edgelimit"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 	"github.com/edgelimit/edgelimit/metrics"
 )
 
@@ -204,7 +205,7 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 }
 
 // HashKey decodes EDGELIMIT_HASH_KEY: standard base64 (padded or not),
-// surrounding white space ignored, at least edgelimit.MinSecretLength bytes.
+// surrounding white space ignored, at least isecret.MinLength bytes.
 // Its errors say what is wrong with the value's shape and never show any
 // part of it.
 func HashKey(s string) ([]byte, error) {
@@ -220,16 +221,16 @@ func HashKey(s string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s is not standard base64: %s; %s", ErrEnv, EnvHashKey, hashKeyProblem(s), hashKeyFormat)
 	}
-	if len(b) < edgelimit.MinSecretLength {
+	if len(b) < isecret.MinLength {
 		clear(b)
-		return nil, fmt.Errorf("%w: %s decodes to %d bytes; it needs at least %d: %s", ErrEnv, EnvHashKey, len(b), edgelimit.MinSecretLength, hashKeyFormat)
+		return nil, fmt.Errorf("%w: %s decodes to %d bytes; it needs at least %d: %s", ErrEnv, EnvHashKey, len(b), isecret.MinLength, hashKeyFormat)
 	}
 	return b, nil
 }
 
 // hashKeyFormat ends every EDGELIMIT_HASH_KEY error: what the value must be.
 var hashKeyFormat = fmt.Sprintf("set it to standard base64 of %d or more random bytes, such as the output of `openssl rand -base64 32`",
-	edgelimit.MinSecretLength)
+	isecret.MinLength)
 
 // hashKeyProblem says why s, which is not standard base64, is not, without
 // quoting it.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
@@ -215,7 +216,7 @@ func TestFromEnvStoreDownWiresLogsAndMetrics(t *testing.T) {
 	}
 	v := e.Engine.Decide(context.Background(), &edgelimit.Input{
 		Method: "GET", Path: "/paid/report", SourceIP: "192.0.2.1",
-		Header: edgelimit.MapHeaders{"x-api-key": "k-123"},
+		Header: limitertest.Headers{"x-api-key": "k-123"},
 	})
 	if v.Allowed || v.Status != 503 {
 		t.Fatalf("Decide = allowed %v status %d, want 503 (daily fails closed)", v.Allowed, v.Status)
@@ -264,7 +265,7 @@ func TestFromEnvBuildsSignedPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FromEnv = %v; a signed-only function needs no table", err)
 	}
-	v := e.Engine.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: "/tts", SourceIP: "192.0.2.1", Header: edgelimit.MapHeaders{}})
+	v := e.Engine.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: "/tts", SourceIP: "192.0.2.1", Header: limitertest.Headers{}})
 	if !v.Allowed {
 		t.Errorf("first request without proof of work: status %d, want allowed (a free window)", v.Status)
 	}

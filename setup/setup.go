@@ -70,7 +70,7 @@ var ErrEnv = errors.New("setup: bad environment")
 // policy whose strategy no backend serves is an error that names it; a
 // backend whose strategy no policy uses is not opened (a function need not
 // configure what it does not use).
-func Limiters(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (edgelimit.Factory, error) {
+func Limiters(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
 	byStrategy := map[*edgelimit.Strategy][]*edgelimit.Policy{}
 	var order []*edgelimit.Strategy
 	for _, p := range pf.Policies {
@@ -111,7 +111,7 @@ func Limiters(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (edg
 // above a threshold (a durable or kv policy's proof_of_work) in a
 // powgate.Gate, whose challenges are keyed by the ring of EDGELIMIT_SECRETS,
 // as the signed strategy's are: every instance must share it.
-func gating(pf *edgelimit.PolicyFile, factory edgelimit.Factory, env BackendEnv) (edgelimit.Factory, error) {
+func gating(pf *edgelimit.PolicyFile, factory func(*edgelimit.Policy) (edgelimit.Limiter, error), env BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
 	var gated []string
 	for _, p := range pf.Policies {
 		if powgate.OptionsOf(p) != nil {

@@ -51,7 +51,7 @@ func ExampleLimiter() {
 	}
 	// The client's request headers, where its token travels.
 	h := http.Header{}
-	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w", Header: edgelimit.HTTPHeaders(h)} // the engine's hashed client key
+	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w", Header: h} // the engine's hashed client key
 	for i := range 4 {
 		if i == 3 {
 			now = t0.Add(time.Minute) // the window ended
@@ -81,7 +81,7 @@ func ExampleLimiter_proofOfWork() {
 		Now:     func() time.Time { return t0 },
 	})
 	h := http.Header{}
-	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w", Header: edgelimit.HTTPHeaders(h)}
+	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w", Header: h}
 	d, _ := l.Allow(context.Background(), req)
 	challenge := header(d, signedwindow.HeaderChallenge) // and in the 429's problem body
 	st, _ := pow.ParseChallenge(challenge)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/keyhash"
+	"github.com/edgelimit/edgelimit/limitertest"
 )
 
 // The verification example of docs/signed.md ("Verifying a token
@@ -136,7 +138,7 @@ func TestJoseVerifiesIssuedTokens(t *testing.T) {
 	hashKey := bytes.Repeat([]byte{0x5a}, 32)
 	k1, k2 := mustKey(t, "k1", secret1), mustKey(t, "k2", secret2)
 	secrets := k2.Entry() + "," + k1.Entry()
-	hasher, err := edgelimit.NewKeyHasher(hashKey)
+	hasher, err := keyhash.New(hashKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +156,7 @@ func TestJoseVerifiesIssuedTokens(t *testing.T) {
 		}
 		req := edgelimit.Request{Key: key}
 		if token != "" {
-			req.Header = edgelimit.MapHeaders{HeaderToken: token}
+			req.Header = limitertest.Headers{HeaderToken: token}
 		}
 		d, err := l.Allow(context.Background(), req)
 		if err != nil || !d.Allowed || tokenOf(d) == "" {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/keyring"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 )
 
 // EnvSecrets is the environment variable that holds the key ring:
@@ -40,7 +40,7 @@ type Key struct {
 }
 
 // NewKeyFromSecret returns the key id with secret, which must be at least
-// edgelimit.MinSecretLength (32) bytes, best 32 random bytes. The id is a
+// isecret.MinLength (32) bytes, best 32 random bytes. The id is a
 // short public name (every token's header carries it): one that could be a
 // secret, base64 of 32 bytes or more, is refused, as ParseKeyRing refuses
 // it. Errors never repeat the id.
@@ -51,8 +51,8 @@ func NewKeyFromSecret(id string, secret []byte) (Key, error) {
 	if keyring.LooksLikeSecret(id) {
 		return Key{}, fmt.Errorf("%w: the key id looks like a secret (43 or more base64 characters); a key id is a short public name", ErrBadKey)
 	}
-	if len(secret) < edgelimit.MinSecretLength {
-		return Key{}, fmt.Errorf("signedwindow: a secret of %d bytes: %w", len(secret), edgelimit.ErrShortSecret)
+	if len(secret) < isecret.MinLength {
+		return Key{}, fmt.Errorf("signedwindow: a secret of %d bytes: %w", len(secret), isecret.ErrShort)
 	}
 	return Key{id: id, secret: append([]byte(nil), secret...)}, nil
 }
@@ -62,7 +62,7 @@ func NewKeyFromSecret(id string, secret []byte) (Key, error) {
 func GenerateKey() Key {
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand never fails
-	return Key{id: "k" + hex.EncodeToString(b[:]), secret: edgelimit.RandomSecret()}
+	return Key{id: "k" + hex.EncodeToString(b[:]), secret: isecret.Random()}
 }
 
 // NewKey returns a new "kid:base64" entry for EDGELIMIT_SECRETS: what
@@ -154,7 +154,7 @@ func NewKeyRing(keys ...Key) (*KeyRing, error) {
 	}
 	r := &KeyRing{byID: make(map[string]*ringKey, len(keys))}
 	for i, k := range keys {
-		if !validKeyID(k.id) || len(k.secret) < edgelimit.MinSecretLength {
+		if !validKeyID(k.id) || len(k.secret) < isecret.MinLength {
 			return nil, fmt.Errorf("%w: use NewKeyFromSecret or GenerateKey", ErrBadKey)
 		}
 		if r.byID[k.id] != nil {

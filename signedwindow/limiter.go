@@ -131,10 +131,10 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// NewFactory returns an edgelimit.Factory that builds a Limiter for each
+// NewFactory returns an func(*edgelimit.Policy) (edgelimit.Limiter, error) that builds a Limiter for each
 // signed policy from base (whose Policy is ignored), and refuses other
 // strategies. A Replay cache set in base is shared by every policy.
-func NewFactory(base Config) edgelimit.Factory {
+func NewFactory(base Config) func(*edgelimit.Policy) (edgelimit.Limiter, error) {
 	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
 		if p.Strategy != Strategy {
 			return nil, fmt.Errorf("signedwindow: policy %q has strategy %q, not signed", p.Name, p.StrategyName())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/pow"
 )
 
@@ -290,7 +291,7 @@ policies:
 			if p.Strategy == Strategy {
 				return NewFactory(Config{Keys: keys, Now: c.Now})(p)
 			}
-			return edgelimit.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
+			return limitertest.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
 				return edgelimit.Decision{Allowed: gateOpen, Limit: 100, Window: time.Minute, RetryAfter: time.Second}, nil
 			}), nil
 		},
@@ -300,7 +301,7 @@ policies:
 	}
 	do := func(path, token, proof string) (*edgelimit.Verdict, map[string]string) {
 		v := e.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: path, SourceIP: "203.0.113.7",
-			Header: edgelimit.MapHeaders{"Edgelimit-Token": token, "Edgelimit-Proof": proof}})
+			Header: limitertest.Headers{"Edgelimit-Token": token, "Edgelimit-Proof": proof}})
 		h := map[string]string{}
 		for _, f := range v.Header() {
 			h[f.Name] = f.Value
@@ -313,7 +314,7 @@ policies:
 		t.Fatalf("first call: %d %v, want 429 with Edgelimit-Challenge", v.Status, h)
 	}
 	var body struct {
-		edgelimit.Problem
+		limitertest.Problem
 		Challenge *pow.Challenge `json:"challenge"`
 	}
 	if err := json.Unmarshal(v.Body, &body); err != nil || body.Challenge == nil || body.Challenge.Value != h["Edgelimit-Challenge"] || body.Challenge.Bits != 8 {

@@ -255,7 +255,7 @@ func operatorEngine(ctx context.Context, f opFlags, policy string) (*edgelimit.E
 
 func loadPolicyFile(path string) (*edgelimit.PolicyFile, error) {
 	if path == "" {
-		return edgelimit.ParsePolicies("policies.yaml (embedded)", edgelimit.ExamplePolicies)
+		return edgelimit.ParsePolicies("policies.yaml (embedded)", examplePolicies)
 	}
 	return edgelimit.LoadPolicies(path)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/internal/apigwlocal"
 	"github.com/edgelimit/edgelimit/internal/ddb"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 	"github.com/edgelimit/edgelimit/middleware"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/setup"
@@ -127,7 +128,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	var pf *edgelimit.PolicyFile
 	var err error
 	if f.policies == "" {
-		pf, err = edgelimit.ParsePolicies("policies.yaml (embedded)", edgelimit.ExamplePolicies)
+		pf, err = edgelimit.ParsePolicies("policies.yaml (embedded)", examplePolicies)
 	} else {
 		pf, err = edgelimit.LoadPolicies(f.policies)
 	}
@@ -211,7 +212,7 @@ func demoRoute(pf *edgelimit.PolicyFile) (method, path string, ok bool) {
 		}
 		for _, r := range p.Routes {
 			m := r.Method
-			if m == edgelimit.MethodAny {
+			if m == "ANY" {
 				m = "POST"
 			}
 			path := r.Path
@@ -268,7 +269,7 @@ func hashSecret(stderr io.Writer) ([]byte, error) {
 	s := os.Getenv(setup.EnvHashKey)
 	if s == "" {
 		fmt.Fprintln(stderr, "edgelimit serve: EDGELIMIT_HASH_KEY not set; using a random key hash secret for this process (counters in a shared store will not match other instances)")
-		return edgelimit.RandomSecret(), nil
+		return isecret.Random(), nil
 	}
 	return setup.HashKey(s)
 }

@@ -42,7 +42,7 @@ func BenchmarkTakeRelease(b *testing.B) {
 					if err != nil || !d.Allowed {
 						b.Fatal(d, err)
 					}
-					if err := l.Finish(ctx, r, d, edgelimit.End{Status: 200}); err != nil {
+					if err := l.Finish(ctx, r, d, 200, 0); err != nil {
 						b.Fatal(err)
 					}
 				}

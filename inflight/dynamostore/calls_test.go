@@ -58,10 +58,10 @@ func TestRoundTrips(t *testing.T) {
 		step("take with the limit held (a denial)", false, 1, denialGets, allow)
 		step("peek", false, 0, 1, func() (edgelimit.Decision, error) { return lim.Peek(ctx, r) })
 		step("release", false, 1, 0, func() (edgelimit.Decision, error) {
-			return edgelimit.Decision{}, lim.Finish(ctx, r, a, edgelimit.End{Status: 200})
+			return edgelimit.Decision{}, lim.Finish(ctx, r, a, 200, 0)
 		})
 		step("release again (nothing left)", false, 1, 0, func() (edgelimit.Decision, error) {
-			return edgelimit.Decision{}, lim.Finish(ctx, r, a, edgelimit.End{Status: 200})
+			return edgelimit.Decision{}, lim.Finish(ctx, r, a, 200, 0)
 		})
 		step("take of the released slot", true, 1, 0, allow)
 		clock.Advance(time.Minute) // both leases end, neither released

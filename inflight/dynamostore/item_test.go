@@ -75,7 +75,7 @@ func TestItem(t *testing.T) {
 				t.Errorf("item[%s] = %q, want %q (item %v)", k, item[k], v, item)
 			}
 		}
-		if err := lim.Finish(ctx, r, d, edgelimit.End{Status: 200}); err != nil {
+		if err := lim.Finish(ctx, r, d, 200, 0); err != nil {
 			t.Fatal(err)
 		}
 		item = rawItem(t, client, table, pk)

@@ -77,7 +77,7 @@ func TestReclaimMeetsLateRelease(t *testing.T) {
 		clock.Set(t0.Add(time.Minute)) // B's lease has ended; A's runs
 
 		hooked := &beforeWrite{API: client, n: 2, hook: func() {
-			if err := other.Finish(ctx, r, b, edgelimit.End{Status: 200}); err != nil {
+			if err := other.Finish(ctx, r, b, 200, 0); err != nil {
 				t.Error(err)
 			}
 			allow(other, "C, after B's late release", true)
@@ -142,7 +142,7 @@ func TestReleaseBeforeRead(t *testing.T) {
 			t.Fatal(a, err)
 		}
 		hooked := &beforeRead{API: client, hook: func() {
-			if err := other.Finish(ctx, r, a, edgelimit.End{Status: 200}); err != nil {
+			if err := other.Finish(ctx, r, a, 200, 0); err != nil {
 				t.Error(err)
 			}
 		}}

@@ -18,6 +18,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/inflight"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/middleware"
 )
 
@@ -64,8 +65,8 @@ type finishSignal struct {
 	done chan<- error
 }
 
-func (f finishSignal) Finish(ctx context.Context, req edgelimit.Request, d edgelimit.Decision, end edgelimit.End) error {
-	err := f.Limiter.Finish(ctx, req, d, end)
+func (f finishSignal) Finish(ctx context.Context, req edgelimit.Request, d edgelimit.Decision, status int, cost int64) error {
+	err := f.Limiter.Finish(ctx, req, d, status, cost)
 	select {
 	case f.done <- err:
 	default: // a test that stopped listening
@@ -234,7 +235,7 @@ func (s *server) want429(path, key string, violated ...string) reply {
 	if r.err != nil || r.status != http.StatusTooManyRequests {
 		s.t.Fatalf("%s for %s: %d %v %s, want 429", path, key, r.status, r.err, r.body)
 	}
-	var p edgelimit.Problem
+	var p limitertest.Problem
 	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
 		s.t.Fatalf("429 body %q: %v", r.body, err)
 	}

@@ -145,7 +145,7 @@ func (e *env) want(r edgelimit.Request, allowed bool, remaining int64) edgelimit
 
 func (e *env) finish(r edgelimit.Request, d edgelimit.Decision) {
 	e.t.Helper()
-	if err := e.lim.Finish(e.ctx, r, d, edgelimit.End{Status: 200}); err != nil {
+	if err := e.lim.Finish(e.ctx, r, d, 200, 0); err != nil {
 		e.t.Fatalf("Finish: %v", err)
 	}
 }
@@ -547,7 +547,7 @@ func (s *suite) testChurn(t *testing.T) {
 				}
 				runtime.Gosched()
 				holding.Add(-1) // before the release, so a new holder never overlaps it
-				if err := e.lim.Finish(e.ctx, req("k"), d, edgelimit.End{Status: 200}); err != nil {
+				if err := e.lim.Finish(e.ctx, req("k"), d, 200, 0); err != nil {
 					t.Error(err)
 					return
 				}

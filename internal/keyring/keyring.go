@@ -15,7 +15,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/edgelimit/edgelimit"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 )
 
 // EnvSecrets is the variable the ring comes from, for messages.
@@ -79,14 +79,14 @@ const ExpectedEntry = "expected kid:base64, like k1:<44 base64 characters> (`edg
 // entryError is what is wrong with one entry: its shape, never its text.
 type entryError struct {
 	problem string
-	short   bool // the secret is too short: wraps edgelimit.ErrShortSecret
+	short   bool // the secret is too short: wraps isecret.ErrShort
 }
 
 func (e *entryError) Error() string { return e.problem + "; " + ExpectedEntry }
 
 func (e *entryError) Unwrap() error {
 	if e.short {
-		return edgelimit.ErrShortSecret
+		return isecret.ErrShort
 	}
 	return nil
 }
@@ -136,9 +136,9 @@ func parseEntry(entry string) (Entry, error) {
 		return bad("the part after the colon is not base64: " + base64Problem(b64) + swapHint(id, b64))
 	}
 	defer clear(secret)
-	if len(secret) < edgelimit.MinSecretLength {
+	if len(secret) < isecret.MinLength {
 		return Entry{}, &entryError{short: true, problem: fmt.Sprintf("the secret decodes to %s; it needs at least %d%s",
-			plural(len(secret), "byte"), edgelimit.MinSecretLength, swapHint(id, b64))}
+			plural(len(secret), "byte"), isecret.MinLength, swapHint(id, b64))}
 	}
 	return Entry{ID: id, Secret: append([]byte(nil), secret...)}, nil
 }
@@ -167,7 +167,7 @@ func plural(n int, unit string) string {
 func LooksLikeSecret(s string) bool {
 	b, ok := decodeSecret(s)
 	clear(b)
-	return ok && len(b) >= edgelimit.MinSecretLength
+	return ok && len(b) >= isecret.MinLength
 }
 
 // base64Problem says why s, which no base64 encoding decodes, is not
