@@ -60,8 +60,8 @@ func main() {
 		os.Exit(1)
 	}
 	r, err := replicate.New(replicate.Config{
-		A: replicate.Replica{Name: "a", Client: ca, Table: *tableA},
-		B: replicate.Replica{Name: "b", Client: cb, Table: *tableB},
+		A:   replicate.Replica{Name: "a", Client: ca, Table: *tableA},
+		B:   replicate.Replica{Name: "b", Client: cb, Table: *tableB},
 		Lag: *lag, Poll: *poll,
 	})
 	if err != nil {
