@@ -198,6 +198,17 @@ func policy(yaml string) (*edgelimit.Policy, error) {
 	return pf.Policies[0], nil
 }
 
+// tokenHeader carries a signed window token in the request header the
+// signed strategy reads (the contract's Request.Header).
+type tokenHeader string
+
+func (t tokenHeader) Get(name string) string {
+	if strings.EqualFold(name, signedwindow.HeaderToken) {
+		return string(t)
+	}
+	return ""
+}
+
 // benchSecret is the fixed secret of the signed strategy's key ring and of
 // the engine's key hash, so that runs are reproducible.
 var benchSecret = []byte("edgelimit-bench-secret-0123456789abcdef")
@@ -303,8 +314,8 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 				name: name, group: "edgelimit",
 				setup: "signedwindow.Limiter, HS256 tokens, replay cache of 400,000 chains; each client presents the token of its previous response",
 				allow: func(ctx context.Context, i int) bool {
-					d, _ := l.Allow(ctx, edgelimit.Request{Key: reqKeys[i], Token: tokens[i]})
-					tokens[i] = d.Token
+					d, _ := l.Allow(ctx, edgelimit.Request{Key: reqKeys[i], Header: tokenHeader(tokens[i])})
+					tokens[i] = d.Field.Value
 					return d.Allowed
 				},
 			})

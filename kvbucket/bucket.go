@@ -559,11 +559,25 @@ func (b *Bucket) do(ctx context.Context, n int64, key string, cost int64, o opKi
 			}
 			continue
 		}
+		var w chan struct{}
+		var err error
 		switch o {
 		case opRefund:
 			return b.refund(ctx, s, e, n, cost)
 		default:
-			return b.allow(ctx, s, e, n, cost, d)
+			w, err = b.allow(ctx, s, e, n, cost, d)
+		}
+		if w == nil {
+			return err
+		}
+		// A write-through of this key is in flight: its answer decides
+		// this request too, most often from the local state (a bucket it
+		// emptied denies without a call).
+		select {
+		case <-w:
+			*d = edgelimit.Decision{}
+		case <-ctx.Done():
+			return fmt.Errorf("kvbucket: wait for the write of %q: %w", b.prefix+key, ctx.Err())
 		}
 	}
 }
@@ -599,8 +613,9 @@ func (b *Bucket) learn(e *entry, t Tally) {
 }
 
 // allow decides a request of cost at n for the known entry e. s.mu is held
-// on entry and released on return.
-func (b *Bucket) allow(ctx context.Context, s *shard, e *entry, n, cost int64, d *edgelimit.Decision) error {
+// on entry and released on return. A non-nil channel means the request
+// must wait for the write-through in flight to end, then be decided again.
+func (b *Bucket) allow(ctx context.Context, s *shard, e *entry, n, cost int64, d *edgelimit.Decision) (chan struct{}, error) {
 	// What is in flight counts as spent until its answer comes.
 	tat := b.local(e, n)
 	if !b.u.decide(tat, n, cost, d) {
@@ -610,11 +625,11 @@ func (b *Bucket) allow(ctx context.Context, s *shard, e *entry, n, cost int64, d
 		ready := !e.syncing && e.inflight.Sign() == 0 && !b.degraded(e, n) && !b.shareValid(e, n)
 		if insane := b.insane(e, n); ready && (e.pend.has || insane) {
 			*d = edgelimit.Decision{}
-			return b.syncKey(ctx, s, e, n, 0, cost, insane, d)
+			return nil, b.syncKey(ctx, s, e, n, 0, cost, insane, d)
 		}
 		s.stats.Local++
 		s.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	switch {
 	case b.degraded(e, n):
@@ -624,9 +639,16 @@ func (b *Bucket) allow(ctx context.Context, s *shard, e *entry, n, cost int64, d
 	case b.through(e, n) || !b.shareValid(e, n) && e.syncing:
 		*d = edgelimit.Decision{}
 		if e.pend.has && !e.syncing {
-			return b.syncKey(ctx, s, e, n, cost, cost, false, d)
+			return nil, b.syncKey(ctx, s, e, n, cost, cost, false, d)
 		}
-		return b.writeThrough(ctx, s, e, n, cost, d)
+		if w := e.writing; w != nil {
+			// One write-through at a time per key: a cold burst at one
+			// instance costs the KV one conditional write per admission
+			// (and one that finds the bucket empty), not one per request.
+			s.mu.Unlock()
+			return w, nil
+		}
+		return nil, b.writeThrough(ctx, s, e, n, cost, d)
 	case b.shareValid(e, n):
 		var sd edgelimit.Decision
 		if !b.withinShare(e, n, cost, &sd) {
@@ -636,11 +658,11 @@ func (b *Bucket) allow(ctx context.Context, s *shard, e *entry, n, cost int64, d
 		b.spendLocal(e, n, cost, d)
 	default:
 		*d = edgelimit.Decision{}
-		return b.syncKey(ctx, s, e, n, cost, cost, false, d)
+		return nil, b.syncKey(ctx, s, e, n, cost, cost, false, d)
 	}
 	s.stats.Local++
 	s.mu.Unlock()
-	return nil
+	return nil, nil
 }
 
 // spendLocal spends cost at n from e's local state (which allows it) into
@@ -707,6 +729,7 @@ func (b *Bucket) writeThrough(ctx context.Context, s *shard, e *entry, n, cost i
 	*d = edgelimit.Decision{}
 	up := b.update(e, sp, n, true)
 	e.inflight = e.inflight.Add(sp.p)
+	e.writing = make(chan struct{})
 	s.stats.Synced++
 	s.mu.Unlock()
 
@@ -714,6 +737,8 @@ func (b *Bucket) writeThrough(ctx context.Context, s *shard, e *entry, n, cost i
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.inflight = e.inflight.Sub(sp.p)
+	close(e.writing)
+	e.writing = nil
 	if err != nil {
 		s.stats.Errors++
 		e.degradedUntil = n + b.sync

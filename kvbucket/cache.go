@@ -49,8 +49,9 @@ type entry struct {
 	hash uint64
 	// v is the shared state as last learned.
 	v view
-	// wait is closed when the in-flight first read of an unknown key ends.
-	wait chan struct{}
+	// wait is closed when the in-flight first read of an unknown key ends;
+	// writing when the write-through in flight ends.
+	wait, writing chan struct{}
 }
 
 // shard is a part of the cache with its own lock. Entries are found by
