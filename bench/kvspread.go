@@ -75,6 +75,10 @@ type KVRun struct {
 	// Calls are all the store calls; PerProc each process's.
 	Calls   Snapshot   `json:"calls"`
 	PerProc []Snapshot `json:"per_proc"`
+	// MaxWritesPerS is the most writes (PutItem, UpdateItem) one process
+	// made in any sync interval (1s) after the first second of the run:
+	// the key's first interval in a process is its reservations.
+	MaxWritesPerS int `json:"max_writes_per_sync_interval"`
 	// Replication is the replicator's counters (two regions only).
 	Replication *replicate.Stats `json:"replication,omitempty"`
 	Error       string           `json:"error,omitempty"`
@@ -284,26 +288,60 @@ func superseded(r KVRun) int64 {
 
 // proc is one server process behind its counting proxy.
 type proc struct {
-	cmd   *exec.Cmd
-	url   string
-	proxy *http.Server
-	tally *Tally
-	done  chan struct{}
+	cmd    *exec.Cmd
+	url    string
+	proxy  *http.Server
+	tally  *Tally
+	writes *writeLog
+	done   chan struct{}
+}
+
+// writeLog records when a process wrote.
+type writeLog struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (w *writeLog) add(t time.Time) {
+	w.mu.Lock()
+	w.at = append(w.at, t)
+	w.mu.Unlock()
+}
+
+// maxIn returns the most writes in any window [x, x+d) with x ≥ from.
+func (w *writeLog) maxIn(from time.Time, d time.Duration) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var at []time.Time
+	for _, t := range w.at {
+		if !t.Before(from) {
+			at = append(at, t)
+		}
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	best, j := 0, 0
+	for i := range at {
+		for at[i].Sub(at[j]) >= d {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
 }
 
 var listening = regexp.MustCompile(`listening on (http://[0-9.:]+)`)
 
 // startProxy returns a counting reverse proxy to endpoint on a free port.
-func startProxy(endpoint string) (*http.Server, string, *Tally, error) {
+func startProxy(endpoint string) (*http.Server, string, *Tally, *writeLog, error) {
 	target, err := url.Parse(endpoint)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, "", nil, nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, "", nil, err
+		return nil, "", nil, nil, err
 	}
-	tally := NewTally()
+	tally, writes := NewTally(), &writeLog{}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op := r.Header.Get("X-Amz-Target")
@@ -314,10 +352,13 @@ func startProxy(endpoint string) (*http.Server, string, *Tally, error) {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		rru, wru := capacity(op, body)
 		tally.add(op, rru, wru)
+		if op == "PutItem" || op == "UpdateItem" {
+			writes.add(time.Now())
+		}
 		rp.ServeHTTP(w, r)
 	})}
 	go func() { _ = srv.Serve(ln) }()
-	return srv, "http://" + ln.Addr().String(), tally, nil
+	return srv, "http://" + ln.Addr().String(), tally, writes, nil
 }
 
 // start runs one server process of spec with binary bin in region (0 or
@@ -327,7 +368,7 @@ func (env *kvEnv) start(ctx context.Context, spec kvSpec, bin string, region int
 	if region == 1 {
 		endpoint = env.dynB
 	}
-	srv, proxyURL, tally, err := startProxy(endpoint)
+	srv, proxyURL, tally, writes, err := startProxy(endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -350,7 +391,7 @@ func (env *kvEnv) start(ctx context.Context, spec kvSpec, bin string, region int
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &proc{cmd: cmd, proxy: srv, tally: tally, done: make(chan struct{})}
+	p := &proc{cmd: cmd, proxy: srv, tally: tally, writes: writes, done: make(chan struct{})}
 	urlc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -539,6 +580,9 @@ func (env *kvEnv) runErr(ctx context.Context, spec kvSpec, bin string, run *KVRu
 		s := p.tally.Snapshot().Sub(before[i])
 		run.PerProc = append(run.PerProc, s)
 		run.Calls = run.Calls.Add(s)
+		if spec.rate > 0 {
+			run.MaxWritesPerS = max(run.MaxWritesPerS, p.writes.maxIn(start.Add(time.Second), time.Second))
+		}
 	}
 	slices.SortFunc(instants, func(a, b time.Time) int { return a.Compare(b) })
 	perfect := kvbucket.Params{Capacity: spec.burst, Limit: spec.limit, Window: spec.window}
@@ -599,4 +643,144 @@ func startDynalite(ctx context.Context, root, dir string) (stop func(), endpoint
 	}
 	stop()
 	return nil, "", errors.New("dynalite did not listen within 30s")
+}
+
+// kvRun returns the run of id with binary bin, or nil.
+func (d *KVData) run(id, bin string) *KVRun {
+	for i := range d.Runs {
+		if r := &d.Runs[i]; r.ID == id && r.Binary == bin {
+			return r
+		}
+	}
+	return nil
+}
+
+func kvCell(r *KVRun) string {
+	switch {
+	case r == nil:
+		return "— | —"
+	case r.Error != "":
+		return fmt.Sprintf("%d (%s) | —", r.Admitted, oneLine(r.Error))
+	}
+	return fmt.Sprintf("%d | %.2f×", r.Admitted, r.Ratio())
+}
+
+func kvWrites(r *KVRun, burst bool) string {
+	if r == nil || r.Error != "" {
+		return "—"
+	}
+	if burst {
+		var maxW int64
+		for _, s := range r.PerProc {
+			maxW = max(maxW, s.Calls["PutItem"]+s.Calls["UpdateItem"])
+		}
+		return fmt.Sprintf("%d in all", maxW)
+	}
+	m, mean := r.WritesPerProcSec()
+	return fmt.Sprintf("%.2f (mean %.2f); %d", m, mean, r.MaxWritesPerS)
+}
+
+// kvCost returns a run's store calls and units per decision.
+func kvCost(r *KVRun) (calls string, wru, rru float64) {
+	n := int64(r.Admitted + r.Denied)
+	if n == 0 {
+		return "", 0, 0
+	}
+	return opsPer(r.Calls, n), r.Calls.WRU / float64(n), r.Calls.RRU / float64(n)
+}
+
+func renderKV(w *mdWriter, l *loaded) {
+	d := l.kv
+	w.p("## 5. kv: separate processes sharing one table (issue #14)")
+	w.p("")
+	w.p("`%s`", l.envs["kv"].Command)
+	w.p("")
+	old := "the code before issue #14"
+	if d.OldCommit != "" {
+		old += " (commit " + d.OldCommit + ")"
+	}
+	w.p("Each process is a real `edgelimit serve --store dynamodb` (**old**: %s, built from a `git worktree` by", old)
+	w.p("mk/bench.mk; **new**: the working tree), with GOMAXPROCS=1, its DynamoDB calls going through a counting proxy of its own to")
+	w.p("the dynalite that `make bench` starts, on a fresh table per run. One client address, so one key; the client sends every")
+	w.p("request from its own goroutine, round-robin over the processes (open loop at the offered rate, or all at once for the")
+	w.p("burst). *Ideal* is what one perfect token bucket admits for the same requests at the instants they were sent. Policies")
+	w.p("are `kv` with `on_store_error: deny` (a store failure is counted as a failure, never as a fail-open admission) and a")
+	w.p("`store_timeout` of %s (generous for this loaded machine: the runs measure the algorithm, not dynalite on 2 cores). Steady", durYAML(kvStoreTimeout))
+	w.p("runs last %.0f s. *Writes* are a process's `PutItem` and `UpdateItem` calls (per key, since there is one): per second over", d.Seconds)
+	w.p("the run (the largest process's and the mean), then the most one process made in any sync interval (1 s) after the run's")
+	w.p("first second; for the burst, the largest process's in all.")
+	if d.OldError != "" {
+		w.p("")
+		w.p("The old binary was not measured: %s.", oneLine(d.OldError))
+	}
+	w.p("")
+	w.p("| scenario | policy | processes | requests | ideal | old admitted | × ideal | new admitted | × ideal | target | old writes/process/s; per sync interval | new writes/process/s; per sync interval |")
+	w.p("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+	for _, spec := range kvSpecs {
+		o, n := d.run(spec.id, "old"), d.run(spec.id, "new")
+		ref := n
+		if ref == nil {
+			ref = o
+		}
+		if ref == nil {
+			continue
+		}
+		target := fmt.Sprintf("≤ %.1f×", spec.target)
+		if spec.procs == 1 {
+			target = "exactly the bucket"
+		}
+		w.p("| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s |", spec.label, spec.policy(), spec.procs, ref.Requests, ref.Ideal,
+			kvCell(o), kvCell(n), target, kvWrites(o, spec.rate == 0), kvWrites(n, spec.rate == 0))
+	}
+	w.p("")
+	if len(d.Regions) > 0 {
+		w.p("### Two regions")
+		w.p("")
+		w.p("Two dynalite servers stand for two regions of a DynamoDB Global Table; `internal/tools/replicator` copies every changed")
+		w.p("item from one to the other a fixed lag after it sees the change, last writer wins per item (what it models and what not:")
+		w.p("its package documentation). Two processes per region, the client round-robin over all four. Old: `edgelimit serve`, one item")
+		w.p("per bucket, which both regions write. New: the working tree's kvbucket with `DynamoDBConfig.Region`/`Regions` (a bench")
+		w.p("server with serve's wiring, since `edgelimit serve` has no region flag yet), each region writing its own part.")
+		w.p("*Lost to last writer wins*: changes of one region the replicator dropped because the other region changed the same item later.")
+		w.p("")
+		w.p("| lag | requests | ideal | old admitted | × ideal | new admitted | × ideal | lost to last writer wins, old / new |")
+		w.p("|---|---:|---:|---:|---:|---:|---:|---|")
+		for _, rr := range d.Regions {
+			ref := rr.New
+			if ref == nil {
+				ref = rr.Old
+			}
+			if ref == nil {
+				continue
+			}
+			lost := func(r *KVRun) string {
+				if r == nil || r.Replication == nil {
+					return "—"
+				}
+				return fmt.Sprint(r.Replication.Superseded)
+			}
+			w.p("| %s | %d | %d | %s | %s | %s / %s |", rr.Lag, ref.Requests, ref.Ideal, kvCell(rr.Old), kvCell(rr.New), lost(rr.Old), lost(rr.New))
+		}
+		w.p("")
+	}
+	w.p("### Store calls and cost per decision")
+	w.p("")
+	w.p("Every request of the steady runs (allowed and denied), at the prices of section 4:")
+	w.p("")
+	w.p("| scenario | binary | calls per decision | WRU + RRU per decision | $ per million decisions |")
+	w.p("|---|---|---|---:|---:|")
+	for _, spec := range kvSpecs {
+		if spec.rate == 0 {
+			continue
+		}
+		for _, bin := range []string{"old", "new"} {
+			r := d.run(spec.id, bin)
+			if r == nil || r.Error != "" {
+				continue
+			}
+			calls, wru, rru := kvCost(r)
+			w.p("| %s | %s | %s | %.4f + %.4f | %s |", spec.label, bin, calls, wru, rru, dollars(usd(wru, rru)))
+		}
+	}
+	w.p("")
 }

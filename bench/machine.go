@@ -95,6 +95,9 @@ func partCommand(o options, part string) string {
 		if o.kvOld != "" {
 			c += " -kv-old " + o.kvOld
 		}
+		if o.kvOldCommit != "" {
+			c += " -kv-old-commit " + o.kvOldCommit
+		}
 		if o.kvDuration != 30*time.Second && !o.quick {
 			c += " -kv-duration " + o.kvDuration.String()
 		}

@@ -365,6 +365,9 @@ func (b *Bucket) withInflight(e *entry, tat Wide, n int64) Wide {
 // KV last said, with what a sync in flight writes, this instance's
 // unwritten changes and the reservations in flight. s.mu is held.
 func (b *Bucket) local(e *entry, n int64) Wide {
+	if !e.busy {
+		return e.pend.apply(e.tat)
+	}
 	return b.withInflight(e, e.pend.apply(e.flight.apply(e.tat)), n)
 }
 
@@ -707,6 +710,12 @@ func (b *Bucket) ttl(tat Wide, n int64) time.Duration {
 // and the part's lifetime. s.mu is held.
 func (b *Bucket) update(e *entry, o op, n int64, conditional bool) Update {
 	up := e.v.update(&b.u, o, n, conditional)
+	if e.granted && e.insts > 1 && n-e.grantAt < 2*b.sync {
+		// Others spent this key a sync interval ago: a view that has
+		// refilled since is most likely behind their spending, so the add
+		// goes first (a raise guessed wrong costs a second call).
+		up.RaiseFirst = false
+	}
 	up.Writer = b.writer
 	up.Epoch = epochOf(n, b.sync)
 	up.Stale = e.v.stale(up.Epoch)
@@ -729,6 +738,7 @@ func (b *Bucket) writeThrough(ctx context.Context, s *shard, e *entry, n, cost i
 	*d = edgelimit.Decision{}
 	up := b.update(e, sp, n, true)
 	e.inflight = e.inflight.Add(sp.p)
+	e.setBusy()
 	e.writing = make(chan struct{})
 	s.stats.Synced++
 	s.mu.Unlock()
@@ -737,6 +747,7 @@ func (b *Bucket) writeThrough(ctx context.Context, s *shard, e *entry, n, cost i
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.inflight = e.inflight.Sub(sp.p)
+	e.setBusy()
 	close(e.writing)
 	e.writing = nil
 	if err != nil {
@@ -780,6 +791,7 @@ func (b *Bucket) syncKey(ctx context.Context, s *shard, e *entry, n, cost, repor
 	snap := e.pend
 	e.pend = op{}
 	e.flight = o
+	e.setBusy()
 	e.syncing = true
 	e.syncedAt = n
 	e.spentFlight = Wide{}
@@ -796,6 +808,7 @@ func (b *Bucket) syncKey(ctx context.Context, s *shard, e *entry, n, cost, repor
 	defer s.mu.Unlock()
 	defer b.endSync(e)
 	e.flight = op{}
+	e.setBusy()
 	if err != nil {
 		s.stats.Errors++
 		e.pend = snap.then(e.pend)
@@ -885,6 +898,7 @@ func (b *Bucket) flush(ctx context.Context, s *shard, victim *entry, n int64) {
 	o := victim.pend
 	victim.pend = op{}
 	victim.flight = o
+	victim.setBusy()
 	up := b.update(victim, o, n, false)
 	up.Writer = 0 // a write-back holds no share: it registers nobody
 	s.mu.Unlock()
@@ -893,6 +907,7 @@ func (b *Bucket) flush(ctx context.Context, s *shard, victim *entry, n int64) {
 	defer s.mu.Unlock()
 	defer b.endSync(victim)
 	victim.flight = op{}
+	victim.setBusy()
 	if err != nil {
 		// Counted in Stats.Errors; the entry stays.
 		s.stats.Errors++

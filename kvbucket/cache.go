@@ -6,37 +6,30 @@ import (
 )
 
 // entry is one key's local state in this process (one Lambda instance).
-// The fields a cached decision reads and writes come first, so that it
-// touches as few cache lines of the entry as it can.
+// The fields a cached decision reads and writes come first and together
+// (about two cache lines), the rest after.
 type entry struct {
 	// tat is the bucket's TAT as last learned from the KV (v.tat),
 	// without this instance's unwritten changes.
 	tat Wide
 	// pend are this instance's changes the KV does not know yet: local
-	// spending, refunds, an undone reservation; flight those a sync or a
-	// write-back in flight is writing (they count until its answer comes).
-	pend, flight op
+	// spending, refunds, an undone reservation.
+	pend op
 	// spent counts the units this instance spent locally since its share
-	// was granted (refunds subtract); spentFlight those spent while the
-	// sync that grants the next share is in flight.
-	spent, spentFlight Wide
-	// grantR is what the bucket held at the grant (units, at least 0);
-	// the share at n is (grantR + (n − grantAt)·Limit) / insts.
-	grantR Wide
-	// grantAt is the instant of the grant; insts the instances counted
-	// then (1: this one alone, which then decides from the whole bucket).
-	grantAt int64
-	insts   int64
-	// syncedAt is when the last periodic sync started; firstAt when the
-	// first store answer for the key came (probation ends a sync interval
-	// later); degradedUntil, after a failed store call, when the key may
-	// call the store again.
-	syncedAt, firstAt, degradedUntil int64
+	// was granted (refunds subtract).
+	spent Wide
 	// used is when the entry was last used (Unix nanoseconds), for
 	// eviction.
 	used int64
-	// inflight are the units reserved by write-throughs in flight.
-	inflight Wide
+	hash uint64
+	// firstAt is when the first store answer for the key came (probation
+	// ends a sync interval later); grantAt the instant of the share's grant;
+	// degradedUntil, after a failed store call, when the key may call the
+	// store again.
+	firstAt, grantAt, degradedUntil int64
+	// insts are the instances counted at the grant (1: this one alone,
+	// which then decides from the whole bucket).
+	insts int64
 	// known: a store answer came (v holds it).
 	known bool
 	// granted: a share was granted after probation.
@@ -44,15 +37,33 @@ type entry struct {
 	// syncing: a periodic sync (or the first read, or a write-back) of the
 	// key is in flight in this process.
 	syncing bool
+	// busy: flight or inflight is not empty (what is in flight counts in
+	// the local state).
+	busy bool
 
-	key  string
-	hash uint64
+	// flight are the changes a sync or a write-back in flight is writing
+	// (they count until its answer comes).
+	flight op
+	// inflight are the units reserved by the write-through in flight.
+	inflight Wide
+	// spentFlight are the units spent locally while the sync that grants
+	// the next share is in flight; grantR what the bucket held at the grant
+	// (units, at least 0): the share at n is
+	// (grantR + (n − grantAt)·Limit) / insts.
+	spentFlight, grantR Wide
+	// syncedAt is when the last periodic sync started.
+	syncedAt int64
+
+	key string
 	// v is the shared state as last learned.
 	v view
 	// wait is closed when the in-flight first read of an unknown key ends;
 	// writing when the write-through in flight ends.
 	wait, writing chan struct{}
 }
+
+// setBusy keeps busy in step with flight and inflight. s.mu is held.
+func (e *entry) setBusy() { e.busy = e.flight.has || e.inflight.Sign() != 0 }
 
 // shard is a part of the cache with its own lock. Entries are found by
 // the 64-bit hash of their key (computed anyway to pick the shard); the

@@ -41,6 +41,13 @@ const ItemPrefix = "kv#"
 // the first follows a change of the item).
 const maxUpdateAttempts = 4
 
+// MinRegionTTL is the shortest lifetime of a region's part of a bucket in
+// a table spread over regions: when a part expires and TTL deletes it, its
+// spending vanishes from the other regions' sum, and a bucket they had
+// spent can come back full once. Parts of keys idle for less than this
+// never vanish.
+const MinRegionTTL = 24 * time.Hour
+
 // maxTTL caps an item's lifetime (ten years), keeping expires_at sane for
 // buckets that take longer than that to refill.
 const maxTTL = 10 * 365 * 24 * time.Hour
@@ -329,6 +336,11 @@ func (d *DynamoDB) Update(ctx context.Context, key string, u Update) (Tally, err
 // if it is not), each with u's fit condition.
 func (d *DynamoDB) updateInput(id string, u Update, raise bool) *dynamodb.UpdateItemInput {
 	ttl := min(max(u.TTL, 0), maxTTL)
+	if len(d.regions) > 1 {
+		// A region's part must outlive the others' spending it was raised
+		// against (see the package documentation, Accuracy).
+		ttl = max(ttl, MinRegionTTL)
+	}
 	exp := d.now().Add(ttl + time.Second - 1).Unix()
 	names := map[string]string{"#t": AttrTAT, "#s": AttrSpent, "#x": ddb.AttrExpiresAt, "#v": AttrVersion}
 	values := map[string]types.AttributeValue{

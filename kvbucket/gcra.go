@@ -87,11 +87,16 @@ func (u *units) peek(tat Wide, n, cost int64, d *edgelimit.Decision) {
 // window; Allowed and RetryAfter are the caller's.
 func (u *units) report(a Wide, d *edgelimit.Decision) {
 	d.Limit, d.Window = u.advQ, u.advW
-	d.Remaining = 0
+	var k int64
 	if a.Sign() > 0 {
-		d.Remaining = min(a.div(u.w, false), u.p.Capacity)
+		k = a.div(u.w, false)
 	}
-	d.Reset = u.nextToken(a)
+	d.Remaining = min(k, u.p.Capacity)
+	if !a.Less(u.bw) {
+		d.Reset = u.emit
+	} else {
+		d.Reset = u.dur(u.tokens(k + 1).Sub(a))
+	}
 }
 
 // nextToken returns draft-11's effective window of a bucket holding a
