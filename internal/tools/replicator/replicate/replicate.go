@@ -155,15 +155,14 @@ func (r *Replicator) Stats() Stats {
 }
 
 // Run replicates until ctx ends, and returns nil then; an error of a
-// server ends it early.
+// server ends it early. It stops between polls, never in the middle of a
+// call (a request aborted half-way crashes dynalite).
 func (r *Replicator) Run(ctx context.Context) error {
 	tick := time.NewTicker(r.cfg.Poll)
 	defer tick.Stop()
+	calls := context.WithoutCancel(ctx)
 	for {
-		if err := r.Step(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		if err := r.Step(calls); err != nil {
 			return err
 		}
 		select {
