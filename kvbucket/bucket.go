@@ -604,6 +604,7 @@ func (b *Bucket) firstRead(ctx context.Context, s *shard, e *entry, n int64) err
 		return err
 	}
 	e.known, e.firstAt, e.syncedAt = true, n, n
+	e.rid = b.receiptID(e.hash)
 	b.learn(e, t)
 	return nil
 }
@@ -671,12 +672,12 @@ func (b *Bucket) allow(ctx context.Context, s *shard, e *entry, n, cost int64, d
 // spendLocal spends cost at n from e's local state (which allows it) into
 // d. s.mu is held.
 func (b *Bucket) spendLocal(e *entry, n, cost int64, d *edgelimit.Decision) {
-	sp := b.u.spend(n, cost)
-	e.pend = e.pend.then(sp)
+	w := b.u.tokens(cost)
+	e.pend.thenSpend(b.u.at(n), w, cost)
 	if e.syncing {
-		e.spentFlight = e.spentFlight.Add(sp.p)
+		e.spentFlight = e.spentFlight.Add(w)
 	}
-	e.spent = e.spent.Add(sp.p)
+	e.spent = e.spent.Add(w)
 	if e.insts > 1 && !b.degraded(e, n) {
 		// Remaining counts in the share as well as in the bucket.
 		var sd edgelimit.Decision
@@ -684,7 +685,7 @@ func (b *Bucket) spendLocal(e *entry, n, cost int64, d *edgelimit.Decision) {
 			d.Remaining, d.Reset = sd.Remaining, sd.Reset
 		}
 	}
-	d.Receipt = b.receipt(n, cost, e.hash)
+	d.Receipt = edgelimit.Receipt{At: n, Slot: cost, ID: e.rid}
 }
 
 // insane reports that this region's part of e is far ahead of n (more

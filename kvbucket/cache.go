@@ -22,6 +22,8 @@ type entry struct {
 	// eviction.
 	used int64
 	hash uint64
+	// rid names this Bucket and the key in a receipt.
+	rid [16]byte
 	// firstAt is when the first store answer for the key came (probation
 	// ends a sync interval later); grantAt the instant of the share's grant;
 	// degradedUntil, after a failed store call, when the key may call the

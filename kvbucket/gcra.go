@@ -43,7 +43,12 @@ func newUnits(p Params) units {
 func (u *units) at(n int64) Wide { return mulWide(n, u.l) }
 
 // tokens returns c tokens in units.
-func (u *units) tokens(c int64) Wide { return mulWide(c, u.w) }
+func (u *units) tokens(c int64) Wide {
+	if c == 1 {
+		return Wide{lo: uint64(u.w)} // Window ≥ 1ns
+	}
+	return mulWide(c, u.w)
+}
 
 // limit returns the highest TAT a bucket may hold at n: n·L + B·W.
 func (u *units) limit(n int64) Wide { return u.at(n).Add(u.bw) }
@@ -151,6 +156,22 @@ func (u *units) refund(n, c int64) op {
 // undo takes back a reservation of c tokens that did not fit.
 func (u *units) undo(c int64) op {
 	return op{f: negInf, p: u.tokens(c).neg(), spent: -c, has: true}
+}
+
+// thenSpend makes o the op o followed by a spend of c tokens whose floor
+// is f and units w (u.spend(n, c) is f = n·L, w = c·W), in place: the hot
+// path of a cached decision.
+func (o *op) thenSpend(f, w Wide, c int64) {
+	if !o.has {
+		*o = op{f: f, p: w, spent: c, hasFloor: true, has: true}
+		return
+	}
+	if g := f.Sub(o.p); o.f.Less(g) {
+		o.f = g
+	}
+	o.p = o.p.Add(w)
+	o.spent += c
+	o.hasFloor = true
 }
 
 // then returns o followed by x.
