@@ -200,6 +200,17 @@ func policy(yaml string) (*edgelimit.Policy, error) {
 	return pf.Policies[0], nil
 }
 
+// tokenHeader carries a signed window token in the request header the
+// signed strategy reads (the contract's Request.Header).
+type tokenHeader string
+
+func (t tokenHeader) Get(name string) string {
+	if strings.EqualFold(name, signedwindow.HeaderToken) {
+		return string(t)
+	}
+	return ""
+}
+
 // benchSecret is the fixed secret of the signed strategy's key ring and of
 // the engine's key hash, so that runs are reproducible.
 var benchSecret = []byte("edgelimit-bench-secret-0123456789abcdef")
@@ -463,14 +474,4 @@ func lambdaEvents() []events.APIGatewayV2HTTPRequest {
 		}
 	}
 	return evs
-}
-
-// tokenHeader is a client's request headers holding only its window token.
-type tokenHeader string
-
-func (t tokenHeader) Get(name string) string {
-	if name == signedwindow.HeaderToken {
-		return string(t)
-	}
-	return ""
 }

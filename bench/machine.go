@@ -91,6 +91,17 @@ func partCommand(o options, part string) string {
 		return "go run ./internal/tools/testservers -only dynalite,moto -- " + c + " " + part
 	case "flood":
 		return "go run ./internal/tools/testservers -only dynalite -- " + c + " " + part
+	case "kv":
+		if o.kvOld != "" {
+			c += " -kv-old " + o.kvOld
+		}
+		if o.kvOldCommit != "" {
+			c += " -kv-old-commit " + o.kvOldCommit
+		}
+		if o.kvDuration != 30*time.Second && !o.quick {
+			c += " -kv-duration " + o.kvDuration.String()
+		}
+		return "go run ./internal/tools/testservers -only dynalite -- " + c + " " + part
 	}
 	return c + " " + part
 }

@@ -18,11 +18,12 @@ type loaded struct {
 	decisions *DecisionsData
 	protocol  *ProtocolData
 	flood     *FloodData
+	kv        *KVData
 }
 
 func load(dir string) (*loaded, error) {
 	l := &loaded{envs: map[string]*Envelope{}}
-	for _, part := range []string{"decisions", "protocol", "flood"} {
+	for _, part := range []string{"decisions", "protocol", "flood", "kv"} {
 		b, err := os.ReadFile(filepath.Join(dir, part+".json"))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -46,6 +47,9 @@ func load(dir string) (*loaded, error) {
 		case "flood":
 			l.flood = &FloodData{}
 			target = l.flood
+		case "kv":
+			l.kv = &KVData{}
+			target = l.kv
 		}
 		if err := json.Unmarshal(env.Data, target); err != nil {
 			return nil, fmt.Errorf("%s.json data: %w", part, err)
@@ -148,13 +152,16 @@ func renderMarkdown(l *loaded, plots map[string]string) string {
 		renderFlood(&w, l, plots)
 	}
 	renderCost(&w, l)
+	if l.kv != nil {
+		renderKV(&w, l)
+	}
 	renderLimits(&w, l)
 	return w.String()
 }
 
 func partOrder(l *loaded) []*Envelope {
 	var out []*Envelope
-	for _, p := range []string{"decisions", "protocol", "flood"} {
+	for _, p := range []string{"decisions", "protocol", "flood", "kv"} {
 		if e := l.envs[p]; e != nil {
 			out = append(out, e)
 		}

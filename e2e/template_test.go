@@ -498,7 +498,14 @@ func TestTemplateTableIsTheDataModel(t *testing.T) {
 	if str(get(ttl, "AttributeName")) != ddb.AttrExpiresAt || str(get(ttl, "Enabled")) != "true" {
 		t.Errorf("TimeToLiveSpecification must enable TTL on %s", ddb.AttrExpiresAt)
 	}
-	if get(p, "PointInTimeRecoverySpecification") == nil || get(c.root, "Parameters", "PointInTimeRecovery") == nil {
+	// A table has its point-in-time recovery in its properties; a Global
+	// Table (the kv option of a second region) in each replica's.
+	pitr := get(p, "PointInTimeRecoverySpecification") != nil
+	if reps := get(p, "Replicas"); reps != nil && len(reps.Content) > 0 {
+		own := reps.Content[0]
+		pitr = str(get(own, "Region")) == "!Ref AWS::Region" && get(own, "PointInTimeRecoverySpecification") != nil
+	}
+	if !pitr || get(c.root, "Parameters", "PointInTimeRecovery") == nil {
 		t.Errorf("point-in-time recovery must be a parameter")
 	}
 	if !strings.Contains(str(get(c.root, "Outputs", "ApiUrl", "Value")), "${Api}") {

@@ -2,11 +2,14 @@
 # repository's Makefile (`include mk/bench.mk`), so paths are relative to the
 # repository root; it also works on its own: `make -f mk/bench.mk bench`.
 #
-#   make bench          everything (about 8 minutes on 2 cores): per-decision cost vs
+#   make bench          everything (about 16 minutes on 2 cores): per-decision cost vs
 #                       x/time/rate, go-limiter and throttled; one conditional write vs
 #                       read-then-write on dynalite; the flood experiment; the cost
-#                       model. Writes BENCHMARKS.md and docs/bench/*.png, keeps the raw
-#                       results in bench/out/*.json (git-ignored).
+#                       model; kv across separate `edgelimit serve` processes, the
+#                       code before issue #14 (KV_OLD_COMMIT) beside the working tree's,
+#                       and across two regions. Writes BENCHMARKS.md and docs/bench/*.png,
+#                       keeps the raw results in bench/out/*.json (git-ignored).
+#   make bench-kv       the kv part alone (about 8 minutes), then the report
 #   make bench-quick    the same with short runs, into bench/out/quick/ (development;
 #                       BENCHMARKS.md and docs/bench are left alone)
 #   make bench-report   BENCHMARKS.md and the plots again from bench/out/*.json
@@ -31,23 +34,42 @@ BENCH_BIN   := bench/out/edgelimit-bench
 # BENCH_FLAGS are passed to the program, e.g. BENCH_FLAGS='-phase 15s -count 5'.
 BENCH_FLAGS ?=
 
-.PHONY: bench bench-quick bench-report bench-build bench-deps dashboard-mock
+# The kv part compares the working tree with the kv strategy before issue #14
+# (merge instead of overwrite): KV_OLD_BIN is `edgelimit` built from
+# KV_OLD_COMMIT in a temporary git worktree, removed once built.
+KV_OLD_COMMIT ?= e340e63
+KV_OLD_BIN    := bench/out/edgelimit-kv-old
+KV_FLAGS       = -kv-old $(KV_OLD_BIN) -kv-old-commit $(KV_OLD_COMMIT)
+
+.PHONY: bench bench-quick bench-report bench-build bench-deps bench-kv bench-kv-old dashboard-mock
 
 ## bench-build: the benchmark program (bench/ module) as bench/out/edgelimit-bench.
 bench-build:
 	cd bench && $(GO) build -o out/edgelimit-bench .
+
+## bench-kv-old: edgelimit as of KV_OLD_COMMIT, built in a temporary worktree.
+bench-kv-old:
+	@mkdir -p bench/out
+	@tmp=$$(mktemp -d) && git worktree add --quiet --detach "$$tmp/src" $(KV_OLD_COMMIT) && \
+		(cd "$$tmp/src" && $(GO) build -o "$(CURDIR)/$(KV_OLD_BIN)" ./cmd/edgelimit); rc=$$?; \
+		git worktree remove --force "$$tmp/src"; rm -rf "$$tmp"; exit $$rc
 
 # dynalite comes from node_modules (package-lock.json), as for make test.
 bench-deps:
 	@test -x node_modules/.bin/dynalite || npm ci --no-audit --no-fund --loglevel=error
 
 ## bench: run everything and write BENCHMARKS.md and docs/bench/*.png.
-bench: bench-build bench-deps
-	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . $(BENCH_FLAGS) all
+bench: bench-build bench-deps bench-kv-old
+	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . $(KV_FLAGS) $(BENCH_FLAGS) all
+
+## bench-kv: the kv part alone, then BENCHMARKS.md from every part's results.
+bench-kv: bench-build bench-deps bench-kv-old
+	$(GO) run ./internal/tools/testservers -only dynalite -- $(BENCH_BIN) -root . $(KV_FLAGS) $(BENCH_FLAGS) kv
+	$(BENCH_BIN) -root . report
 
 ## bench-quick: short runs into bench/out/quick (figures not for publishing).
-bench-quick: bench-build bench-deps
-	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . -quick \
+bench-quick: bench-build bench-deps bench-kv-old
+	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . -quick $(KV_FLAGS) \
 		-out bench/out/quick -md bench/out/quick/BENCHMARKS.md -plots bench/out/quick/plots $(BENCH_FLAGS) all
 
 ## bench-report: rewrite BENCHMARKS.md and the plots from bench/out/*.json.
