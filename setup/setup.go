@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -40,7 +41,7 @@ type Backend interface {
 
 // BackendEnv is what a Backend may read when it opens.
 type BackendEnv struct {
-	// Getenv reads the environment.
+	// Getenv reads the environment; default os.Getenv.
 	Getenv func(string) string
 	// Logger receives the backend's warnings.
 	Logger *slog.Logger
@@ -71,6 +72,9 @@ var ErrEnv = errors.New("setup: bad environment")
 // backend whose strategy no policy uses is not opened (a function need not
 // configure what it does not use).
 func Limiters(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+	if env.Getenv == nil {
+		env.Getenv = os.Getenv
+	}
 	byStrategy := map[*edgelimit.Strategy][]*edgelimit.Policy{}
 	var order []*edgelimit.Strategy
 	for _, p := range pf.Policies {
@@ -149,6 +153,9 @@ type OverrideBackend interface {
 // policy). A policy with overrides whose backend cannot keep them is an
 // error that names it.
 func Overrides(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (edgelimit.OverrideStore, error) {
+	if env.Getenv == nil {
+		env.Getenv = os.Getenv
+	}
 	for _, p := range pf.Policies {
 		if !p.Overrides {
 			continue
