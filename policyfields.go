@@ -343,4 +343,3 @@ func parseIPv6Prefix(p *fileParser, pol *Policy, v *yaml.Node) {
 	}
 	pol.IPv6Prefix = int(t)
 }
-
