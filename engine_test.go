@@ -935,6 +935,9 @@ func (c *counter) Charge(ctx context.Context, r edgelimit.Request) (edgelimit.De
 	if c.err != nil {
 		return edgelimit.Decision{}, c.err
 	}
+	if err := ctx.Err(); err != nil {
+		return edgelimit.Decision{}, err // as a store call would fail
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.charges = append(c.charges, r.Units())
@@ -1213,4 +1216,24 @@ func (f peekable) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Dec
 }
 func (f peekable) Peek(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
 	return f(ctx, r)
+}
+
+// A client that hung up before the charge after the response does not
+// escape it: Finish ignores its context's cancellation.
+func TestFinishChargesAfterTheClientLeft(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: tokens, routes: ["POST /tts"], key: ip, strategy: durable, limit: 100, window: 1h, charge: response}
+`, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	v := fx.e.Decide(ctx, &edgelimit.Input{Method: "POST", Path: "/tts", SourceIP: "192.0.2.1"})
+	if !v.Allowed {
+		t.Fatal("denied")
+	}
+	v.ReportCost(7)
+	cancel() // the client went away while the handler ran
+	v.Finish(ctx, 200)
+	if got := fx.limiters["tokens"].charges; !slices.Equal(got, []int64{7}) {
+		t.Errorf("charges %v, want [7] despite the canceled context", got)
+	}
 }

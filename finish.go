@@ -65,7 +65,8 @@ func (v *Verdict) Finishes() bool { return v.finish != nil }
 // resource while the request runs (an in-flight limit's slot). The
 // middleware calls it once the handler has returned, with the response's
 // status (500 for a handler that panicked or failed); a second call does
-// nothing. Its store calls have their own time budget. It is safe to call on
+// nothing. Its store calls have their own time budget and are not cut short
+// when the client goes away (ctx's cancellation is ignored). It is safe to call on
 // any Verdict.
 func (v *Verdict) Finish(ctx context.Context, status int) {
 	f := v.finish
@@ -76,6 +77,10 @@ func (v *Verdict) Finish(ctx context.Context, status int) {
 }
 
 func (e *Engine) finish(ctx context.Context, f *finishState, status int) {
+	// The work after the response must land even when the client has gone
+	// (net/http cancels the request's context then): it keeps the context's
+	// values, not its cancellation, and each call its own budget.
+	ctx = context.WithoutCancel(ctx)
 	reported := f.cost.Load()
 	start := time.Now()
 	for _, it := range f.items {
