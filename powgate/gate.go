@@ -61,7 +61,7 @@ type Config struct {
 // documentation. It is safe for concurrent use.
 //
 // Besides Allow it has the abilities the engine looks for: Refunder,
-// Peeker, Localizer and Quota, each the inner limiter's (wrapped as the
+// Peeker, Local and Quota, each the inner limiter's (wrapped as the
 // Gate's needs). It is not an edgelimit.BatchLimiter, so the engine decides
 // it alone, never in a transaction with other policies.
 type Gate struct {
