@@ -157,7 +157,12 @@ func buildAll(goarch string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := filepath.Join(base, goarch)
+	return buildTree(dir, goarch, filepath.Join(base, goarch))
+}
+
+// buildTree builds every example function of the checkout at dir for
+// linux/goarch into out/<fn>/bootstrap, with the flags of `make build`.
+func buildTree(dir, goarch, out string) (map[string]string, error) {
 	args := []string{"build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(out, "bin") + "/"}
 	for _, f := range handlers.All() {
 		args = append(args, "./functions/"+f.Name)
