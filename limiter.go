@@ -176,17 +176,21 @@ type Peeker interface {
 }
 
 // Resetter is an optional ability: a limiter that can forget one client
-// key's usage (an operator's reset, at the start of a billing cycle). key
-// is hashed, as in a Request.
+// key's usage (an operator's reset, at the start of a billing cycle). req
+// is the key's request as the engine would make it now: its hashed Key,
+// At, and the Limits in force for the key (the default tier's, and the
+// override's if one is set), so that a limiter whose stored state depends
+// on the limits (a window of its own) finds it. A limiter resets the key
+// under every tier of its policy as well.
 type Resetter interface {
-	Reset(ctx context.Context, key string) error
+	Reset(ctx context.Context, req Request) error
 }
 
 // Granter is an optional ability: a limiter that can give one client key
-// units beyond its quota: for the current window when until is zero, else
-// until that instant. key is hashed, as in a Request.
+// units beyond its quota: for the current window of req's limits when
+// until is zero, else until that instant. req is as for Resetter.
 type Granter interface {
-	Grant(ctx context.Context, key string, units int64, until time.Time) error
+	Grant(ctx context.Context, req Request, units int64, until time.Time) error
 }
 
 // Charger is an optional ability: a limiter that can spend units whether or
