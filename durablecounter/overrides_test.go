@@ -79,7 +79,9 @@ func forEachQuotaBackend(t *testing.T, clock func() time.Time, f func(t *testing
 }
 
 // quotaEngine is one instance: an engine on b's stores, deciding at the
-// clock's instants.
+// clock's instants. The policies give the store 30 s: the servers are
+// shared with other tests, and a call the engine's budget cancels
+// mid-request crashes dynalite (it throws on an aborted request).
 func quotaEngine(t *testing.T, policies string, b quotaBackend, clock func() time.Time) *edgelimit.Engine {
 	t.Helper()
 	f, err := edgelimit.ParsePolicies("quota.yaml", []byte(policies))
@@ -132,6 +134,7 @@ policies:
     algorithm: %s
     limit: 3
     window: 1h
+    store_timeout: 30s
     tiers:
       by: header:X-Plan
       default: free
@@ -191,7 +194,7 @@ func TestOverrideChangesUnderConcurrency(t *testing.T) {
 			policies := fmt.Sprintf(`version: 1
 policies:
   - {name: live-%s, routes: ["GET /live"], key: header:X-Api-Key, strategy: durable, algorithm: %s,
-     limit: 10, window: 1h, overrides: true, override_staleness: 1s}
+     limit: 10, window: 1h, overrides: true, override_staleness: 1s, store_timeout: 30s}
 `, alg, alg)
 			a, other := quotaEngine(t, policies, b, now.Now), quotaEngine(t, policies, b, now.Now)
 			policy := "live-" + alg
@@ -289,8 +292,8 @@ func TestOverridesCostOneReadPerStaleness(t *testing.T) {
 		policies := `version: 1
 policies:
   - {name: managed, routes: ["GET /managed"], key: header:X-Api-Key, strategy: durable, limit: 1000, window: 1h,
-     overrides: true, override_staleness: 10s}
-  - {name: plain, routes: ["GET /plain"], key: header:X-Api-Key, strategy: durable, limit: 1000, window: 1h}
+     overrides: true, override_staleness: 10s, store_timeout: 30s}
+  - {name: plain, routes: ["GET /plain"], key: header:X-Api-Key, strategy: durable, limit: 1000, window: 1h, store_timeout: 30s}
 `
 		a, other := quotaEngine(t, policies, b, now.Now), quotaEngine(t, policies, b, now.Now)
 		reads := func(what string, want int, f func()) {
