@@ -95,7 +95,15 @@ func hasTiers(f *edgelimit.PolicyFile) bool {
 // request without the key gets, and what a request naming no known tier
 // gets.
 func printTiers(w io.Writer, f *edgelimit.PolicyFile) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var buf strings.Builder
+	defer func() { // no padding after the last cell
+		for _, line := range strings.SplitAfter(buf.String(), "\n") {
+			if line != "" {
+				fmt.Fprintln(w, strings.TrimRight(line, " \n"))
+			}
+		}
+	}()
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY	TIER	BY	LIMIT	WINDOW	BURST	NOTES")
 	for _, p := range f.Policies {
 		t := p.Tiers

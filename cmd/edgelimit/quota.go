@@ -56,7 +56,7 @@ func opFlagSet(name string, f *opFlags, stderr io.Writer) *flag.FlagSet {
 	if table == "" {
 		table = "edgelimit"
 	}
-	fs.StringVar(&f.policies, "policies", "", "policy file (default: the embedded example policies.yaml, as serve)")
+	fs.StringVar(&f.policies, "policies", os.Getenv(setup.EnvPolicyFile), "policy file (default: EDGELIMIT_POLICY_FILE, as the functions read it, else the embedded example policies.yaml)")
 	fs.StringVar(&f.table, "table", table, "DynamoDB table (default: EDGELIMIT_TABLE, else edgelimit)")
 	fs.StringVar(&f.endpoint, "dynamodb-endpoint", os.Getenv(setup.EnvEndpoint), "DynamoDB endpoint URL of a local server (default: EDGELIMIT_DYNAMODB_ENDPOINT, else AWS)")
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")

@@ -146,9 +146,10 @@ func usageOf(t *testing.T, args ...string) usageJSON {
 
 func TestQuotaCommandsAgainstServe(t *testing.T) {
 	quotaEnv(t)
-	policies := writePolicies(t, quotaPolicies)
-	c := &apiClient{t: t, url: startServe(t, "--policies", policies, "--store", "dynamodb", "--create-table")}
-	p := []string{"--policies", policies}
+	// The policy file as the functions name it; serve and the commands
+	// read it from there.
+	t.Setenv(setup.EnvPolicyFile, writePolicies(t, quotaPolicies))
+	c := &apiClient{t: t, url: startServe(t, "--store", "dynamodb", "--create-table")}
 
 	// What serve spent, usage reads back: the same key, hashed the same way.
 	for i := range 4 {
@@ -159,21 +160,21 @@ func TestQuotaCommandsAgainstServe(t *testing.T) {
 	if status, rp, _ := c.get("/api/report", "key-bigco", "pro"); status != 200 || rp != `"api-daily";q=10000;w=86400` {
 		t.Errorf("a pro customer: %d, RateLimit-Policy %s, want q=10000", status, rp)
 	}
-	u := usageOf(t, append(p, "api-daily", "key-acme")...)
+	u := usageOf(t, "api-daily", "key-acme")
 	if u.Limit != 100 || u.Remaining != 96 || u.Window != 86400 || u.Tier != "free" || !u.Allowed || u.Override != nil || u.Reset <= 0 || u.Reset > 86400 {
 		t.Errorf("usage after 4 requests = %+v, want limit 100, remaining 96, the free tier, no override", u)
 	}
-	if u := usageOf(t, append(p, "--tier", "pro", "api-daily", "key-acme")...); u.Limit != 10000 || u.Remaining != 9996 || u.Tier != "pro" {
+	if u := usageOf(t, "--tier", "pro", "api-daily", "key-acme"); u.Limit != 10000 || u.Remaining != 9996 || u.Tier != "pro" {
 		t.Errorf("usage --tier pro = %+v, want limit 10000, remaining 9996", u)
 	}
-	table := mustCLI(t, append(p, "usage", "api-daily", "key-acme")...)
+	table := mustCLI(t, "usage", "api-daily", "key-acme")
 	if !strings.Contains(table, "POLICY") || !strings.Contains(strings.Join(strings.Fields(table), " "), "api-daily free 100 1d 96") {
 		t.Errorf("usage's table:\n%s", table)
 	}
 
 	// An override lowers the key's limit: serve applies it within its
 	// staleness; the 4 spent stay spent.
-	out := mustCLI(t, append([]string{"override", "set"}, append(p, "--limit", "6", "api-daily", "key-acme")...)...)
+	out := mustCLI(t, "override", "set", "--limit", "6", "api-daily", "key-acme")
 	if want := "policy api-daily: override limit 6 set until removed; every instance applies it within the policy's override_staleness (1s)\n"; out != want {
 		t.Errorf("override set printed %q, want %q", out, want)
 	}
@@ -184,13 +185,13 @@ func TestQuotaCommandsAgainstServe(t *testing.T) {
 	if got := c.admitted("/api/report", "key-acme", 6); got != 1 {
 		t.Errorf("under the override of 6 with 5 spent: %d more admitted, want 1", got)
 	}
-	if u := usageOf(t, append(p, "api-daily", "key-acme")...); u.Limit != 6 || u.Remaining != 0 || u.Allowed || u.Override["limit"] != float64(6) {
+	if u := usageOf(t, "api-daily", "key-acme"); u.Limit != 6 || u.Remaining != 0 || u.Allowed || u.Override["limit"] != float64(6) {
 		t.Errorf("usage under the override = %+v, want limit 6, nothing left, the override shown", u)
 	}
 
 	// A grant: 2 units beyond the quota, which serve honours within its
 	// deny cache's second.
-	if out := mustCLI(t, append([]string{"grant"}, append(p, "api-daily", "key-acme", "2", "--for", "1h")...)...); !strings.HasPrefix(out, "policy api-daily: granted 2 units until ") {
+	if out := mustCLI(t, "grant", "api-daily", "key-acme", "2", "--for", "1h"); !strings.HasPrefix(out, "policy api-daily: granted 2 units until ") {
 		t.Errorf("grant printed %q", out)
 	}
 	c.afterStaleness()
@@ -199,7 +200,7 @@ func TestQuotaCommandsAgainstServe(t *testing.T) {
 	}
 
 	// Raised: what was spent of the quota (6) stays spent.
-	mustCLI(t, append([]string{"override", "set"}, append(p, "--limit", "9", "api-daily", "key-acme")...)...)
+	mustCLI(t, "override", "set", "--limit", "9", "api-daily", "key-acme")
 	c.afterStaleness()
 	if got := c.admitted("/api/report", "key-acme", 9); got != 3 {
 		t.Errorf("raised to 9 with 6 spent: %d admitted, want 3", got)
@@ -207,10 +208,10 @@ func TestQuotaCommandsAgainstServe(t *testing.T) {
 
 	// Reset: the quota is whole again, on serve within its deny cache's
 	// second.
-	if out := mustCLI(t, append([]string{"reset"}, append(p, "api-daily", "key-acme")...)...); out != "policy api-daily: the key's usage is reset\n" {
+	if out := mustCLI(t, "reset", "api-daily", "key-acme"); out != "policy api-daily: the key's usage is reset\n" {
 		t.Errorf("reset printed %q", out)
 	}
-	if u := usageOf(t, append(p, "api-daily", "key-acme")...); u.Remaining != 9 || u.Limit != 9 {
+	if u := usageOf(t, "api-daily", "key-acme"); u.Remaining != 9 || u.Limit != 9 {
 		t.Errorf("usage after the reset = %+v, want 9 of 9", u)
 	}
 	c.afterStaleness()
@@ -219,14 +220,14 @@ func TestQuotaCommandsAgainstServe(t *testing.T) {
 	}
 
 	// override get and delete; the policy's limits come back.
-	if out := mustCLI(t, append([]string{"override", "get"}, append(p, "api-daily", "key-acme")...)...); out != "policy api-daily: override limit 9\n" {
+	if out := mustCLI(t, "override", "get", "api-daily", "key-acme"); out != "policy api-daily: override limit 9\n" {
 		t.Errorf("override get printed %q", out)
 	}
-	if out := mustCLI(t, append([]string{"override", "get", "--json"}, append(p, "api-daily", "key-acme")...)...); out != `{"override":{"limit":9},"policy":"api-daily"}`+"\n" {
+	if out := mustCLI(t, "override", "get", "--json", "api-daily", "key-acme"); out != `{"override":{"limit":9},"policy":"api-daily"}`+"\n" {
 		t.Errorf("override get --json printed %q", out)
 	}
-	mustCLI(t, append([]string{"override", "delete"}, append(p, "api-daily", "key-acme")...)...)
-	if u := usageOf(t, append(p, "api-daily", "key-acme")...); u.Limit != 100 || u.Remaining != 91 || u.Override != nil {
+	mustCLI(t, "override", "delete", "api-daily", "key-acme")
+	if u := usageOf(t, "api-daily", "key-acme"); u.Limit != 100 || u.Remaining != 91 || u.Override != nil {
 		t.Errorf("usage after the override's removal = %+v, want 91 of 100", u)
 	}
 }

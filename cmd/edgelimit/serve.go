@@ -45,7 +45,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
-	fs.StringVar(&f.policies, "policies", "", "policy file (default: the embedded example policies.yaml)")
+	fs.StringVar(&f.policies, "policies", os.Getenv(setup.EnvPolicyFile), "policy file (default: EDGELIMIT_POLICY_FILE, else the embedded example policies.yaml)")
 	fs.StringVar(&f.store, "store", "memory", "where counters live: memory (in-process) or dynamodb")
 	table := os.Getenv(setup.EnvTable)
 	if table == "" {
