@@ -131,9 +131,11 @@ func newIncarnation() int64 { return rand.Int64N(1<<62) + 1 }
 //	At    the instant the algorithm decided at (Unix nanoseconds): it names
 //	      the fixed window, the sliding window and the sliding log's
 //	      millisecond the units went to
-//	Slot  the shard in the low 16 bits; gcra: the bucket's period above them
+//	Slot  the shard in the low 16 bits (poolShard: the key's grant paid);
+//	      gcra: the bucket's period above them
 //	ID    gcra: the TAT right after the spend, and the period's refunds
-//	      before it (-1: unknown); sliding log: the item's incarnation
+//	      before it (-1: unknown); fixed and sliding window, sliding log:
+//	      the item's incarnation (0: unknown); grant: the grant's end
 const (
 	shardBits = 16
 	shardMask = 1<<shardBits - 1

@@ -323,3 +323,53 @@ policies:
 		reads("a policy without overrides", 0, many(a, "/plain", "k1", 20))
 	})
 }
+
+// Charging after the response through the engine (issue #13, part 1): a
+// request is admitted while one unit is left, the handler reports what it
+// really cost, and the over-spend is allowed once, then the key is denied
+// (r=0) until the window frees it. With charge_status, only the statuses
+// named spend (failed logins).
+func TestChargeAfterTheResponseThroughTheEngine(t *testing.T) {
+	t.Parallel()
+	clock := limitertest.NewClock(quotaT0)
+	forEachQuotaBackend(t, clock.Now, func(t *testing.T, b quotaBackend) {
+		forEachAlgorithm(t, func(t *testing.T, alg string) {
+			now := limitertest.NewClock(quotaT0)
+			e := quotaEngine(t, fmt.Sprintf(`version: 1
+policies:
+  - {name: tokens-%s, routes: ["GET /tts"], key: header:X-Api-Key, strategy: durable, algorithm: %s,
+     limit: 100, window: 1h, charge: response, store_timeout: 30s}
+  - {name: logins-%s, routes: ["GET /login"], key: header:X-Api-Key, strategy: durable, algorithm: %s,
+     limit: 2, window: 1h, charge_status: [401, 403], store_timeout: 30s}
+`, alg, alg, alg, alg), b, now.Now)
+			ctx := context.Background()
+			serve := func(path string, cost int64, status int) *edgelimit.Verdict {
+				v := get(e, path, "k", "")
+				if v.Allowed {
+					edgelimit.ReportCost(v.Context(ctx), cost)
+					v.Finish(ctx, status)
+				}
+				return v
+			}
+			if v := serve("/tts", 60, 200); !v.Allowed {
+				t.Fatalf("first request: %d", v.Status)
+			}
+			// 40 left: admitted (one unit is left), and it really costs 70.
+			if v := serve("/tts", 70, 200); !v.Allowed || headerOf(v, edgelimit.HeaderRateLimit) == "" {
+				t.Fatalf("second request with 40 left: %d", v.Status)
+			}
+			v := serve("/tts", 1, 200)
+			if v.Allowed || v.Status != 429 || !strings.Contains(headerOf(v, edgelimit.HeaderRateLimit), ";r=0;") {
+				t.Errorf("after the over-spend (130 of 100): %d, RateLimit %s; want 429 with r=0", v.Status, headerOf(v, edgelimit.HeaderRateLimit))
+			}
+			for i, status := range []int{200, 401, 200, 403} {
+				if v := serve("/login", 1, status); !v.Allowed {
+					t.Fatalf("login %d: %d, want admitted (only 401 and 403 spend)", i+1, v.Status)
+				}
+			}
+			if v := serve("/login", 1, 401); v.Allowed {
+				t.Errorf("a login after two failed: admitted, want 429")
+			}
+		})
+	})
+}
