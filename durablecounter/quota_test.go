@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -537,6 +539,117 @@ func TestChargeOverSpends(t *testing.T) {
 			clock.Advance(time.Millisecond)
 			if d := q.allow("k", edgelimit.Limits{}); !d.Allowed {
 				t.Errorf("at the charge's RetryAfter (%s): %+v, want allowed", wait, d)
+			}
+		})
+	})
+}
+
+// The limits in force reach a batch's members too, sharded or not, and a
+// sharded policy's grant pays once every shard is spent.
+func TestLimitsInABatchAndShards(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, store newStore) {
+		forEachAlgorithm(t, func(t *testing.T, alg string) {
+			ctx := context.Background()
+			clock := limitertest.NewClock(quotaT0)
+			s := store(t)
+			a := newQuotaCounter(t, s, clock, quotaPolicy("la-"+alg, alg, 2, time.Hour))
+			sp := quotaPolicy("lb-"+alg, alg, 4, time.Hour)
+			sp.Options.(*durablecounter.Options).Shards = 2
+			b := newQuotaCounter(t, s, clock, sp)
+			items := []edgelimit.BatchItem{
+				{Limiter: a.c, Request: edgelimit.Request{Key: "k", Limits: edgelimit.Limits{Limit: 20}}},
+				{Limiter: b.c, Request: edgelimit.Request{Key: "k", Limits: edgelimit.Limits{Limit: 6}}},
+			}
+			admitted := 0
+			for range 10 {
+				ds, err := a.c.AllowBatch(ctx, items)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ds[0].Limit != 20 || ds[1].Limit != 6 {
+					t.Fatalf("batch decisions tell %d and %d, want the limits in force 20 and 6", ds[0].Limit, ds[1].Limit)
+				}
+				if ds[0].Allowed && ds[1].Allowed {
+					admitted++
+				}
+			}
+			if admitted != 6 {
+				t.Errorf("batches admitted: %d, want 6 (b's 6 in force over 2 shards)", admitted)
+			}
+			if err := b.c.Grant(ctx, edgelimit.Request{Key: "k"}, 2, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := b.spend("k", edgelimit.Limits{Limit: 6}, 3); got != 2 {
+				t.Errorf("the sharded policy with every shard spent and a grant of 2: %d admitted, want 2", got)
+			}
+		})
+	})
+}
+
+// Issue #12.4 for grants and resets: 64 clients on one key while an
+// operator grants and resets, at one instant (nothing frees by itself).
+// What was admitted is never more than the limit once per reset (and
+// once before them) plus what was granted, and with enough requests
+// exactly that: no spurious denial.
+func TestGrantAndResetUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, store newStore) {
+		forEachAlgorithm(t, func(t *testing.T, alg string) {
+			ctx := context.Background()
+			clock := limitertest.NewClock(quotaT0)
+			s := store(t)
+			const limit = 10
+			p := quotaPolicy("race-"+alg, alg, limit, time.Hour)
+			a, other := newQuotaCounter(t, s, clock, p), newQuotaCounter(t, s, clock, p)
+			ops := []func() error{
+				func() error { return a.c.Grant(ctx, edgelimit.Request{Key: "k"}, 5, quotaT0.Add(time.Hour)) },
+				func() error { return a.c.Reset(ctx, edgelimit.Request{Key: "k"}) },
+				func() error { return a.c.Grant(ctx, edgelimit.Request{Key: "k"}, 3, quotaT0.Add(time.Hour)) },
+			}
+			var admitted atomic.Int64
+			round := func(op func() error) {
+				var wg sync.WaitGroup
+				if op != nil {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if err := op(); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+				for i := range 64 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						c := a.c
+						if i%2 == 1 {
+							c = other.c
+						}
+						d, err := c.Allow(ctx, edgelimit.Request{Key: "k"})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			for _, op := range ops {
+				round(op)
+			}
+			// The instances' caches forget within DenyCacheMaxAge; then a
+			// last round spends whatever is left.
+			clock.Advance(durablecounter.DefaultDenyCacheMaxAge)
+			round(nil)
+			round(nil)
+			// One reset: the limit twice, and the grants of 5 and 3.
+			if got, want := admitted.Load(), int64(2*limit+5+3); got != want {
+				t.Errorf("admitted %d, want exactly %d (the limit before and after the reset, and the grants)", got, want)
 			}
 		})
 	})

@@ -146,6 +146,7 @@ func usageOf(t *testing.T, args ...string) usageJSON {
 
 func TestQuotaCommandsAgainstServe(t *testing.T) {
 	quotaEnv(t)
+	awayFromDayBoundary(t)
 	// The policy file as the functions name it; serve and the commands
 	// read it from there.
 	t.Setenv(setup.EnvPolicyFile, writePolicies(t, quotaPolicies))
