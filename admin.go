@@ -157,11 +157,11 @@ func (e *Engine) Reset(ctx context.Context, policy, raw string) error {
 	if !ok {
 		return fmt.Errorf("%w: policy %q (%s) keeps no usage to reset", errors.ErrUnsupported, c.Name, c.StrategyName())
 	}
-	key, err := e.keyOf(c, raw)
+	req, err := e.operatorRequest(ctx, c, raw, "")
 	if err != nil {
 		return err
 	}
-	return r.Reset(ctx, key)
+	return r.Reset(ctx, req)
 }
 
 // Grant gives the raw key units beyond its quota under the named policy:
@@ -178,11 +178,14 @@ func (e *Engine) Grant(ctx context.Context, policy, raw string, units int64, unt
 	if !ok {
 		return fmt.Errorf("%w: policy %q (%s) keeps no usage to grant against", errors.ErrUnsupported, c.Name, c.StrategyName())
 	}
-	key, err := e.keyOf(c, raw)
+	req, err := e.operatorRequest(ctx, c, raw, "")
 	if err != nil {
 		return err
 	}
-	return g.Grant(ctx, key, units, until)
+	if !until.IsZero() && !until.After(req.At) {
+		return fmt.Errorf("edgelimit: grant until %s: that has passed", until.UTC().Format(time.RFC3339))
+	}
+	return g.Grant(ctx, req, units, until)
 }
 
 // Override returns the override set for the raw key under the named

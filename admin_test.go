@@ -23,7 +23,8 @@ type operated struct {
 	grants []string
 }
 
-func (o *operated) Reset(_ context.Context, key string) error {
+func (o *operated) Reset(_ context.Context, req edgelimit.Request) error {
+	key := req.Key
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.n, key)
@@ -31,7 +32,8 @@ func (o *operated) Reset(_ context.Context, key string) error {
 	return nil
 }
 
-func (o *operated) Grant(_ context.Context, key string, units int64, _ time.Time) error {
+func (o *operated) Grant(_ context.Context, req edgelimit.Request, units int64, _ time.Time) error {
+	key := req.Key
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.n[key] -= units
@@ -45,10 +47,12 @@ type operatedLimits struct {
 	o *operated
 }
 
-func (x operatedLimits) Reset(ctx context.Context, key string) error { return x.o.Reset(ctx, key) }
+func (x operatedLimits) Reset(ctx context.Context, req edgelimit.Request) error {
+	return x.o.Reset(ctx, req)
+}
 
-func (x operatedLimits) Grant(ctx context.Context, key string, units int64, until time.Time) error {
-	return x.o.Grant(ctx, key, units, until)
+func (x operatedLimits) Grant(ctx context.Context, req edgelimit.Request, units int64, until time.Time) error {
+	return x.o.Grant(ctx, req, units, until)
 }
 
 const adminPolicies = `version: 1

@@ -153,13 +153,18 @@ type Receipt struct {
 //	Local() (Limiter, error)
 //
 //	// Reset: forget one client key's usage (an operator's reset, at the
-//	// start of a billing cycle); Engine.Reset. key is hashed, as in a
-//	// Request.
-//	Reset(ctx context.Context, key string) error
+//	// start of a billing cycle); Engine.Reset. req is the key's request
+//	// as the engine would make it now: its hashed Key, At, and the Limits
+//	// in force for the key (the default tier's, and the override's if one
+//	// is set), so that a limiter whose stored state depends on the limits
+//	// (a window of its own) finds it. A limiter resets the key under every
+//	// tier of its policy as well.
+//	Reset(ctx context.Context, req Request) error
 //
 //	// Grant: give one client key units beyond its quota, for the current
-//	// window when until is zero, else until that instant; Engine.Grant.
-//	Grant(ctx context.Context, key string, units int64, until time.Time) error
+//	// window of req's limits when until is zero, else until that instant;
+//	// Engine.Grant. req is as for Reset.
+//	Grant(ctx context.Context, req Request, units int64, until time.Time) error
 type Limiter interface {
 	Allow(ctx context.Context, req Request) (Decision, error)
 }
@@ -173,10 +178,10 @@ type (
 		Local() (Limiter, error)
 	}
 	resetter interface {
-		Reset(ctx context.Context, key string) error
+		Reset(ctx context.Context, req Request) error
 	}
 	granter interface {
-		Grant(ctx context.Context, key string, units int64, until time.Time) error
+		Grant(ctx context.Context, req Request, units int64, until time.Time) error
 	}
 )
 

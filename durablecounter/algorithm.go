@@ -3,6 +3,7 @@ package durablecounter
 import (
 	"encoding/binary"
 	"math/bits"
+	"math/rand/v2"
 	"time"
 
 	"iter"
@@ -102,7 +103,27 @@ type algorithm interface {
 	// needsView: update uses the view, so the remote store caches the last
 	// state it saw of each item.
 	needsView() bool
+
+	// charge fills u with the update that spends cost at t whether or not
+	// it fits (Counter.Charge): no condition on the count, only those that
+	// keep the item's structure right given view (the window a sliding
+	// window writes, gcra's idle or busy form), which the store retries
+	// with the state a failure returned. commit is its memory twin.
+	charge(view state, t, cost int64, margin time.Duration, u *condUpdate)
+	// windowEnd is the end of the window a grant "for the current window"
+	// at t lasts: the fixed window's (and the sliding window's) end, else
+	// one window from t.
+	windowEnd(t int64) int64
+	// resetItems names the items that hold key's usage at t on shard (a
+	// fixed window: the current and the previous window's, for a clock a
+	// little behind).
+	resetItems(key string, shard int32, t int64) []itemID
 }
+
+// newIncarnation returns a random, non-zero number that names one life of
+// an item, so that a refund of a spending made before a reset (which
+// deletes the item) finds another incarnation and gives nothing back.
+func newIncarnation() int64 { return rand.Int64N(1<<62) + 1 }
 
 // Receipts (edgelimit.Receipt, in every allowed decision) say what a
 // decision spent, so that Counter.Refund undoes exactly that:
@@ -110,9 +131,11 @@ type algorithm interface {
 //	At    the instant the algorithm decided at (Unix nanoseconds): it names
 //	      the fixed window, the sliding window and the sliding log's
 //	      millisecond the units went to
-//	Slot  the shard in the low 16 bits; gcra: the bucket's period above them
+//	Slot  the shard in the low 16 bits (poolShard: the key's grant paid);
+//	      gcra: the bucket's period above them
 //	ID    gcra: the TAT right after the spend, and the period's refunds
-//	      before it (-1: unknown); sliding log: the item's incarnation
+//	      before it (-1: unknown); fixed and sliding window, sliding log:
+//	      the item's incarnation (0: unknown); grant: the grant's end
 const (
 	shardBits = 16
 	shardMask = 1<<shardBits - 1
@@ -126,20 +149,22 @@ type state struct {
 	exists bool
 	// n: fixed window: units spent in the window; sliding window: units of
 	// window w; sliding log: units ever appended; gcra: the theoretical
-	// arrival time (Unix nanoseconds).
+	// arrival time (Unix nanoseconds); grant pool: units left.
 	n int64
 	// p: sliding window: units of window w-1; sliding log: units pruned.
 	p int64
-	// w: sliding window: the newest window's index; sliding log: the
-	// item's incarnation.
+	// w: sliding window: the newest window's index; sliding log and fixed
+	// window: the item's incarnation (newIncarnation); grant pool: unused.
 	w int64
 	// r: sliding log: refunds made (a refund changes buckets a view may
 	// count as expired, so views are checked against it); gcra: the time
-	// given back by refunds in the current period.
+	// given back by refunds in the current period; sliding window: the
+	// item's incarnation.
 	r int64
 	// at: sliding window and gcra: the instant its latest writer decided
 	// at (see algorithm.instant); gcra's p is the bucket's period, a random
 	// number that changes whenever the bucket is full when a request comes.
+	// Grant pool: the end of the grant (Unix nanoseconds).
 	at int64
 	// ext holds what only some algorithms need, so that the others' states
 	// stay small and allocation-free.

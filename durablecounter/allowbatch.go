@@ -40,6 +40,7 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 	t := c.batchInstant(items)
 	n := len(items)
 	members := make([]*Counter, n)
+	vs := make([]*variant, n)
 	for i, it := range items {
 		m, ok := it.Limiter.(*Counter)
 		if !ok || m == nil {
@@ -55,12 +56,21 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 			return nil, fmt.Errorf("policy %q: %w", m.name, ErrNoKey)
 		}
 		members[i] = m
+		v, err := m.variantFor(it.Request)
+		if err != nil {
+			return nil, err
+		}
+		vs[i] = v
 	}
-	// cur is each member's shard, tried how many shards it has tried.
-	cur, tried := make([]int, n), make([]int, n)
+	// cur is each member's shard, tried how many shards it has tried;
+	// pooled, that its grant is asked instead (every shard denied it).
+	cur, tried, pooled := make([]int, n), make([]int, n), make([]bool, n)
+	// quota is a pooled member's denial by its quota, which it reports
+	// unless its grant admits it.
+	quota := make([]edgelimit.Decision, n)
 	for i, m := range members {
-		if len(m.algs) > 1 {
-			cur[i] = rand.IntN(len(m.algs))
+		if m.shards > 1 {
+			cur[i] = rand.IntN(m.shards)
 		}
 	}
 	ops := make([]op, n)
@@ -68,17 +78,21 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 	for {
 		for i, m := range members {
 			key, cost := items[i].Request.Key, items[i].Request.Units()
-			ops[i] = m.op(cur[i], key, cost, t)
+			if pooled[i] {
+				ops[i] = m.poolOp(key, cost, t)
+				continue
+			}
+			ops[i] = m.op(vs[i], cur[i], key, cost, t)
 			// A sharded member skips the shards its deny cache knows are full.
-			for len(m.algs) > 1 && tried[i] < len(m.algs)-1 {
+			for m.shards > 1 && tried[i] < m.shards-1 {
 				if _, full, _, _ := m.cached(&ops[i]); !full {
 					break
 				}
-				cur[i], tried[i] = (cur[i]+1)%len(m.algs), tried[i]+1
-				ops[i] = m.op(cur[i], key, cost, t)
+				cur[i], tried[i] = (cur[i]+1)%m.shards, tried[i]+1
+				ops[i] = m.op(vs[i], cur[i], key, cost, t)
 			}
 		}
-		if out, ok := fromCaches(members, ops); ok {
+		if out, ok := fromCaches(members, vs, ops, pooled); ok {
 			return out, nil
 		}
 		committed, err := c.store.applyAll(ctx, ops, res)
@@ -86,22 +100,31 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 			return nil, err
 		}
 		out := make([]edgelimit.Decision, n)
-		denied, retry := false, true
+		denied := false
 		until := t
-		for i, m := range members {
+		for i := range members {
 			out[i] = res[i].d
-			m.told(&out[i])
+			if pooled[i] {
+				out[i] = quota[i]
+				if res[i].ok {
+					out[i] = granted(quota[i], res[i].d)
+				}
+			}
 			if !res[i].ok {
 				denied = true
-				until = max(until, t+int64(res[i].d.RetryAfter))
-				// A sharded member may fit in a shard it has not tried.
-				retry = retry && len(m.algs) > 1 && tried[i] < len(m.algs)-1
+				if !pooled[i] {
+					until = max(until, t+int64(res[i].d.RetryAfter))
+				}
 			}
 		}
 		if committed {
 			for i, m := range members {
 				m.unpeek(ops[i].id)
-				out[i].Receipt = receiptOf(&res[i], cur[i])
+				if pooled[i] {
+					out[i].Receipt = res[i].rc
+				} else {
+					out[i].Receipt = receiptOf(&res[i], cur[i])
+				}
 				switch {
 				case m.deny == nil:
 				case res[i].d.Remaining == 0:
@@ -109,9 +132,10 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 				default:
 					m.deny.del(ops[i].id)
 				}
-				if len(m.algs) > 1 && out[i].Remaining == 0 {
-					m.wholePolicy(ctx, items[i].Request.Key, cur[i], t, &out[i])
+				if m.shards > 1 && !pooled[i] && out[i].Remaining == 0 {
+					m.wholePolicy(ctx, vs[i], items[i].Request.Key, cur[i], t, &out[i])
 				}
+				vs[i].told(m.name, &out[i])
 			}
 			return out, nil
 		}
@@ -121,12 +145,39 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 		for i, m := range members {
 			m.remember(&ops[i], &res[i], until)
 		}
+		// Try again if every denied member has somewhere else to go: a
+		// shard it has not tried, or its grant.
+		retry := true
+		for i, m := range members {
+			if res[i].ok {
+				continue
+			}
+			switch {
+			case pooled[i]:
+				retry = false
+			case m.shards > 1 && tried[i] < m.shards-1:
+			default:
+				may, err := m.grantsMayExist(ctx, t)
+				if err != nil {
+					return nil, err
+				}
+				retry = retry && may
+			}
+		}
 		if !retry {
+			for i, m := range members {
+				vs[i].told(m.name, &out[i])
+			}
 			return out, nil
 		}
 		for i, m := range members {
-			if !res[i].ok {
-				cur[i], tried[i] = (cur[i]+1)%len(m.algs), tried[i]+1
+			if res[i].ok {
+				continue
+			}
+			if m.shards > 1 && tried[i] < m.shards-1 {
+				cur[i], tried[i] = (cur[i]+1)%m.shards, tried[i]+1
+			} else {
+				pooled[i], quota[i] = true, out[i]
 			}
 		}
 	}
@@ -134,12 +185,17 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 
 // fromCaches answers a batch from its members' deny caches when one of
 // them proves a denial and every member's state is cached: no store call.
-func fromCaches(members []*Counter, ops []op) ([]edgelimit.Decision, bool) {
+// A member denied by its quota's cached state proves the denial only if no
+// grant of its policy can be in force (as this instance last read).
+func fromCaches(members []*Counter, vs []*variant, ops []op, pooled []bool) ([]edgelimit.Decision, bool) {
 	denied := false
 	sts := make([]state, len(ops))
 	for i, m := range members {
 		o := &ops[i]
-		if m.limit == 0 {
+		if vs[i].lim.Limit == 0 && !pooled[i] {
+			if !m.grantsKnownAbsent(o.t) {
+				return nil, false
+			}
 			denied = true
 			continue
 		}
@@ -152,6 +208,9 @@ func fromCaches(members []*Counter, ops []op) ([]edgelimit.Decision, bool) {
 		}
 		sts[i] = st
 		if !o.alg.fits(st, o.t, o.cost) {
+			if !pooled[i] && !m.grantsKnownAbsent(o.t) {
+				return nil, false
+			}
 			denied = true
 		}
 	}
@@ -161,8 +220,18 @@ func fromCaches(members []*Counter, ops []op) ([]edgelimit.Decision, bool) {
 	out := make([]edgelimit.Decision, len(ops))
 	for i, m := range members {
 		o := &ops[i]
-		out[i] = o.alg.decision(sts[i], o.t, o.cost, m.limit > 0 && o.alg.fits(sts[i], o.t, o.cost))
-		m.told(&out[i])
+		zero := vs[i].lim.Limit == 0 && !pooled[i]
+		out[i] = o.alg.decision(sts[i], o.t, o.cost, !zero && o.alg.fits(sts[i], o.t, o.cost))
+		vs[i].told(m.name, &out[i])
 	}
 	return out, true
+}
+
+// granted is the decision of a request its quota denied (q) and its grant
+// admits (g, the grant's state after it, or without it): allowed, with
+// what both have left, Reason "grant".
+func granted(q, g edgelimit.Decision) edgelimit.Decision {
+	q.Allowed, q.RetryAfter, q.Reason = true, 0, "grant"
+	q.Remaining = max(0, q.Remaining) + g.Remaining
+	return q
 }

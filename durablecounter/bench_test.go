@@ -3,6 +3,8 @@ package durablecounter_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,8 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/internal/keyhash"
+	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/overrides"
 )
 
 // benchKeys are 100,000 distinct keys hashed the way the engine hashes
@@ -285,6 +289,72 @@ func BenchmarkPeekMemory(b *testing.B) {
 			runParallel(b, func(key string) error {
 				_, err := c.Peek(context.Background(), edgelimit.Request{Key: key})
 				return err
+			})
+		})
+	}
+}
+
+// BenchmarkEngineDurable measures the engine deciding with a durable
+// Counter on the memory store, over 100,000 client addresses, in parallel:
+// a policy without tiers or overrides ("plain": what issue #12 must not
+// make slower), one whose requests name a tier ("tier"), and one with
+// overrides: true whose keys have none ("overrides": one override read per
+// key, then the engine's cache).
+//
+//	go test -run '^$' -bench 'BenchmarkEngineDurable' -benchmem ./durablecounter/
+func BenchmarkEngineDurable(b *testing.B) {
+	f, err := edgelimit.ParsePolicies("bench.yaml", []byte(`version: 1
+policies:
+  - {name: plain, routes: ["GET /plain"], key: ip, strategy: durable, limit: 1000000000, window: 1h}
+  - name: tier
+    routes: ["GET /tier"]
+    key: ip
+    strategy: durable
+    limit: 1000000000
+    window: 1h
+    tiers: {by: header:X-Plan, default: free, levels: {free: {limit: 1000000000}, pro: {limit: 2000000000}}}
+  - {name: overrides, routes: ["GET /overrides"], key: ip, strategy: durable, limit: 1000000000, window: 1h, overrides: true}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := func() time.Time { return time.Unix(1_700_000_000, 0) }
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
+	e, err := edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte("benchmark-secret-benchmark-secret"),
+		Now: now, Overrides: overrides.NewMemory(now), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+			return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ips := make([]string, 100_000)
+	for i := range ips {
+		ips[i] = fmt.Sprintf("10.%d.%d.%d", i>>16, i>>8&255, i&255)
+	}
+	ctx := context.Background()
+	for _, path := range []string{"/plain", "/tier", "/overrides"} {
+		b.Run(path[1:], func(b *testing.B) {
+			in := func(i int) *edgelimit.Input {
+				return &edgelimit.Input{Method: "GET", Path: path, SourceIP: ips[i%len(ips)], Header: limitertest.Headers{"X-Plan": "pro"}}
+			}
+			for i := range ips { // every key exists (and its override is cached): the steady state
+				if v := e.Decide(ctx, in(i)); !v.Allowed {
+					b.Fatal(v.Status)
+				}
+			}
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(worker.Add(1)) * 7919
+				for pb.Next() {
+					i++
+					if v := e.Decide(ctx, in(i)); !v.Allowed {
+						b.Error(v.Status)
+						return
+					}
+				}
 			})
 		})
 	}

@@ -315,3 +315,92 @@ func TestDynamoCallsPerPeek(t *testing.T) {
 		}
 	})
 }
+
+// TestDynamoCallsWithGrants counts what grants cost, on each server and
+// algorithm. A policy without overrides: true takes no grants and pays
+// nothing for them (the tests above). A managed one (overrides: true)
+// pays, for a key without a grant, one GetItem of the policy's grant
+// marker per DenyCacheMaxAge per instance on the way to a denial (shared
+// by every key of the policy); an allowed request is still one
+// UpdateItem. A request the grant pays costs one UpdateItem of the grant
+// once the quota's denial is cached (the quota's own call before).
+func TestDynamoCallsWithGrants(t *testing.T) {
+	t.Parallel()
+	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
+		t.Parallel()
+		client, table, calls := ddbtest.Table(t, s)
+		ctx := context.Background()
+		clock := limitertest.NewClock(limitertest.T0)
+		var tab strings.Builder
+		fmt.Fprintf(&tab, "%-15s %8s %17s %19s %14s %17s %16s\n", s.Name, "allowed", "after own last", "other's 1st denial", "repeat denial", "next key denial", "paid by a grant")
+		for _, alg := range allAlgorithms {
+			t.Run(alg, func(t *testing.T) {
+				p := &edgelimit.Policy{Name: "managed-" + alg, Limit: 2, Window: time.Hour, Overrides: true,
+					Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: true}}
+				instance := func() *durablecounter.Counter {
+					store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
+					if err != nil {
+						t.Fatal(err)
+					}
+					c, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: clock.Now})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return c
+				}
+				a, b := instance(), instance()
+				measure := func(what string, c *durablecounter.Counter, key string, allowed bool) (int64, map[string]int) {
+					t.Helper()
+					calls.Reset()
+					d, err := c.Allow(ctx, edgelimit.Request{Key: key})
+					if err != nil || d.Allowed != allowed {
+						t.Fatalf("%s: %+v, %v; want allowed %v", what, d, err, allowed)
+					}
+					return calls.Total(), calls.Snapshot()
+				}
+				allowed, _ := measure("the first request", a, "k1", true)
+				measure("the second", a, "k1", true)
+				// a's admission took the last unit (its deny cache knows); on
+				// the way to the denial, a reads the marker once.
+				afterOwn, afterOwnOps := measure("a's denial after its own last admission", a, "k1", false)
+				// b meets the denial: its UpdateItem (and on dynalite, which
+				// ignores ALL_OLD, a GetItem of the item but for a fixed window
+				// of cost 1), and b's marker read.
+				other, otherOps := measure("b's first denial", b, "k1", false)
+				repeat, _ := measure("b's repeat denial", b, "k1", false)
+				measure("k2", a, "k2", true)
+				measure("k2", a, "k2", true)
+				measure("k2 on b", b, "k2", false) // b's marker is fresh: its UpdateItem only
+				next, _ := measure("a's denial of another key, the marker fresh", a, "k2", false)
+				if err := a.Grant(ctx, edgelimit.Request{Key: "k1"}, 1, time.Time{}); err != nil {
+					t.Fatal(err)
+				}
+				paid, paidOps := measure("a request the grant pays", a, "k1", true)
+				fmt.Fprintf(&tab, "%-15s %8d %17d %19d %14d %17d %16d\n", alg, allowed, afterOwn, other, repeat, next, paid)
+				wantOther := int64(2)
+				if !s.OldOnConditionFailure && alg != string(durablecounter.FixedWindow) {
+					wantOther = 3
+				}
+				for _, f := range []struct {
+					what      string
+					got, want int64
+				}{
+					{"allowed", allowed, 1},
+					{"a's denial after its own last admission: the marker", afterOwn, 1},
+					{"b's first denial: its UpdateItem and the marker", other, wantOther},
+					{"repeat denial", repeat, 0},
+					{"another key's denial after a's own last admission, the marker fresh", next, 0},
+					{"paid by a grant: the grant's UpdateItem", paid, 1},
+				} {
+					if f.got != f.want {
+						t.Errorf("%s: %d calls, want %d", f.what, f.got, f.want)
+					}
+				}
+				if afterOwnOps["GetItem"] != 1 || otherOps["UpdateItem"] != 1 || paidOps["UpdateItem"] != 1 {
+					t.Errorf("a's denial made %v (want the marker's GetItem); b's %v (want one UpdateItem); the grant's request %v (want one UpdateItem)", afterOwnOps, otherOps, paidOps)
+				}
+			})
+		}
+		t.Log("\n" + tab.String())
+	})
+}

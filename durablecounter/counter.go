@@ -1,7 +1,9 @@
 package durablecounter
 
 import (
+	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +33,14 @@ type Config struct {
 	// DenyCache is on): entries, plus one per sliding-log bucket they hold;
 	// default DefaultDenyCacheSize.
 	DenyCacheSize int
+	// DenyCacheMaxAge bounds how long what this instance knows may hide
+	// another instance's operator action (a reset, a grant, see
+	// Counter.Reset and Counter.Grant): a deny-cache entry answers at most
+	// this long after the store's answer it holds (and never past the
+	// denial's own retry time), and the policy's grant marker is read again
+	// after it. A flooding key then costs at most one store call per this
+	// interval per instance. Default DefaultDenyCacheMaxAge (1s).
+	DenyCacheMaxAge time.Duration
 }
 
 // DefaultDenyCacheSize is Config.DenyCacheSize's default: 131,072, so that
@@ -60,27 +70,41 @@ const peekCacheSize = 1 << 14
 // MaxShards is the most shards a policy can spread a key over.
 const MaxShards = 1000
 
+// DefaultDenyCacheMaxAge is Config.DenyCacheMaxAge's default.
+const DefaultDenyCacheMaxAge = time.Second
+
+// maxVariants bounds the limits (tiers, overrides) a Counter keeps the
+// algorithms of; beyond it, a request's algorithms are built for it alone.
+const maxVariants = 1024
+
 // Counter is an exact rate limiter for one policy: however many instances
 // and goroutines ask at once, it admits at most what its algorithm allows
 // and denies nothing that fits. Every decision is one conditional write to
 // its Store in the common case, and none for a repeat denial the deny cache
 // can answer. A Counter is safe for concurrent use.
 type Counter struct {
-	name  string
-	limit int64
-	// qLimit and qWindow are what decisions tell the client (Limit and
-	// Window): the limit and window, or for gcra with a burst other than
-	// the limit, the burst over the time the bucket takes to fill.
-	qLimit  int64
-	qWindow time.Duration
-	store   Store
+	name string
+	alg  Algorithm
+	// shards is the number of items a key is spread over, whatever the
+	// limits in force (a shard's items keep their names).
+	shards int
+	// base is the policy's own limits; a request with Limits (a tier, an
+	// override) is decided by the variant of its limits (variantFor).
+	base *variant
+	// burstFollows: the policy's burst is its limit (gcra's default), so
+	// the burst in force follows the limit in force.
+	burstFollows bool
+	variants     struct {
+		mu sync.RWMutex
+		m  map[edgelimit.Limits]*variant
+	}
+	store Store
 	// clock is Config.Now, or nil: then decisions are at Request.At.
 	clock func() time.Time
-	// algs has one algorithm per shard, each with its share of the limit
-	// (one for a policy that is not sharded).
-	algs []algorithm
-	// deny is the deny cache, or nil.
-	deny *stateCache
+	// deny is the deny cache, or nil; denyAge bounds how long an entry
+	// answers (DenyCacheMaxAge, in nanoseconds).
+	deny    *stateCache
+	denyAge int64
 	// peeks is what Peek last read of each item, for PeekFreshness: a flood
 	// that another policy denies peeks this one on every request, and
 	// without it each peek that finds room would cost a read.
@@ -88,8 +112,29 @@ type Counter struct {
 	peekUsed atomic.Bool // peeks holds (or held) something
 	// refresh lets one request per item refresh an expired deny-cache entry.
 	refresh flights
+	// pool is the policy's grants (grant.go), nil for a policy that takes
+	// none (without Overrides); marker is what this instance knows of the
+	// policy's grant marker.
+	pool   *grantPool
+	marker grantMarker
 	// cfg is what New was given, for Local.
 	cfg Config
+}
+
+// variant is a Counter's algorithms for one set of limits in force.
+type variant struct {
+	// lim is the whole policy's limit, window and burst (gcra), before the
+	// shards' shares.
+	lim edgelimit.Limits
+	// qLimit and qWindow are what decisions tell the client (Limit and
+	// Window): the limit and window, or for gcra with a burst other than
+	// the limit, the burst over the time the bucket takes to fill.
+	qLimit  int64
+	qWindow time.Duration
+	// algs has one algorithm per shard, each with its share of the limit.
+	algs []algorithm
+	// err: these limits cannot be enforced (a cached refusal).
+	err error
 }
 
 var (
@@ -97,8 +142,11 @@ var (
 	_ edgelimit.BatchLimiter = (*Counter)(nil)
 	_ edgelimit.Refunder     = (*Counter)(nil)
 	_ edgelimit.Peeker       = (*Counter)(nil)
+	_ edgelimit.Charger      = (*Counter)(nil)
 	_ interface {
 		Local() (edgelimit.Limiter, error)
+		Reset(ctx context.Context, req edgelimit.Request) error
+		Grant(ctx context.Context, req edgelimit.Request, units int64, until time.Time) error
 	} = (*Counter)(nil)
 )
 
@@ -116,6 +164,10 @@ type params struct {
 	limit  int64
 	window time.Duration
 	burst  int64
+	// tag names a window other than the policy's in the items of the
+	// algorithms whose state is per window ("" for the policy's own), so
+	// that counts of different windows never share an item.
+	tag string
 }
 
 var defaultStore = sync.OnceValue(func() *Memory { return NewMemory(MemoryConfig{}) })
@@ -135,8 +187,8 @@ func New(cfg Config) (*Counter, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: Policy is required", ErrConfig)
 	}
-	if p.Name == "" || strings.ContainsRune(p.Name, '#') {
-		return nil, fmt.Errorf("%w: policy name %q must be non-empty and without '#'", ErrConfig, p.Name)
+	if p.Name == "" || strings.ContainsAny(p.Name, "#/") {
+		return nil, fmt.Errorf("%w: policy name %q must be non-empty and without '#' or '/'", ErrConfig, p.Name)
 	}
 	if p.Strategy != nil && p.Strategy != Strategy {
 		return nil, fmt.Errorf("%w: policy %q: strategy %q is not %s", ErrConfig, p.Name, p.Strategy.Name, Strategy.Name)
@@ -151,12 +203,14 @@ func New(cfg Config) (*Counter, error) {
 	if p.Window < time.Millisecond || p.Window%time.Millisecond != 0 {
 		return nil, fmt.Errorf("%w: policy %q: window %s must be a whole number of milliseconds, at least 1ms", ErrConfig, p.Name, p.Window)
 	}
+	if cfg.DenyCacheMaxAge < 0 {
+		return nil, fmt.Errorf("%w: policy %q: DenyCacheMaxAge %s is negative", ErrConfig, p.Name, cfg.DenyCacheMaxAge)
+	}
 	alg := opts.Algorithm
 	if alg == "" {
 		alg = FixedWindow
 	}
-	newAlg, ok := algorithms[alg]
-	if !ok {
+	if _, ok := algorithms[alg]; !ok {
 		return nil, fmt.Errorf("%w: policy %q: unknown algorithm %q", ErrUnsupportedAlgorithm, p.Name, alg)
 	}
 	shards := max(opts.Shards, 1)
@@ -176,31 +230,20 @@ func New(cfg Config) (*Counter, error) {
 	if burst < 0 || alg == GCRA && p.Limit > 0 && burst < int64(shards) {
 		return nil, fmt.Errorf("%w: policy %q: burst %d must be at least 1 per shard (%d)", ErrConfig, p.Name, burst, shards)
 	}
-	c := &Counter{name: p.Name, limit: p.Limit, qLimit: p.Limit, qWindow: p.Window, store: cfg.Store, clock: cfg.Now, cfg: cfg}
-	if alg == GCRA && p.Limit > 0 && burst != p.Limit {
-		// As the engine's RateLimit-Policy has always announced a bucket:
-		// 10/s with burst 20 is q=20, w=2s, so Remaining never exceeds q.
-		c.qLimit = burst
-		c.qWindow = time.Duration(float64(p.Window) * float64(burst) / float64(p.Limit))
+	c := &Counter{name: p.Name, alg: alg, shards: shards, store: cfg.Store, clock: cfg.Now, cfg: cfg,
+		burstFollows: burst == p.Limit}
+	if p.Overrides {
+		c.pool = newGrantPool(p.Name)
 	}
-	for i := range shards {
-		sp := params{name: p.Name, limit: share(p.Limit, shards, i), window: p.Window, burst: share(burst, shards, i)}
-		switch alg {
-		case SlidingLog:
-			if sp.limit > MaxSlidingLogLimit {
-				return nil, fmt.Errorf("%w: policy %q: sliding-log keeps one attribute per admitted millisecond in one item, so its limit is at most %d per shard; use shards: %d or more, or sliding-window",
-					ErrConfig, p.Name, MaxSlidingLogLimit, (p.Limit+MaxSlidingLogLimit-1)/MaxSlidingLogLimit)
-			}
-		case GCRA:
-			if sp.limit > 0 {
-				T := (int64(p.Window) + sp.limit - 1) / sp.limit
-				if sp.burst > maxTolerance/T {
-					return nil, fmt.Errorf("%w: policy %q: burst %d at %d per %s is a tolerance of more than 36 years", ErrConfig, p.Name, burst, p.Limit, p.Window)
-				}
-			}
-		}
-		c.algs = append(c.algs, newAlg(sp))
+	c.denyAge = int64(cfg.DenyCacheMaxAge)
+	if c.denyAge == 0 {
+		c.denyAge = int64(DefaultDenyCacheMaxAge)
 	}
+	base := edgelimit.Limits{Limit: p.Limit, Window: p.Window, Burst: burst}
+	if c.base, err = c.build(base); err != nil {
+		return nil, err
+	}
+	c.variants.m = map[edgelimit.Limits]*variant{}
 	if c.store == nil {
 		c.store = defaultStore()
 	}
@@ -215,6 +258,118 @@ func New(cfg Config) (*Counter, error) {
 	return c, nil
 }
 
+// build returns the algorithms of the whole policy's limits l (which New
+// or effective completed), or the reason they cannot be enforced.
+func (c *Counter) build(l edgelimit.Limits) (*variant, error) {
+	name := c.name
+	switch {
+	case l.Limit < 0 || l.Burst < 0:
+		return nil, fmt.Errorf("%w: policy %q: limit %d and burst %d must not be negative", ErrLimits, name, l.Limit, l.Burst)
+	case l.Window < time.Millisecond || l.Window%time.Millisecond != 0:
+		return nil, fmt.Errorf("%w: policy %q: window %s must be a whole number of milliseconds, at least 1ms", ErrLimits, name, l.Window)
+	}
+	v := &variant{lim: l, qLimit: l.Limit, qWindow: l.Window}
+	if c.alg == GCRA && l.Limit > 0 && l.Burst != l.Limit {
+		// As the engine's RateLimit-Policy has always announced a bucket:
+		// 10/s with burst 20 is q=20, w=2s, so Remaining never exceeds q.
+		v.qLimit = l.Burst
+		v.qWindow = time.Duration(float64(l.Window) * float64(l.Burst) / float64(l.Limit))
+	}
+	tag := ""
+	if c.base != nil && l.Window != c.base.lim.Window {
+		tag = "/" + strconv.FormatInt(l.Window.Milliseconds(), 10)
+	}
+	newAlg := algorithms[c.alg]
+	for i := range c.shards {
+		sp := params{name: name, limit: share(l.Limit, c.shards, i), window: l.Window, burst: share(l.Burst, c.shards, i), tag: tag}
+		switch c.alg {
+		case SlidingLog:
+			if sp.limit > MaxSlidingLogLimit {
+				return nil, fmt.Errorf("%w: policy %q: sliding-log keeps one attribute per admitted millisecond in one item, so its limit is at most %d per shard; use shards: %d or more, or sliding-window",
+					limitsErr(c.base), name, MaxSlidingLogLimit, (l.Limit+MaxSlidingLogLimit-1)/MaxSlidingLogLimit)
+			}
+		case GCRA:
+			if sp.limit > 0 {
+				T := (int64(l.Window) + sp.limit - 1) / sp.limit
+				if sp.burst > maxTolerance/T {
+					return nil, fmt.Errorf("%w: policy %q: burst %d at %d per %s is a tolerance of more than 36 years", limitsErr(c.base), name, l.Burst, l.Limit, l.Window)
+				}
+			}
+		}
+		v.algs = append(v.algs, newAlg(sp))
+	}
+	return v, nil
+}
+
+// limitsErr is the sentinel of a refusal by build: ErrConfig for the
+// policy's own limits (New), ErrLimits for a request's.
+func limitsErr(base *variant) error {
+	if base == nil {
+		return ErrConfig
+	}
+	return ErrLimits
+}
+
+// effective completes a request's limits with the policy's: a zero field
+// keeps the policy's, and gcra's burst follows the limit in force when the
+// policy's burst is its limit (the default). The other algorithms have no
+// burst.
+func (c *Counter) effective(l edgelimit.Limits) edgelimit.Limits {
+	b := c.base.lim
+	out := edgelimit.Limits{Limit: l.Limit, Window: l.Window, Burst: l.Burst}
+	if out.Limit == 0 {
+		out.Limit = b.Limit
+	}
+	if out.Window == 0 {
+		out.Window = b.Window
+	}
+	switch {
+	case c.alg != GCRA:
+		out.Burst = out.Limit
+	case out.Burst != 0:
+	case c.burstFollows:
+		out.Burst = out.Limit
+	default:
+		out.Burst = b.Burst
+	}
+	return out
+}
+
+// variantFor returns the algorithms of the limits in force for req: the
+// policy's, unless req.Limits (a tier, an override) changes them. A policy
+// that no request changes pays one comparison for it.
+func (c *Counter) variantFor(req edgelimit.Request) (*variant, error) {
+	if req.Limits.IsZero() {
+		return c.base, nil
+	}
+	return c.variantOf(c.effective(req.Limits))
+}
+
+func (c *Counter) variantOf(l edgelimit.Limits) (*variant, error) {
+	if l == c.base.lim {
+		return c.base, nil
+	}
+	c.variants.mu.RLock()
+	v, ok := c.variants.m[l]
+	c.variants.mu.RUnlock()
+	if !ok {
+		var err error
+		if v, err = c.build(l); err != nil {
+			v = &variant{lim: l, err: err}
+		}
+		c.variants.mu.Lock()
+		if len(c.variants.m) < maxVariants {
+			if old, ok := c.variants.m[l]; ok {
+				v = old
+			} else {
+				c.variants.m[l] = v
+			}
+		}
+		c.variants.mu.Unlock()
+	}
+	return v, v.err
+}
+
 // Local returns the Counter's in-process twin: the same policy and clock on
 // a Memory store of its own. The engine uses it for a policy with
 // on_store_error: local while the store fails, so that each instance still
@@ -227,14 +382,14 @@ func (c *Counter) Local() (edgelimit.Limiter, error) {
 
 // shardID is the itemID shard of shard i.
 func (c *Counter) shardID(i int) int32 {
-	if len(c.algs) == 1 {
+	if c.shards == 1 {
 		return noShard
 	}
 	return int32(i)
 }
 
-func (c *Counter) op(shard int, key string, cost, t int64) op {
-	alg := c.algs[shard]
+func (c *Counter) op(v *variant, shard int, key string, cost, t int64) op {
+	alg := v.algs[shard]
 	return op{alg: alg, id: alg.itemFor(key, c.shardID(shard), t), cost: cost, t: t}
 }
 
@@ -265,15 +420,18 @@ func (c *Counter) later(req edgelimit.Request, t int64) int64 {
 }
 
 // told fills in what every decision tells the client: the policy's name
-// and its quota (RateLimit-Policy's q and w).
-func (c *Counter) told(d *edgelimit.Decision) {
-	d.Policy, d.Limit, d.Window = c.name, c.qLimit, c.qWindow
+// and the quota in force (RateLimit-Policy's q and w), which Remaining
+// never exceeds.
+func (v *variant) told(name string, d *edgelimit.Decision) {
+	d.Policy, d.Limit, d.Window = name, v.qLimit, v.qWindow
+	d.Remaining = min(d.Remaining, max(v.qLimit, 0))
 }
 
 // Quota returns what the Counter's decisions tell the client in
-// RateLimit-Policy: the limit and window, or for gcra with a burst other
-// than the limit, the burst over the time the bucket takes to fill.
-func (c *Counter) Quota() (limit int64, window time.Duration) { return c.qLimit, c.qWindow }
+// RateLimit-Policy for the policy's own limits: the limit and window, or
+// for gcra with a burst other than the limit, the burst over the time the
+// bucket takes to fill. A tier or an override announces its own.
+func (c *Counter) Quota() (limit int64, window time.Duration) { return c.base.qLimit, c.base.qWindow }
 
 // receiptOf returns the receipt of an admission r on shard.
 func receiptOf(r *result, shard int) edgelimit.Receipt {

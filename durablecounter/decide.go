@@ -45,6 +45,9 @@ func (c *Counter) remember(o *op, r *result, until int64) {
 	case !r.ok:
 		until = o.t + int64(r.d.RetryAfter)
 	}
+	// Another instance's reset or grant is not seen here: answer from the
+	// entry at most DenyCacheMaxAge.
+	until = min(until, o.t+c.denyAge)
 	c.deny.put(o.id, st, o.t, until)
 }
 
@@ -56,28 +59,32 @@ func (c *Counter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.D
 	if req.Key == "" {
 		return edgelimit.Decision{}, ErrNoKey
 	}
+	v, err := c.variantFor(req)
+	if err != nil {
+		return edgelimit.Decision{}, err
+	}
 	t, cost := c.instant(req), req.Units()
 	var d edgelimit.Decision
 	switch {
-	case c.limit == 0: // denied without asking the store
-		d = c.algs[0].decision(state{}, t, cost, false)
-	case len(c.algs) == 1:
-		var err error
-		if d, err = c.decide(ctx, req, 0, cost, t); err != nil {
-			return edgelimit.Decision{}, err
-		}
+	case v.lim.Limit == 0: // denied without asking the store
+		d = v.algs[0].decision(state{}, t, cost, false)
+	case c.shards == 1:
+		d, err = c.decide(ctx, v, req, 0, cost, t)
 	default:
-		var err error
-		if d, err = c.decideSharded(ctx, req, cost, t); err != nil {
-			return edgelimit.Decision{}, err
-		}
+		d, err = c.decideSharded(ctx, v, req, cost, t)
 	}
-	c.told(&d)
+	if err == nil && !d.Allowed {
+		d, err = c.fromGrant(ctx, req, cost, t, d, false)
+	}
+	if err != nil {
+		return edgelimit.Decision{}, err
+	}
+	v.told(c.name, &d)
 	return d, nil
 }
 
-func (c *Counter) decide(ctx context.Context, req edgelimit.Request, shard int, cost, t int64) (edgelimit.Decision, error) {
-	o := c.op(shard, req.Key, cost, t)
+func (c *Counter) decide(ctx context.Context, v *variant, req edgelimit.Request, shard int, cost, t int64) (edgelimit.Decision, error) {
+	o := c.op(v, shard, req.Key, cost, t)
 	d, denied, held, expired := c.cached(&o)
 	if denied {
 		return d, nil
@@ -93,7 +100,7 @@ func (c *Counter) decide(ctx context.Context, req edgelimit.Request, shard int, 
 			case <-ctx.Done():
 				return edgelimit.Decision{}, fmt.Errorf("durablecounter: waiting for %q: %w", o.id.pk(), ctx.Err())
 			}
-			o = c.op(shard, req.Key, cost, c.later(req, t))
+			o = c.op(v, shard, req.Key, cost, c.later(req, t))
 			if d, denied, held, _ = c.cached(&o); denied {
 				return d, nil
 			}
@@ -134,19 +141,19 @@ func (c *Counter) decide(ctx context.Context, req edgelimit.Request, shard int, 
 // cache answers for shards known to be full), so a sharded policy admits
 // exactly its limit, at the price of up to one call per shard for a denial
 // the cache does not know yet.
-func (c *Counter) decideSharded(ctx context.Context, req edgelimit.Request, cost, t int64) (edgelimit.Decision, error) {
-	n := len(c.algs)
+func (c *Counter) decideSharded(ctx context.Context, v *variant, req edgelimit.Request, cost, t int64) (edgelimit.Decision, error) {
+	n := c.shards
 	start := rand.IntN(n)
 	var worst edgelimit.Decision
 	for k := range n {
 		shard := (start + k) % n
-		d, err := c.decide(ctx, req, shard, cost, t)
+		d, err := c.decide(ctx, v, req, shard, cost, t)
 		if err != nil {
 			return edgelimit.Decision{}, err
 		}
 		if d.Allowed {
 			if d.Remaining == 0 {
-				c.wholePolicy(ctx, req.Key, shard, t, &d)
+				c.wholePolicy(ctx, v, req.Key, shard, t, &d)
 			}
 			return d, nil
 		}
@@ -171,11 +178,11 @@ func (c *Counter) decideSharded(ctx context.Context, req edgelimit.Request, cost
 // the other shards (one BatchGetItem), only for such an admission; should
 // the read fail, the shard's 0 stands. Reset becomes the soonest instant a
 // unit comes back in any shard.
-func (c *Counter) wholePolicy(ctx context.Context, key string, shard int, t int64, d *edgelimit.Decision) {
-	ops := make([]op, 0, len(c.algs)-1)
-	for i := range c.algs {
+func (c *Counter) wholePolicy(ctx context.Context, v *variant, key string, shard int, t int64, d *edgelimit.Decision) {
+	ops := make([]op, 0, c.shards-1)
+	for i := range c.shards {
 		if i != shard {
-			ops = append(ops, c.op(i, key, 1, t))
+			ops = append(ops, c.op(v, i, key, 1, t))
 		}
 	}
 	sts := make([]state, len(ops))
@@ -206,15 +213,26 @@ func (c *Counter) Refund(ctx context.Context, req edgelimit.Request, d edgelimit
 		return ErrNoKey
 	}
 	rc := d.Receipt
-	if !d.Allowed || rc.At == 0 || c.limit == 0 {
+	if !d.Allowed || rc.At == 0 {
 		return nil
 	}
-	shard := int(rc.Slot & shardMask)
-	if shard >= len(c.algs) {
-		return fmt.Errorf("%w: shard %d of policy %q, which has %d", ErrReceipt, shard, c.name, len(c.algs))
+	var o op
+	switch shard := int(rc.Slot & shardMask); {
+	case shard == poolShard && c.pool != nil: // taken from a grant
+		o = c.poolOp(req.Key, req.Units(), max(c.instant(req), rc.At))
+	case shard >= c.shards:
+		return fmt.Errorf("%w: shard %d of policy %q, which has %d", ErrReceipt, shard, c.name, c.shards)
+	default:
+		v, err := c.variantFor(req)
+		if err != nil {
+			return err
+		}
+		if v.lim.Limit == 0 {
+			return nil
+		}
+		o = op{alg: v.algs[shard], cost: req.Units(), t: max(c.instant(req), rc.At)}
+		o.id = o.alg.itemFor(req.Key, c.shardID(shard), rc.At)
 	}
-	o := op{alg: c.algs[shard], cost: req.Units(), t: max(c.instant(req), rc.At)}
-	o.id = o.alg.itemFor(req.Key, c.shardID(shard), rc.At)
 	if c.deny != nil {
 		c.deny.del(o.id)
 	}

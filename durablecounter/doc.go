@@ -80,11 +80,11 @@
 // (or, for the algorithms that need this instance's last view of the item,
 // when it fits and the view is not out of date in a way that matters):
 //
-//	fixed-window    fw#<policy>#<key>#<window start>  n
-//	    ADD n :cost SET expires_at = :e
+//	fixed-window    fw#<policy>#<key>#<window start>  n, g (the item's incarnation)
+//	    ADD n :cost SET expires_at = :e, g = if_not_exists(g, :new_g)
 //	    if attribute_not_exists(n) OR n <= :limit_minus_cost
-//	sliding-window  sw#<policy>#<key>                 w (newest window index), c<i> (count of window i), a
-//	    ADD c<i> :cost SET w = :i, a = :te, expires_at = :e [REMOVE c<j>, j < i-1]
+//	sliding-window  sw#<policy>#<key>                 w (newest window index), c<i> (count of window i), a, g
+//	    ADD c<i> :cost SET w = :i, a = :te, g = if_not_exists(g, :new_g), expires_at = :e [REMOVE c<j>, j < i-1]
 //	    if (attribute_not_exists(w) OR w <= :i) AND (attribute_not_exists(c<i>) OR c<i> <= :m)
 //	       AND (attribute_not_exists(c<i-1>) OR c<i-1> <= :cached_prev)
 //	sliding-log     sl#<policy>#<key>                 b<ms> (units of that millisecond), n, x, g, r
@@ -98,7 +98,10 @@
 //
 // (Attribute names go through ExpressionAttributeNames; a is the instant
 // the writer decided at, :te, see Clock skew; gcra's p and z serve
-// refunds.) DynamoDB applies
+// refunds; g names an item's life, see Quotas. A window other than the
+// policy's, a tier's or an override's, counts in items of its own,
+// fw#<policy>/<window ms>#..., and a key's grants are in grant# items.)
+// DynamoDB applies
 // writes to one item one at a time, so two requests can never both take
 // the last unit, and concurrent requests on one key do not conflict: ADD
 // commutes, and so does gcra's busy update. No version numbers, no
@@ -179,17 +182,52 @@
 // With the policy's deny_cache (the default of a policy file), a Counter
 // keeps, per instance, the state that denied each key, or that an
 // admission left with nothing remaining: a lower bound of the stored state,
-// which only grows (until a refund). A later request that
-// this state certainly denies, at its own cost and time, is answered from
-// it without a store call; one that might fit (a smaller cost, or after
-// time freed units) goes to the store. The cache never admits anything.
-// During a flood from one client, store calls per denied request approach
-// zero. A batch is answered from the cache when one member's cached state
-// denies it and every member's state is cached (the store returns them all
-// with a denial). Refunds by other instances are not seen until the entry
-// expires: the one case where the cache denies what the store would admit
-// (under-admission, bounded by the denial's RetryAfter). DenyCacheSize
-// bounds it.
+// which only grows (until a refund or a reset). A later request that
+// this state certainly denies, at its own cost and time and under the
+// limits in force for it, is answered from it without a store call; one
+// that might fit (a smaller cost, after time freed units, a raised limit)
+// goes to the store. The cache never admits anything. An entry answers
+// until the denial's retry time and at most DenyCacheMaxAge (1 s) after
+// the store's answer it holds: during a flood from one client, store calls
+// approach one per key per second per instance. A batch is answered from
+// the cache when one member's cached state denies it and every member's
+// state is cached (the store returns them all with a denial). What other
+// instances did since (a refund, an operator's reset or grant) is not
+// seen until the entry expires: the one case where the cache denies what
+// the store would admit, for at most DenyCacheMaxAge. DenyCacheSize bounds
+// it.
+//
+// # Quotas: the limits in force, reset, grant, charge
+//
+// A Request's Limits (a tier's, an override's; zero fields keep the
+// policy's) replace the policy's limit, window and gcra burst for that
+// request; gcra's burst follows the limit in force when the policy's is its
+// limit (the default). Decisions tell the numbers in force. A key whose
+// limits change keeps what it spent: a new limit applies to the fixed
+// window's count, the sliding window's estimate, the sliding log's units;
+// gcra keeps its TAT and reads it with the new emission interval (with the
+// burst following the limit the tolerance is one window, so the share of
+// the bucket used stays the same: bucket4j's PROPORTIONALLY for a rate,
+// ADDITIVE for a burst). A window other than the policy's counts in items
+// of its own, from nothing the first time (bucket4j's RESET: a count means
+// nothing under another window), which keeps every item written under one
+// window, with one expiry. Every decision is the algorithm's rule under the
+// limits it was decided with, on the stored state; instances that still
+// read an old override decide by its limits, never more than them. Limits
+// a policy cannot enforce fail with ErrLimits.
+//
+// Counter.Reset deletes every item of a key (every shard; the policy's
+// window, each tier's, the override's, the current and previous fixed
+// window). Items carry their incarnation (g; gcra's period), so that a
+// refund of a spending from before the reset gives nothing to the count
+// after it. Counter.Grant gives a key units beyond its quota, in a grant#
+// item of its own that a request the quota denies is paid from (one more
+// conditional update, exact); only policies with overrides: true take
+// grants, and their keys without one pay one read of the policy's grant
+// marker per DenyCacheMaxAge per instance on the way to a denial.
+// Counter.Charge spends whether or not the units fit (a cost known after
+// the response): the key goes over its limit once and is denied until its
+// window frees what was over-spent. docs/durable.md details each.
 //
 // # Peek
 //
@@ -327,7 +365,9 @@
 //     proves). Nothing once the bucket has been full since (a new period, p).
 //
 // A decision without a Receipt (a denial, a peek, a member of a batch that
-// was not committed) spent nothing and refunds nothing. A refund's guard
+// was not committed) spent nothing and refunds nothing. A decision a grant
+// paid refunds to the grant. A refund finds nothing to give back in an
+// item reset since (another incarnation). A refund's guard
 // fails only when nothing is left to give back (or, gcra, when a concurrent
 // refund changed what is), so refunds never contend with admissions. A
 // refund whose call fails is retried until it lands or the context ends, and

@@ -33,6 +33,15 @@ var (
 	// ErrNoTransactions is returned by AllowBatch on a dynamostore.Store
 	// with TransactionsRequired when the server lacks TransactWriteItems.
 	ErrNoTransactions = errors.New("durablecounter: server does not support transactions")
+	// ErrLimits is returned for a request whose limits in force (a tier's,
+	// an override's: Request.Limits) the policy cannot enforce, like a
+	// window that is not a whole number of milliseconds, or a sliding log
+	// above MaxSlidingLogLimit per shard. The engine treats it as a store
+	// failure (on_store_error decides, and it is logged).
+	ErrLimits = errors.New("durablecounter: limits cannot be enforced")
+	// ErrGrant is returned by Grant for units or an instant it cannot
+	// grant.
+	ErrGrant = errors.New("durablecounter: bad grant")
 	// ErrReceipt is returned by Refund for a decision whose Receipt this
 	// Counter did not write (it names a shard the policy does not have).
 	ErrReceipt = errors.New("durablecounter: receipt is not this policy's")

@@ -12,7 +12,11 @@ import (
 // aligned to the Unix epoch: [k*window, (k+1)*window). Each window has its
 // own item, fw#<policy>#<keyhash>#<window start>, so a new window starts
 // from zero without any reset write, and an item is only ever written
-// during its own window.
+// during its own window. A window other than the policy's (a tier's, an
+// override's) counts in items of its own, fw#<policy>/<window ms>#...: a
+// count means nothing under another window. The item also holds g, its
+// incarnation, so that a refund after a reset gives nothing back to the
+// count that started afresh.
 //
 // A client can spend its whole limit at the end of one window and again at
 // the start of the next: up to twice the limit within a short time around a
@@ -32,7 +36,7 @@ func newFixedWindow(p params) algorithm {
 	if p.window%time.Second != 0 {
 		unit = int64(time.Millisecond)
 	}
-	return &fixedWindow{prefix: "fw#" + p.name + "#", limit: p.limit, window: int64(p.window), slotUnit: unit}
+	return &fixedWindow{prefix: "fw#" + p.name + p.tag + "#", limit: p.limit, window: int64(p.window), slotUnit: unit}
 }
 
 // start returns the start of the window containing t.
@@ -49,15 +53,19 @@ func (f *fixedWindow) fits(s state, _, cost int64) bool {
 }
 
 func (f *fixedWindow) commit(s state, _, cost int64) state {
-	s.exists = true
+	if !s.exists {
+		s = state{exists: true, w: newIncarnation()}
+	}
 	s.n += cost
 	return s
 }
 
 func (f *fixedWindow) instant(_ state, t int64) int64 { return t }
 
-func (f *fixedWindow) receipt(_ state, te, _ int64) edgelimit.Receipt {
-	return edgelimit.Receipt{At: te}
+func (f *fixedWindow) receipt(s state, te, _ int64) edgelimit.Receipt {
+	rc := edgelimit.Receipt{At: te}
+	putInt64(rc.ID[:8], s.w)
+	return rc
 }
 
 // giveBack undoes a spending in the item of rc's window (the caller found
@@ -65,6 +73,9 @@ func (f *fixedWindow) receipt(_ state, te, _ int64) edgelimit.Receipt {
 func (f *fixedWindow) giveBack(s state, rc edgelimit.Receipt, tr, cost int64) (state, bool) {
 	if !s.exists || s.n < cost || tr >= f.start(rc.At)+f.window {
 		return s, false
+	}
+	if g := getInt64(rc.ID[:8]); g != 0 && g != s.w {
+		return s, false // the item was reset since: nothing of it is left
 	}
 	s.n -= cost
 	return s, true
@@ -100,13 +111,14 @@ func (f *fixedWindow) unknown(t, _ int64, allowed bool) edgelimit.Decision {
 
 func (f *fixedWindow) expiry(_ state, t int64) int64 { return f.start(t) + f.window }
 
-func (f *fixedWindow) compact(s state, _ int64) state { return state{exists: s.exists, n: s.n} }
+func (f *fixedWindow) compact(s state, _ int64) state { return state{exists: s.exists, n: s.n, w: s.w} }
 
 // Attribute names and expressions of the fixed window's one write.
 const (
 	attrCount = "n"
-	// exprAdd spends :d and keeps the item until :e.
-	exprAdd = "ADD n :d SET expires_at = :e"
+	// exprAdd spends :d and keeps the item until :e; a new item gets its
+	// incarnation.
+	exprAdd = "ADD n :d SET expires_at = :e, #g = if_not_exists(#g, :g)"
 	// condFits admits while the count leaves room for :d (:m = limit - d).
 	condFits = "attribute_not_exists(n) OR n <= :m"
 	// condNever is used when :d exceeds the limit (:m < 0): it fails whether
@@ -126,8 +138,27 @@ func (f *fixedWindow) update(_ state, t, cost int64, margin time.Duration, u *co
 	u.Value(":d", cost)
 	u.Value(":m", f.limit-cost)
 	u.Value(":e", expSec(f.start(t)+f.window+int64(margin)))
-	u.Return = wire.ReturnUpdatedNew // n after the write: Remaining = limit - n
+	u.Name("#g", "g")
+	u.Value(":g", newIncarnation())
+	u.Return = wire.ReturnAllNew // n after the write (Remaining = limit - n), and g
 	u.at, u.rc = t, f.receipt(state{}, t, cost)
+}
+
+// charge spends without a condition: ADD commutes with every other write.
+func (f *fixedWindow) charge(_ state, t, cost int64, margin time.Duration, u *condUpdate) {
+	u.Expr = exprAdd
+	u.Value(":d", cost)
+	u.Value(":e", expSec(f.start(t)+f.window+int64(margin)))
+	u.Name("#g", "g")
+	u.Value(":g", newIncarnation())
+	u.Return = wire.ReturnAllNew
+	u.at = t
+}
+
+func (f *fixedWindow) windowEnd(t int64) int64 { return f.start(t) + f.window }
+
+func (f *fixedWindow) resetItems(key string, shard int32, t int64) []itemID {
+	return []itemID{f.itemFor(key, shard, t), f.itemFor(key, shard, t-f.window)}
 }
 
 func (f *fixedWindow) decode(item wire.Item, now int64) (state, error) {
@@ -141,7 +172,11 @@ func (f *fixedWindow) decode(item wire.Item, now int64) (state, error) {
 	if err != nil || !ok {
 		return state{}, err
 	}
-	return state{exists: true, n: n}, nil
+	g, _, err := attrInt(item, "g")
+	if err != nil {
+		return state{}, err
+	}
+	return state{exists: true, n: n, w: g}, nil
 }
 
 // refundUpdate gives back to the item of rc's window (the caller names it by
@@ -154,6 +189,11 @@ func (f *fixedWindow) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, tr,
 	}
 	u.Expr = exprRefund
 	u.Cond = condRefund
+	if g := getInt64(rc.ID[:8]); g != 0 {
+		u.Cond += " AND #g = :g"
+		u.Name("#g", "g")
+		u.Value(":g", g)
+	}
 	u.Value(":r", -cost)
 	u.Value(":d", cost)
 	return true

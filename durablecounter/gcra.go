@@ -261,6 +261,45 @@ func (a *gcra) update(view state, t, cost int64, margin time.Duration, u *condUp
 	u.Return = wire.ReturnAllNew
 }
 
+// charge moves the TAT on by cost*T whether or not that fits the
+// tolerance: the idle form as in update; the busy form with its bound
+// raised to where this instance saw the TAT (at least te + tau), so that
+// expires_at is never set before the TAT it leaves. A TAT beyond that
+// bound fails the condition and the charge is sent again from the TAT the
+// failure returned.
+func (a *gcra) charge(view state, t, cost int64, margin time.Duration, u *condUpdate) {
+	te := a.instant(view, t)
+	u.Name("#t", "tat")
+	u.Name("#a", "a")
+	u.Value(":te", te)
+	u.at = te
+	ct := cost * a.T
+	if view.exists && view.n > te {
+		tmax := max(view.n, te+a.tau)
+		u.Expr = "SET #t = #t + :ct, #a = :te, expires_at = :e"
+		u.Cond = "#t > :te AND #t <= :lim"
+		u.Value(":ct", ct)
+		u.Value(":lim", tmax)
+		u.Value(":e", expSec(tmax+ct+int64(margin)))
+	} else {
+		tat := te + ct
+		u.Name("#p", "p")
+		u.Name("#z", "z")
+		u.Expr = "SET #t = :nt, #a = :te, #p = :p, expires_at = :e REMOVE #z"
+		u.Cond = "(attribute_not_exists(#t) OR #t <= :te) AND (attribute_not_exists(#a) OR #a <= :te)"
+		u.Value(":nt", tat)
+		u.Value(":p", newPeriod())
+		u.Value(":e", expSec(tat+int64(margin)))
+	}
+	u.Return = wire.ReturnAllNew
+}
+
+func (a *gcra) windowEnd(t int64) int64 { return t + a.window }
+
+func (a *gcra) resetItems(key string, shard int32, t int64) []itemID {
+	return []itemID{a.itemFor(key, shard, t)}
+}
+
 func (a *gcra) decode(item wire.Item, _ int64) (state, error) {
 	tat, ok, err := attrInt(item, "tat")
 	if err != nil || !ok {

@@ -237,6 +237,67 @@ func (s *Memory) refund(_ context.Context, o op, rc edgelimit.Receipt) (bool, er
 	return ok, nil
 }
 
+func (s *Memory) charge(_ context.Context, o op) (result, error) {
+	sh := &s.shards[s.shardIndex(o.id.key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, found := sh.m[o.id]; !found {
+		if err := sh.makeRoom(o.t); err != nil {
+			return result{}, err
+		}
+	}
+	st := o.alg.commit(sh.get(&o), o.t, o.cost)
+	e := memEntry{st: st, expires: o.alg.expiry(st, o.t) + int64(s.margin)}
+	sh.m[o.id] = e
+	sh.nextExpiry = min(sh.nextExpiry, e.expires)
+	return charged(&o, st), nil
+}
+
+// charged reports the state st after a charge, as a decision for one more
+// unit: allowed while one fits.
+func charged(o *op, st state) result {
+	fits := o.alg.fits(st, o.t, 1)
+	return result{ok: true, known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, 1, fits)}
+}
+
+func (s *Memory) grant(_ context.Context, o op, units, end int64) error {
+	g, ok := o.alg.(*grantPool)
+	if !ok {
+		return fmt.Errorf("durablecounter: grant on a %T item", o.alg)
+	}
+	sh := &s.shards[s.shardIndex(o.id.key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, found := sh.m[o.id]; !found {
+		if err := sh.makeRoom(o.t); err != nil {
+			return err
+		}
+	}
+	st := sh.get(&o)
+	switch {
+	case units > 0:
+		st = g.add(st, units, end, o.t)
+	case st.exists && st.at >= end:
+		return nil // the marker ends later already
+	default:
+		st = state{exists: true, at: end}
+	}
+	e := memEntry{st: st, expires: st.at + int64(s.margin)}
+	sh.m[o.id] = e
+	sh.nextExpiry = min(sh.nextExpiry, e.expires)
+	return nil
+}
+
+func (s *Memory) reset(_ context.Context, ops []op) error {
+	for i := range ops {
+		sh := &s.shards[s.shardIndex(ops[i].id.key)]
+		sh.mu.Lock()
+		delete(sh.m, ops[i].id)
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
 func (s *Memory) get(_ context.Context, o op) (state, error) {
 	sh := &s.shards[s.shardIndex(o.id.key)]
 	sh.mu.Lock()

@@ -19,14 +19,29 @@ func (c *Counter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.De
 	if req.Key == "" {
 		return edgelimit.Decision{}, ErrNoKey
 	}
-	t, cost := c.instant(req), req.Units()
-	if c.limit == 0 {
-		d := c.algs[0].decision(state{}, t, cost, false)
-		c.told(&d)
-		return d, nil
+	v, err := c.variantFor(req)
+	if err != nil {
+		return edgelimit.Decision{}, err
 	}
-	if len(c.algs) == 1 {
-		o := c.op(0, req.Key, cost, t)
+	t, cost := c.instant(req), req.Units()
+	d, err := c.peek(ctx, v, req, t, cost)
+	if err == nil && !d.Allowed {
+		d, err = c.fromGrant(ctx, req, cost, t, d, true)
+	}
+	if err != nil {
+		return edgelimit.Decision{}, err
+	}
+	v.told(c.name, &d)
+	return d, nil
+}
+
+// peek is Peek of the quota alone.
+func (c *Counter) peek(ctx context.Context, v *variant, req edgelimit.Request, t, cost int64) (edgelimit.Decision, error) {
+	if v.lim.Limit == 0 {
+		return v.algs[0].decision(state{}, t, cost, false), nil
+	}
+	if c.shards == 1 {
+		o := c.op(v, 0, req.Key, cost, t)
 		d, denied, _, _ := c.cached(&o)
 		if !denied {
 			st, fresh := c.peekView(&o)
@@ -43,14 +58,13 @@ func (c *Counter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.De
 				c.remember(&o, &result{ok: fits, known: true, st: st, d: d}, 0)
 			}
 		}
-		c.told(&d)
 		return d, nil
 	}
-	n := len(c.algs)
+	n := c.shards
 	ops, ds := make([]op, n), make([]edgelimit.Decision, n)
 	proven := 0
 	for i := range n {
-		ops[i] = c.op(i, req.Key, cost, t)
+		ops[i] = c.op(v, i, req.Key, cost, t)
 		if d, denied, _, _ := c.cached(&ops[i]); denied {
 			ds[i] = d
 			proven++
@@ -72,9 +86,7 @@ func (c *Counter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.De
 			}
 		}
 	}
-	d := combine(ds)
-	c.told(&d)
-	return d, nil
+	return combine(ds), nil
 }
 
 // peekView returns what Peek read of o's item less than PeekFreshness ago.

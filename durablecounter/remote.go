@@ -240,6 +240,88 @@ func (s *remoteStore) refund(ctx context.Context, op1 op, rc edgelimit.Receipt) 
 	}
 }
 
+func (s *remoteStore) charge(ctx context.Context, op1 op) (result, error) {
+	o := &op1
+	pk := o.id.pk()
+	view := s.view(o)
+	for attempt := 1; ; attempt++ {
+		var u condUpdate
+		o.alg.charge(view, o.t, o.cost, s.margin, &u)
+		item, err := s.conn.Update(ctx, pk, &u.Update)
+		if err == nil {
+			st, err := o.alg.decode(item, o.t)
+			if err != nil {
+				return result{}, fmt.Errorf("durablecounter: charge %q: reply: %w", pk, err)
+			}
+			s.remember(o, st)
+			return charged(o, st), nil
+		}
+		var cf *wire.ConditionFailed
+		if !errors.As(err, &cf) {
+			return result{}, s.wrap("charge", pk, err)
+		}
+		// A charge's condition fails only for the item's structure (a
+		// sliding window moved on, gcra idle or busy): send it again from
+		// the state the failure returned.
+		var st state
+		switch {
+		case cf.Old != nil:
+			st, err = o.alg.decode(cf.Old, o.t)
+		case cf.ReadErr != nil:
+			err = s.wrap("read", pk, cf.ReadErr)
+		default:
+			st, err = s.getItem(ctx, o, pk)
+		}
+		if err != nil {
+			return result{}, err
+		}
+		if attempt == maxAttempts || ctx.Err() != nil {
+			return result{}, fmt.Errorf("durablecounter: charge %q: %w (%d conditional updates)", pk, ErrContention, attempt)
+		}
+		view = st
+	}
+}
+
+func (s *remoteStore) grant(ctx context.Context, o op, units, end int64) error {
+	g, ok := o.alg.(*grantPool)
+	if !ok {
+		return fmt.Errorf("durablecounter: grant on a %T item", o.alg)
+	}
+	pk := o.id.pk()
+	us := g.grantUpdates(units, end, o.t, s.margin)
+	for round := 1; ; round++ {
+		for i := range us {
+			_, err := s.conn.Update(ctx, pk, &us[i])
+			if err == nil {
+				return nil
+			}
+			var cf *wire.ConditionFailed
+			if !errors.As(err, &cf) {
+				return s.wrap("grant", pk, err)
+			}
+			if units == 0 {
+				return nil // the marker ends later already
+			}
+		}
+		// Another grant changed the item between the forms: try again.
+		if round == maxAttempts || ctx.Err() != nil {
+			return fmt.Errorf("durablecounter: grant %q: %w", pk, ErrContention)
+		}
+	}
+}
+
+func (s *remoteStore) reset(ctx context.Context, ops []op) error {
+	for i := range ops {
+		o := &ops[i]
+		pk := o.id.pk()
+		if err := s.conn.Delete(ctx, pk); err != nil {
+			return s.wrap("reset", pk, err)
+		}
+		s.forget(o)
+	}
+	return nil
+}
+
 func (s *remoteStore) get(ctx context.Context, o op) (state, error) {
 	return s.getItem(ctx, &o, o.id.pk())
 }

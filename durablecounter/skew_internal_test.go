@@ -87,7 +87,7 @@ func TestClockSkew(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					alg0 := a.algs[0]
+					alg0 := a.base.algs[0]
 					admitted := map[string]int{}
 					ask := func(label string, c *Counter, who string, cost int64) {
 						t.Helper()

@@ -69,7 +69,7 @@ const (
 )
 
 func newSlidingLog(p params) algorithm {
-	return &slidingLog{prefix: "sl#" + p.name + "#", limit: p.limit, window: int64(p.window),
+	return &slidingLog{prefix: "sl#" + p.name + p.tag + "#", limit: p.limit, window: int64(p.window),
 		wms: int64(p.window / time.Millisecond)}
 }
 
@@ -122,6 +122,9 @@ func (a *slidingLog) fits(s state, t, cost int64) bool {
 
 func (a *slidingLog) commit(s state, t, cost int64) state {
 	tm := msOf(a.instant(s, t))
+	if !s.exists {
+		s.w = newIncarnation() // the memory store's item incarnation, as g
+	}
 	s.exists = true
 	if s.ext == nil {
 		s.ext = &stateExt{}
@@ -170,6 +173,9 @@ func (a *slidingLog) giveBack(s state, rc edgelimit.Receipt, tr, cost int64) (st
 	ms := msOf(rc.At)
 	if !a.live(bucket{ms: ms}, msOf(tr)) {
 		return s, false
+	}
+	if g := getInt64(rc.ID[:8]); g != 0 && g != s.w {
+		return s, false // another incarnation (a reset since)
 	}
 	bs := buckets(&s)
 	k, found := slices.BinarySearchFunc(bs, ms, func(b bucket, ms int64) int { return cmp64(b.ms, ms) })
@@ -246,7 +252,7 @@ func (a *slidingLog) expiry(s state, t int64) int64 {
 // one kept: they then leave the window earlier than they really do, so the
 // copy holds fewer units at every later time (a lower bound).
 func (a *slidingLog) compact(s state, t int64) state {
-	out := state{exists: s.exists}
+	out := state{exists: s.exists, w: s.w}
 	bs := buckets(&s)
 	if len(bs) == 0 {
 		return out
@@ -265,6 +271,12 @@ func (a *slidingLog) compact(s state, t int64) state {
 	}
 	out.ext = &stateExt{buckets: kept}
 	return out
+}
+
+func (a *slidingLog) windowEnd(t int64) int64 { return t + a.window }
+
+func (a *slidingLog) resetItems(key string, shard int32, t int64) []itemID {
+	return []itemID{a.itemFor(key, shard, t)}
 }
 
 func (a *slidingLog) blind(_, _ int64) (state, bool) { return state{}, false }

@@ -95,6 +95,12 @@ func (a *slidingLog) update(view state, t, cost int64, margin time.Duration, u *
 		u.Cond = "attribute_not_exists(#n) OR #n <= :m"
 	}
 	if remove.Len() > 0 {
+		// Pruning needs the item the view saw: on an item gone since (a
+		// reset, TTL), ADD #x would create a count of pruned units that
+		// the new item never held, and the next views would count them as
+		// expired. Without the item the condition fails, and the decision
+		// is made again from the absent state, which prunes nothing.
+		u.Cond = guards
 		u.Expr += " SET #g = if_not_exists(#g, :gn), expires_at = :e REMOVE " + remove.String()
 		u.Value(":e", expSec((newest+a.wms)*int64(time.Millisecond)+int64(margin)))
 		u.Return = wire.ReturnAllNew
@@ -103,6 +109,26 @@ func (a *slidingLog) update(view state, t, cost int64, margin time.Duration, u *
 	u.Expr += " SET #g = if_not_exists(#g, :gn), expires_at = :e"
 	u.Value(":e", expSec((newest+a.wms)*int64(time.Millisecond)+int64(margin)))
 	u.Return = wire.ReturnAllNew
+}
+
+// charge appends cost units at the decision's millisecond without a
+// condition: ADD commutes with every other write, and it prunes nothing.
+func (a *slidingLog) charge(view state, t, cost int64, margin time.Duration, u *condUpdate) {
+	te := a.instant(view, t)
+	tm := msOf(te)
+	newest := tm
+	for _, b := range buckets(&view) {
+		newest = max(newest, b.ms)
+	}
+	u.Name("#n", "n")
+	u.Name("#b", bucketName(tm))
+	u.Name("#g", "g")
+	u.Expr = "ADD #n :d, #b :d SET #g = if_not_exists(#g, :gn), expires_at = :e"
+	u.Value(":d", cost)
+	u.Value(":gn", rand.Int64())
+	u.Value(":e", expSec((newest+a.wms)*int64(time.Millisecond)+int64(margin)))
+	u.Return = wire.ReturnAllNew
+	u.at = te
 }
 
 func (a *slidingLog) decode(item wire.Item, _ int64) (state, error) {

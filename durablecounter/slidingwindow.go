@@ -53,7 +53,7 @@ type slidingWindow struct {
 }
 
 func newSlidingWindow(p params) algorithm {
-	return &slidingWindow{prefix: "sw#" + p.name + "#", limit: p.limit, window: int64(p.window)}
+	return &slidingWindow{prefix: "sw#" + p.name + p.tag + "#", limit: p.limit, window: int64(p.window)}
 }
 
 func (a *slidingWindow) itemFor(key string, shard int32, _ int64) itemID {
@@ -93,16 +93,21 @@ func (a *slidingWindow) counts(s *state, i int64) (c, p int64) {
 	}
 	switch s.w {
 	case i:
-		return clampCount(s.n, a.limit), clampCount(s.p, a.limit)
+		return clampCount(s.n), clampCount(s.p)
 	case i - 1:
-		return 0, clampCount(s.n, a.limit)
+		return 0, clampCount(s.n)
 	}
 	return 0, 0
 }
 
-// clampCount keeps a stored count within [0, limit] so that no arithmetic
-// on it overflows; a count out of that range was not written by a Counter.
-func clampCount(n, limit int64) int64 { return min(max(n, 0), limit) }
+// maxCount bounds the counts the arithmetic sees: far above any limit (a
+// charge may take a count above its limit), low enough that no sum or
+// product of them overflows.
+const maxCount = 1 << 52
+
+// clampCount keeps a stored count within [0, maxCount]; a count out of
+// that range was not written by a Counter.
+func clampCount(n int64) int64 { return min(max(n, 0), maxCount) }
 
 // share is the previous window's weight at te in window i:
 // ceil(p * (end(i) - te) / window).
@@ -119,19 +124,24 @@ func (a *slidingWindow) fits(s state, t, cost int64) bool {
 func (a *slidingWindow) commit(s state, t, cost int64) state {
 	i, te := a.at(&s, t)
 	if !s.exists || s.w < i {
-		prev := int64(0)
-		if s.exists && s.w == i-1 {
-			prev = s.n
+		prev, g := int64(0), newIncarnation()
+		if s.exists {
+			g = s.r
+			if s.w == i-1 {
+				prev = s.n
+			}
 		}
-		s = state{exists: true, w: i, p: prev}
+		s = state{exists: true, w: i, p: prev, r: g}
 	}
 	s.n += cost
 	s.at = te
 	return s
 }
 
-func (a *slidingWindow) receipt(_ state, te, _ int64) edgelimit.Receipt {
-	return edgelimit.Receipt{At: te}
+func (a *slidingWindow) receipt(s state, te, _ int64) edgelimit.Receipt {
+	rc := edgelimit.Receipt{At: te}
+	putInt64(rc.ID[:8], s.r)
+	return rc
 }
 
 // giveBack takes the cost from the count of rc's window, wherever the item
@@ -141,6 +151,7 @@ func (a *slidingWindow) giveBack(s state, rc edgelimit.Receipt, _, cost int64) (
 	i := floorDiv(rc.At, a.window)
 	switch {
 	case !s.exists:
+	case getInt64(rc.ID[:8]) != 0 && getInt64(rc.ID[:8]) != s.r: // reset since
 	case s.w == i && s.n >= cost:
 		s.n -= cost
 		return s, true
@@ -213,7 +224,7 @@ func (a *slidingWindow) expiry(s state, t int64) int64 {
 }
 
 func (a *slidingWindow) compact(s state, _ int64) state {
-	return state{exists: s.exists, n: s.n, p: s.p, w: s.w, at: s.at}
+	return state{exists: s.exists, n: s.n, p: s.p, w: s.w, r: s.r, at: s.at}
 }
 
 // maxRemove bounds the stale attributes one write removes.
@@ -226,20 +237,31 @@ func (a *slidingWindow) update(view state, t, cost int64, margin time.Duration, 
 		u.readOnly = true
 		return
 	}
-	i, te := a.at(&view, t)
+	i, te := a.write(view, t, cost, margin, u)
 	_, pg := a.counts(&view, i) // this instance's count of window i-1
 	m := a.limit - cost - a.share(pg, i, te)
-	cur, prev := countName(i), countName(i-1)
-	u.Name("#w", "w")
-	u.Name("#a", "a")
-	u.Name("#c", cur)
-	u.Name("#p", prev)
+	u.Name("#p", countName(i-1))
 	countCond := "(attribute_not_exists(#c) OR #c <= :m)"
 	if m < 0 {
 		countCond = "#c <= :m" // cannot fit with the cached count: fails, and returns the item
 	}
 	u.Cond = "(attribute_not_exists(#w) OR #w <= :i) AND " + countCond + " AND (attribute_not_exists(#p) OR #p <= :pg)"
-	u.Expr = "ADD #c :d SET #w = :i, #a = :te, expires_at = :e"
+	u.Value(":m", m)
+	u.Value(":pg", pg)
+	u.rc = a.receipt(state{}, te, cost)
+}
+
+// write fills u with the expression that spends cost in the window of t
+// given view (and removes counts the item no longer needs), without a
+// condition, and returns the window and instant it decided at.
+func (a *slidingWindow) write(view state, t, cost int64, margin time.Duration, u *condUpdate) (i, te int64) {
+	i, te = a.at(&view, t)
+	cur, prev := countName(i), countName(i-1)
+	u.Name("#w", "w")
+	u.Name("#a", "a")
+	u.Name("#c", cur)
+	u.Name("#g", "g")
+	u.Expr = "ADD #c :d SET #w = :i, #a = :te, #g = if_not_exists(#g, :gn), expires_at = :e"
 	// Remove counts of windows before i-1 that the view knows of (and
 	// i-2, which the previous window's writes left): the item keeps about
 	// two counts.
@@ -275,12 +297,27 @@ func (a *slidingWindow) update(view state, t, cost int64, margin time.Duration, 
 	}
 	u.Value(":d", cost)
 	u.Value(":i", i)
-	u.Value(":m", m)
-	u.Value(":pg", pg)
 	u.Value(":te", te)
+	u.Value(":gn", newIncarnation())
 	u.Value(":e", expSec((i+2)*a.window+int64(margin)))
 	u.Return = wire.ReturnAllNew
-	u.at, u.rc = te, a.receipt(state{}, te, cost)
+	u.at = te
+	return i, te
+}
+
+// charge is update without the conditions on the counts: only that the
+// item has not moved past window i (which would make the write count in a
+// window the item left behind); a failure is retried with the state it
+// returned, as a decision is.
+func (a *slidingWindow) charge(view state, t, cost int64, margin time.Duration, u *condUpdate) {
+	a.write(view, t, cost, margin, u)
+	u.Cond = "attribute_not_exists(#w) OR #w <= :i"
+}
+
+func (a *slidingWindow) windowEnd(t int64) int64 { return (floorDiv(t, a.window) + 1) * a.window }
+
+func (a *slidingWindow) resetItems(key string, shard int32, t int64) []itemID {
+	return []itemID{a.itemFor(key, shard, t)}
 }
 
 func (a *slidingWindow) decode(item wire.Item, _ int64) (state, error) {
@@ -290,6 +327,9 @@ func (a *slidingWindow) decode(item wire.Item, _ int64) (state, error) {
 	}
 	s := state{exists: true, w: w}
 	if s.at, _, err = attrInt(item, "a"); err != nil {
+		return state{}, err
+	}
+	if s.r, _, err = attrInt(item, "g"); err != nil {
 		return state{}, err
 	}
 	for name := range attrs(item) {
@@ -331,6 +371,11 @@ func (a *slidingWindow) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, t
 	u.Name("#c", countName(i))
 	u.Expr = "ADD #c :r"
 	u.Cond = "#c >= :d"
+	if g := getInt64(rc.ID[:8]); g != 0 {
+		u.Name("#g", "g")
+		u.Cond += " AND #g = :g0"
+		u.Value(":g0", g)
+	}
 	u.Value(":r", -cost)
 	u.Value(":d", cost)
 	return true

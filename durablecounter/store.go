@@ -43,6 +43,18 @@ type Store interface {
 	// items, filling out[i] for ops[i].
 	get(ctx context.Context, o op) (state, error)
 	read(ctx context.Context, ops []op, out []state) error
+	// charge spends o.cost on o's item whether or not it fits (a charge
+	// after the response, Counter.Charge), and reports the state after it
+	// as a decision for one more unit.
+	charge(ctx context.Context, o op) (result, error)
+	// grant adds units, until end (Unix nanoseconds), to the grant item of
+	// o (o.alg is the grant pool): a grant in force keeps its units and
+	// lasts until the later end; an ended one is replaced. With units 0
+	// (the policy's marker) it only raises the end.
+	grant(ctx context.Context, o op, units, end int64) error
+	// reset deletes the items of ops (Counter.Reset); deleting an absent
+	// item is not an error.
+	reset(ctx context.Context, ops []op) error
 	// batchKey identifies the store for edgelimit.BatchLimiter.
 	batchKey() string
 }

@@ -54,6 +54,12 @@ func printTable(w io.Writer, f *edgelimit.PolicyFile) {
 		if p.TrustedProxies > 0 {
 			notes = append(notes, "trusted_proxies="+strconv.Itoa(p.TrustedProxies))
 		}
+		if p.Tiers != nil {
+			notes = append(notes, "tiers="+p.Tiers.By.String())
+		}
+		if p.Overrides {
+			notes = append(notes, "overrides="+formatDuration(p.OverrideStaleness))
+		}
 		opts := "-"
 		if s, ok := p.Options.(fmt.Stringer); ok {
 			opts = s.String()
@@ -64,11 +70,65 @@ func printTable(w io.Writer, f *edgelimit.PolicyFile) {
 		}
 	}
 	tw.Flush()
+	if hasTiers(f) {
+		fmt.Fprintln(w)
+		printTiers(w, f)
+	}
 	if len(f.Lists) > 0 {
 		fmt.Fprintln(w)
 		printLists(w, f.Lists)
 	}
 	fmt.Fprintf(w, "%s: %s OK\n", f.Source, countOf(len(f.Policies), "policy", "policies"))
+}
+
+func hasTiers(f *edgelimit.PolicyFile) bool {
+	for _, p := range f.Policies {
+		if p.Tiers != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// printTiers writes each tier of each policy with tiers: the quota it
+// gives (its fields, or the policy's where it has none), which tier a
+// request without the key gets, and what a request naming no known tier
+// gets.
+func printTiers(w io.Writer, f *edgelimit.PolicyFile) {
+	var buf strings.Builder
+	defer func() { // no padding after the last cell
+		for _, line := range strings.SplitAfter(buf.String(), "\n") {
+			if line != "" {
+				fmt.Fprintln(w, strings.TrimRight(line, " \n"))
+			}
+		}
+	}()
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POLICY	TIER	BY	LIMIT	WINDOW	BURST	NOTES")
+	for _, p := range f.Policies {
+		t := p.Tiers
+		if t == nil {
+			continue
+		}
+		for _, name := range t.Names {
+			l := t.Levels[name].Or(edgelimit.Limits{Limit: p.Limit, Window: p.Window})
+			burst := "-"
+			if l.Burst > 0 {
+				burst = strconv.FormatInt(l.Burst, 10)
+			}
+			var notes []string
+			if name == t.Default {
+				notes = append(notes, "default")
+				if t.RejectUnknown {
+					notes = append(notes, "unknown tier: 400")
+				} else {
+					notes = append(notes, "also for an unknown tier")
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Name, name, t.By, l.Limit, formatDuration(l.Window), burst, strings.Join(notes, ", "))
+		}
+	}
+	tw.Flush()
 }
 
 // printLists writes the allow and deny lists, checked before any policy.

@@ -37,7 +37,7 @@ const quotaUsage = `Usage:
   edgelimit override [flags] delete POLICY KEY     remove it
 
 KEY is the client key as requests carry it; EDGELIMIT_HASH_KEY (the functions'
-hash key) must be set. Flags go before POLICY.
+hash key) must be set.
 `
 
 type opFlags struct {
@@ -56,7 +56,7 @@ func opFlagSet(name string, f *opFlags, stderr io.Writer) *flag.FlagSet {
 	if table == "" {
 		table = "edgelimit"
 	}
-	fs.StringVar(&f.policies, "policies", "", "policy file (default: the embedded example policies.yaml, as serve)")
+	fs.StringVar(&f.policies, "policies", os.Getenv(setup.EnvPolicyFile), "policy file (default: EDGELIMIT_POLICY_FILE, as the functions read it, else the embedded example policies.yaml)")
 	fs.StringVar(&f.table, "table", table, "DynamoDB table (default: EDGELIMIT_TABLE, else edgelimit)")
 	fs.StringVar(&f.endpoint, "dynamodb-endpoint", os.Getenv(setup.EnvEndpoint), "DynamoDB endpoint URL of a local server (default: EDGELIMIT_DYNAMODB_ENDPOINT, else AWS)")
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")
@@ -85,19 +85,22 @@ func runQuota(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		}
 		return 2
 	}
-	rest := fs.Args()
+	// Flags may come anywhere: before POLICY, between the arguments, after
+	// them (grant POLICY KEY 50 --for 24h).
+	var rest []string
+	for args := fs.Args(); len(args) > 0; args = fs.Args() {
+		rest = append(rest, args[0])
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+	}
 	action := ""
 	if cmd == "override" {
 		if len(rest) == 0 || !strings.Contains(" set get delete ", " "+rest[0]+" ") {
 			fmt.Fprintf(stderr, "edgelimit override: say set, get or delete\n\n%s", quotaUsage)
 			return 2
 		}
-		action = rest[0]
-		// Flags may follow the action too: override set --limit 5000 ...
-		if err := fs.Parse(rest[1:]); err != nil {
-			return 2
-		}
-		rest = fs.Args()
+		action, rest = rest[0], rest[1:]
 	}
 	want := 2
 	if cmd == "grant" {
@@ -277,8 +280,9 @@ func printUsage(w io.Writer, f opFlags, e *edgelimit.Engine, policy string, d ed
 		tier = p.Tiers.Default
 	}
 	if f.json {
-		out := map[string]any{"policy": policy, "limit": d.Limit, "window_seconds": d.Window.Seconds(), "remaining": d.Remaining,
-			"reset_seconds": d.Reset.Seconds(), "allowed": d.Allowed}
+		// Whole seconds, rounded up, as the RateLimit headers say them.
+		out := map[string]any{"policy": policy, "limit": d.Limit, "window_seconds": wholeSeconds(d.Window), "remaining": d.Remaining,
+			"reset_seconds": wholeSeconds(d.Reset), "allowed": d.Allowed}
 		if tier != "" {
 			out["tier"] = tier
 		}
@@ -328,7 +332,7 @@ func limitsJSON(l edgelimit.Limits) map[string]any {
 		m["limit"] = l.Limit
 	}
 	if l.Window > 0 {
-		m["window_seconds"] = l.Window.Seconds()
+		m["window_seconds"] = wholeSeconds(l.Window)
 	}
 	if l.Burst > 0 {
 		m["burst"] = l.Burst
@@ -349,3 +353,7 @@ func describeLimits(l edgelimit.Limits) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// wholeSeconds is d in whole seconds, rounded up, as the RateLimit headers
+// say it.
+func wholeSeconds(d time.Duration) int64 { return int64((max(d, 0) + time.Second - 1) / time.Second) }

@@ -47,10 +47,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
-	fs.StringVar(&f.policies, "policies", "", "policy file (default: the embedded example policies.yaml)")
+	fs.StringVar(&f.policies, "policies", os.Getenv(setup.EnvPolicyFile), "policy file (default: EDGELIMIT_POLICY_FILE, else the embedded example policies.yaml)")
 	fs.StringVar(&f.store, "store", "memory", "where counters live: memory (in-process) or dynamodb")
-	fs.StringVar(&f.endpoint, "dynamodb-endpoint", "", "DynamoDB endpoint URL for a local server, e.g. http://127.0.0.1:8000 (default: AWS)")
-	fs.StringVar(&f.table, "table", "edgelimit", "DynamoDB table (with --store dynamodb)")
+	table := os.Getenv(setup.EnvTable)
+	if table == "" {
+		table = "edgelimit"
+	}
+	fs.StringVar(&f.endpoint, "dynamodb-endpoint", os.Getenv(setup.EnvEndpoint), "DynamoDB endpoint URL for a local server, e.g. http://127.0.0.1:8000 (default: EDGELIMIT_DYNAMODB_ENDPOINT, else AWS)")
+	fs.StringVar(&f.table, "table", table, "DynamoDB table, with --store dynamodb (default: EDGELIMIT_TABLE, else edgelimit)")
 	fs.BoolVar(&f.createTable, "create-table", false, "create the DynamoDB table if it does not exist")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&f.exitWithParent, "exit-with-parent", false, "stop when the process that started serve exits (make run sets it, so that stopping make stops the server)")

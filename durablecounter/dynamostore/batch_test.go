@@ -170,8 +170,8 @@ func TestSequentialBatchCompensates(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"ADD n :d SET expires_at = :e " + pk0,
-		"ADD n :d SET expires_at = :e fw#burst#k#1699999200",
+		"ADD n :d SET expires_at = :e, #g = if_not_exists(#g, :g) " + pk0,
+		"ADD n :d SET expires_at = :e, #g = if_not_exists(#g, :g) fw#burst#k#1699999200",
 		"ADD n :r " + pk0, // the compensation
 	}
 	if strings.Join(ops, "\n") != strings.Join(want, "\n") {

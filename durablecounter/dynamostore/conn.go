@@ -56,16 +56,19 @@ var returns = [...]types.ReturnValue{wire.ReturnNone: "", wire.ReturnUpdatedNew:
 
 func (c *conn) Update(ctx context.Context, pk string, u *wire.Update) (wire.Item, error) {
 	names, values := expr(u)
-	out, err := c.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           c.table,
-		Key:                                 c.key(pk),
-		UpdateExpression:                    aws.String(u.Expr),
-		ConditionExpression:                 aws.String(u.Cond),
-		ExpressionAttributeNames:            names,
-		ExpressionAttributeValues:           values,
-		ReturnValues:                        returns[u.Return],
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, c.opts...)
+	in := &dynamodb.UpdateItemInput{
+		TableName:                 c.table,
+		Key:                       c.key(pk),
+		UpdateExpression:          aws.String(u.Expr),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+		ReturnValues:              returns[u.Return],
+	}
+	if u.Cond != "" {
+		in.ConditionExpression = aws.String(u.Cond)
+		in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	}
+	out, err := c.client.UpdateItem(ctx, in, c.opts...)
 	if err == nil {
 		return itemOf(out.Attributes), nil
 	}
@@ -131,6 +134,11 @@ func (c *conn) Get(ctx context.Context, pk string) (wire.Item, error) {
 		return nil, err
 	}
 	return itemOf(out.Item), nil
+}
+
+func (c *conn) Delete(ctx context.Context, pk string) error {
+	_, err := c.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: c.table, Key: c.key(pk)}, c.opts...)
+	return err
 }
 
 func (c *conn) BatchGet(ctx context.Context, pks []string, found func(pk string, it wire.Item)) ([]string, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ type fakeDynamo struct {
 	get      func(ctx context.Context, in *dynamodb.GetItemInput) (*dynamodb.GetItemOutput, error)
 	batchGet func(ctx context.Context, in *dynamodb.BatchGetItemInput) (*dynamodb.BatchGetItemOutput, error)
 	transact func(ctx context.Context, in *dynamodb.TransactWriteItemsInput) (*dynamodb.TransactWriteItemsOutput, error)
+	del      func(ctx context.Context, in *dynamodb.DeleteItemInput) (*dynamodb.DeleteItemOutput, error)
 
 	mu    sync.Mutex
 	calls map[string]int
@@ -55,11 +57,24 @@ func (f *fakeDynamo) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInpu
 }
 
 func (f *fakeDynamo) GetItem(ctx context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if pk, ok := in.Key["pk"].(*types.AttributeValueMemberS); ok && strings.HasPrefix(pk.Value, "grant#") && strings.HasSuffix(pk.Value, "#") {
+		// The policy's grant marker, read on the way to a denial: none.
+		f.count("GetItem(marker)")
+		return &dynamodb.GetItemOutput{}, nil
+	}
 	f.count("GetItem")
 	if f.get == nil {
 		f.t.Fatal("unexpected GetItem")
 	}
 	return f.get(ctx, in)
+}
+
+func (f *fakeDynamo) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	f.count("DeleteItem")
+	if f.del == nil {
+		f.t.Fatal("unexpected DeleteItem")
+	}
+	return f.del(ctx, in)
 }
 
 func (f *fakeDynamo) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {

@@ -40,7 +40,7 @@ func TestUpdateItemRequest(t *testing.T) {
 			if pk := pkOf(got.Key); pk != pk0 {
 				t.Errorf("pk = %q, want %q", pk, pk0)
 			}
-			if e := aws.ToString(got.UpdateExpression); e != "ADD n :d SET expires_at = :e" {
+			if e := aws.ToString(got.UpdateExpression); e != "ADD n :d SET expires_at = :e, #g = if_not_exists(#g, :g)" {
 				t.Errorf("UpdateExpression = %q", e)
 			}
 			if c := aws.ToString(got.ConditionExpression); c != tc.wantCond {
@@ -51,8 +51,10 @@ func TestUpdateItemRequest(t *testing.T) {
 			if d, m, e := numOf(t, vals[":d"]), numOf(t, vals[":m"]), numOf(t, vals[":e"]); d != itoa(tc.cost) || m != tc.wantMax || e != "1700002860" {
 				t.Errorf(":d, :m, :e = %s, %s, %s; want %d, %s, 1700002860", d, m, e, tc.cost, tc.wantMax)
 			}
-			if got.ReturnValues != types.ReturnValueUpdatedNew || got.ReturnValuesOnConditionCheckFailure != types.ReturnValuesOnConditionCheckFailureAllOld {
-				t.Errorf("ReturnValues %q, ReturnValuesOnConditionCheckFailure %q; want UPDATED_NEW, ALL_OLD", got.ReturnValues, got.ReturnValuesOnConditionCheckFailure)
+			// ALL_NEW: n (Remaining = limit - n) and g, the incarnation a
+			// refund checks.
+			if got.ReturnValues != types.ReturnValueAllNew || got.ReturnValuesOnConditionCheckFailure != types.ReturnValuesOnConditionCheckFailureAllOld {
+				t.Errorf("ReturnValues %q, ReturnValuesOnConditionCheckFailure %q; want ALL_NEW, ALL_OLD", got.ReturnValues, got.ReturnValuesOnConditionCheckFailure)
 			}
 			if aws.ToString(got.TableName) != "tbl" {
 				t.Errorf("TableName = %q", aws.ToString(got.TableName))
@@ -148,8 +150,8 @@ func TestUpdateExpressions(t *testing.T) {
 		{
 			alg:   string(durablecounter.SlidingWindow),
 			reply: map[string]types.AttributeValue{"w": &types.AttributeValueMemberN{Value: "472222"}, "c472222": &types.AttributeValueMemberN{Value: "1"}},
-			first: "ADD #c :d SET #w = :i, #a = :te, expires_at = :e REMOVE #s0", firstIf: "(attribute_not_exists(#w) OR #w <= :i) AND (attribute_not_exists(#c) OR #c <= :m) AND (attribute_not_exists(#p) OR #p <= :pg)",
-			second: "ADD #c :d SET #w = :i, #a = :te, expires_at = :e REMOVE #s0", secondIf: "(attribute_not_exists(#w) OR #w <= :i) AND (attribute_not_exists(#c) OR #c <= :m) AND (attribute_not_exists(#p) OR #p <= :pg)",
+			first: "ADD #c :d SET #w = :i, #a = :te, #g = if_not_exists(#g, :gn), expires_at = :e REMOVE #s0", firstIf: "(attribute_not_exists(#w) OR #w <= :i) AND (attribute_not_exists(#c) OR #c <= :m) AND (attribute_not_exists(#p) OR #p <= :pg)",
+			second: "ADD #c :d SET #w = :i, #a = :te, #g = if_not_exists(#g, :gn), expires_at = :e REMOVE #s0", secondIf: "(attribute_not_exists(#w) OR #w <= :i) AND (attribute_not_exists(#c) OR #c <= :m) AND (attribute_not_exists(#p) OR #p <= :pg)",
 		},
 		{
 			alg:   string(durablecounter.SlidingLog),

@@ -33,7 +33,8 @@ const (
 // Update is one conditional update of one item, or one member of a
 // transaction. Values are all numbers.
 type Update struct {
-	// Expr is the update expression, Cond its condition.
+	// Expr is the update expression, Cond its condition ("": none, an
+	// update that always applies; never in a transaction).
 	Expr, Cond string
 	// Names maps placeholders (#x) to attribute names; Values
 	// placeholders (:x) to numbers.
@@ -157,6 +158,8 @@ type Conn interface {
 	Update(ctx context.Context, pk string, u *Update) (Item, error)
 	// Get reads the item pk (nil if absent).
 	Get(ctx context.Context, pk string) (Item, error)
+	// Delete removes the item pk; removing an absent item is not an error.
+	Delete(ctx context.Context, pk string) error
 	// BatchGet reads the items pks (at most MaxBatchGet), calling found
 	// for each one that exists, and returns the keys the server left
 	// unprocessed.
