@@ -117,6 +117,17 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 		if s.Stateless && pol.OnStoreError == FailLocal {
 			p.errorf(lineOf(fields, "on_store_error", n.Line), pol.Name, "on_store_error local needs a store to fall back from; strategy %s has none", s.Name)
 		}
+		if !s.Limits {
+			refuse := func(f string) {
+				p.errorf(lineOf(fields, f, n.Line), pol.Name, "%s needs a strategy whose limits can change per request; strategy %s takes its limit from the policy only", f, s.Name)
+			}
+			if pol.Tiers != nil {
+				refuse("tiers")
+			}
+			if pol.Overrides {
+				refuse("overrides")
+			}
+		}
 		if _, set := fields["on_store_error"]; !set {
 			pol.OnStoreError = s.OnStoreError
 		}

@@ -37,6 +37,10 @@ type Strategy struct {
 	// Stateless: the strategy keeps no state in a store, so
 	// on_store_error local (an in-process twin) means nothing for it.
 	Stateless bool
+	// Limits: the strategy's limiters honour Request.Limits, so its
+	// policies may have tiers and overrides. A policy file giving either to
+	// a strategy without it is refused rather than silently ignored.
+	Limits bool
 }
 
 var registry struct {

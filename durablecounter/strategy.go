@@ -97,6 +97,7 @@ var Strategy = &edgelimit.Strategy{
 	Fields:       []string{"algorithm", "burst", "shards", "deny_cache", powgate.Field},
 	Parse:        parseOptions,
 	OnStoreError: edgelimit.FailClosed,
+	Limits:       true,
 }
 
 func init() { edgelimit.Register(Strategy) }

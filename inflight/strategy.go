@@ -54,6 +54,7 @@ var Strategy = &edgelimit.Strategy{
 	Fields:       []string{"retry_after"},
 	Parse:        parseOptions,
 	OnStoreError: edgelimit.FailClosed,
+	Limits:       true,
 }
 
 func init() { edgelimit.Register(Strategy) }
