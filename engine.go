@@ -74,6 +74,11 @@ type Event struct {
 	// what the limiter said (Decision.Reason: "soft-threshold",
 	// "proof-of-work").
 	Reason string
+	// Context is the request's context, for what an observer reads from
+	// its values: metrics.EMF takes the Lambda request id from it, so that
+	// a metric line and the request's log lines share the requestId. It
+	// is only valid during the call.
+	Context context.Context
 }
 
 // Engine decides requests against a policy file. It is the one core behind

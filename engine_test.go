@@ -1001,6 +1001,30 @@ policies:
 	}
 }
 
+// TestEngineEmptyTierIsThePolicysQuota pins that a tier of {} names the
+// policy's own quota (so the default tier follows an edit of the policy's
+// limit), where it used to be refused as a tier that changes nothing.
+func TestEngineEmptyTierIsThePolicysQuota(t *testing.T) {
+	var rec *limitsOf
+	fx := newFixture(t, `version: 1
+policies:
+  - name: api
+    routes: ["GET /api/*"]
+    key: header:X-Api-Key
+    strategy: durable
+    limit: 100
+    window: 1d
+    tiers: {by: claim:plan, default: free, levels: {free: {}, pro: {limit: 10000}}}
+`, func(name string, c *counter) edgelimit.Limiter { rec = &limitsOf{counter: c}; return rec })
+	in := &edgelimit.Input{Method: "GET", Path: "/api/x", SourceIP: "1.2.3.4", Header: limitertest.Headers{"X-Api-Key": "k"}}
+	if v := fx.e.Decide(context.Background(), in); !v.Allowed || !strings.HasPrefix(header(v, "RateLimit-Policy"), `"api";q=100;w=86400`) {
+		t.Errorf("free ({}): %d %v, want allowed under the policy's own quota", v.Status, v.Header())
+	}
+	if want := []edgelimit.Limits{{}}; !slices.Equal(rec.got, want) {
+		t.Errorf("limits the limiter saw = %v, want %v (the policy's)", rec.got, want)
+	}
+}
+
 // overrides is an OverrideStore that counts its reads.
 type countedOverrides struct {
 	mu    sync.Mutex

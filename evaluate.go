@@ -170,7 +170,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, v *Verdict, slots [
 	if e.observe != nil {
 		for _, c := range rs.policies {
 			if s := &slots[c.slot]; s.o != notEvaluated || s.storeErr != nil {
-				e.emit(rs, c.compiled, s)
+				e.emit(ctx, rs, c.compiled, s)
 			}
 		}
 	}
@@ -358,10 +358,10 @@ func (e *Engine) refund(ctx context.Context, start time.Time, rs *routeSet, cs [
 	}
 }
 
-func (e *Engine) emit(rs *routeSet, c *compiled, s *slot) {
+func (e *Engine) emit(ctx context.Context, rs *routeSet, c *compiled, s *slot) {
 	e.observe(Event{Route: rs.label, Policy: c.Name, Strategy: c.StrategyName(), Allowed: s.d.Allowed, Shadow: c.Shadow,
 		Peeked: s.peeked || s.o == known, Refunded: s.o == refunded, Degraded: s.d.Degraded, StoreError: s.storeErr,
-		RefundError: s.refundErr, Latency: s.lat, Reason: reasonOf(s)})
+		RefundError: s.refundErr, Latency: s.lat, Reason: reasonOf(s), Context: ctx})
 }
 
 // clockIfTimed reads the clock for a latency, only when someone will read

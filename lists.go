@@ -290,7 +290,7 @@ func (e *Engine) checkLists(ctx context.Context, in *Input, method, path, templa
 		}
 		if l.Deny {
 			e.log.LogAttrs(ctx, slog.LevelInfo, "edgelimit: refused by a deny list", slog.String("list", l.Name))
-			e.listEvent(l, false)
+			e.listEvent(ctx, l, false)
 			v := newVerdict(0)
 			forbidden(v)
 			return v
@@ -302,11 +302,11 @@ func (e *Engine) checkLists(ctx context.Context, in *Input, method, path, templa
 	if allow == nil {
 		return nil
 	}
-	e.listEvent(allow, true)
+	e.listEvent(ctx, allow, true)
 	return unguarded
 }
 
-func (e *Engine) listEvent(l *compiledList, allowed bool) {
+func (e *Engine) listEvent(ctx context.Context, l *compiledList, allowed bool) {
 	if e.observe == nil {
 		return
 	}
@@ -314,7 +314,7 @@ func (e *Engine) listEvent(l *compiledList, allowed bool) {
 	if l.Deny {
 		reason = "deny-list"
 	}
-	e.observe(Event{Policy: l.Name, Route: "", Strategy: "list", Allowed: allowed, Reason: reason})
+	e.observe(Event{Policy: l.Name, Route: "", Strategy: "list", Allowed: allowed, Reason: reason, Context: ctx})
 }
 
 // listDir is the directory a list's relative file is read from: the policy

@@ -86,7 +86,10 @@ func parseTiers(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.Tiers = t
 }
 
-// tierLimits parses one tier's {limit, window, burst}.
+// tierLimits parses one tier's {limit, window, burst}: the fields it
+// changes; the others are the policy's. An empty tier ({}) is the policy's
+// own quota, so that the default tier follows the policy's limit (and an
+// EDGELIMIT_OVERRIDES edit of it).
 func (p *fileParser) tierLimits(pol *Policy, name string, v *yaml.Node) Limits {
 	var l Limits
 	if v.Kind != yaml.MappingNode {
@@ -119,9 +122,6 @@ func (p *fileParser) tierLimits(pol *Policy, name string, v *yaml.Node) Limits {
 		default:
 			p.errorf(k.Line, pol.Name, "unknown field %s%s%s", field, k.Value, suggest(k.Value, known))
 		}
-	}
-	if l.IsZero() {
-		p.errorf(v.Line, pol.Name, "tier %q changes nothing; give it a limit, a window or a burst", name)
 	}
 	return l
 }

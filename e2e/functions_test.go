@@ -8,6 +8,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -168,6 +171,61 @@ func TestPaidFunction(t *testing.T) {
 	}
 	if strings.Contains(e.output(), key) {
 		t.Errorf("the raw API key appears in the function's output")
+	}
+}
+
+// TestPaidFunctionTiersAndOverrides runs the paid function as built: the
+// plan in the authorizer's JWT claims chooses paid-daily's tier, and an
+// override set with the CLI against the same table (hashing the key with
+// the function's hash key) is the limit the function applies to that key.
+func TestPaidFunctionTiersAndOverrides(t *testing.T) {
+	endpoint, table := dynalite(t)
+	hashKey := randomKey()
+	e := startEmulator(t, "paid", map[string]string{
+		"EDGELIMIT_TABLE":             table,
+		"EDGELIMIT_DYNAMODB_ENDPOINT": endpoint,
+		"EDGELIMIT_HASH_KEY":          hashKey,
+		"EDGELIMIT_OVERRIDES":         "paid-daily.limit=3,paid-daily.store_timeout=" + testBudget + ",paid-burst.store_timeout=" + testBudget,
+	})
+	get := func(apiKey, plan string) events.APIGatewayV2HTTPResponse {
+		ev := sampleEvent(t, "GET", "/paid/report", "203.0.113.7", map[string]string{"X-Api-Key": apiKey}, "")
+		if plan != "" {
+			ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"plan": plan}}}
+		}
+		resp, _ := e.invoke(t, ev)
+		wantStatus(t, "paid key "+apiKey, resp, 200)
+		return resp
+	}
+	daily := func(resp events.APIGatewayV2HTTPResponse) string {
+		p, _, _ := strings.Cut(header(resp, "RateLimit-Policy"), ",")
+		return p
+	}
+
+	// The override goes in before the key's first request: the function
+	// caches a key's override (or its absence) for override_staleness.
+	key := "key-" + randomID(t)
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(edgelimitPath(t), "override", "set", "--limit", "7", "paid-daily", key)
+	cmd.Env = append(os.Environ(), "EDGELIMIT_HASH_KEY="+hashKey, "EDGELIMIT_TABLE="+table, "EDGELIMIT_DYNAMODB_ENDPOINT="+endpoint,
+		"EDGELIMIT_POLICY_FILE="+filepath.Join(root, "functions", "handlers", "policies", "paid.yaml"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("edgelimit override set: %v\n%s", err, out)
+	}
+	if got, want := daily(get(key, "")), `"paid-daily";q=7;w=86400`; got != want {
+		t.Errorf("key with an override of 7: RateLimit-Policy %q, want %q", got, want)
+	}
+	if got, want := daily(get("key-"+randomID(t), "")), `"paid-daily";q=3;w=86400`; got != want {
+		t.Errorf("free key (no plan): RateLimit-Policy %q, want %q (the policy's limit, edited to 3)", got, want)
+	}
+	if got, want := daily(get("key-"+randomID(t), "pro")), `"paid-daily";q=100000;w=86400`; got != want {
+		t.Errorf("pro key: RateLimit-Policy %q, want %q", got, want)
+	}
+	if got, want := daily(get("key-"+randomID(t), "platinum")), `"paid-daily";q=3;w=86400`; got != want {
+		t.Errorf("unknown plan: RateLimit-Policy %q, want %q (the default tier)", got, want)
 	}
 }
 

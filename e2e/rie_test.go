@@ -233,9 +233,8 @@ type emulator struct {
 	stdout, stderr *syncBuffer
 	done           chan struct{}
 	invocations    int
-	// emfMark is how many EMF lines the function had written when the last
-	// invocation was sent: its own lines come after.
-	emfMark int
+	// lastID is the request id of the last invocation sent.
+	lastID string
 }
 
 func freePort(t testing.TB) int {
@@ -371,7 +370,7 @@ type invokeError struct {
 func (e *emulator) post(t *testing.T, payload []byte, requestID string) (int, []byte) {
 	t.Helper()
 	e.invocations++
-	e.emfMark = len(e.emfLines())
+	e.lastID = requestID
 	ctx, cancel := context.WithTimeout(context.Background(), invokeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(payload))
@@ -466,9 +465,15 @@ var initReport = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
 // known once the first invocation has been answered.
 func (e *emulator) initDuration(t *testing.T) float64 {
 	t.Helper()
+	// The emulator writes the report beside the response, not before it:
+	// on a loaded machine the line can come a moment after the answer.
 	m := initReport.FindStringSubmatch(e.stderr.String())
+	for deadline := time.Now().Add(invokeTimeout); m == nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		m = initReport.FindStringSubmatch(e.stderr.String())
+	}
 	if m == nil {
-		t.Fatalf("no INIT REPORT in the emulator's log:\n%s", e.stderr)
+		t.Fatalf("no INIT REPORT in the emulator's log within %s:\n%s", invokeTimeout, e.stderr)
 	}
 	ms, err := strconv.ParseFloat(m[1], 64)
 	if err != nil {
@@ -593,20 +598,23 @@ func closedEndpoint(t *testing.T) string {
 var errNoEMF = errors.New("no EMF line")
 
 // lastEMF returns the last EMF line for policy that the last invocation
-// wrote. The emulator copies the function's output to its own stdout on
-// its own schedule, so a line can arrive after the invocation's answer: it
-// waits for one (up to invokeTimeout), never for a fixed time.
+// wrote: the line whose requestId is that invocation's. The emulator copies
+// the function's output to its own stdout on its own schedule, so a line
+// can arrive after the invocation's answer (and a line of the invocation
+// before it after this one began): it waits for the line (up to
+// invokeTimeout), never for a fixed time.
 func (e *emulator) lastEMF(policy string) (map[string]any, error) {
+	id := e.lastID
 	deadline := time.Now().Add(invokeTimeout)
 	for {
 		lines := e.emfLines()
-		for i := len(lines) - 1; i >= e.emfMark && i >= 0; i-- {
-			if lines[i]["Policy"] == policy {
+		for i := len(lines) - 1; i >= 0; i-- {
+			if lines[i]["Policy"] == policy && lines[i]["requestId"] == id {
 				return lines[i], nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w for policy %s from the last invocation", errNoEMF, policy)
+			return nil, fmt.Errorf("%w for policy %s from invocation %s", errNoEMF, policy, id)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

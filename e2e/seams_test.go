@@ -47,34 +47,6 @@ const (
 	phaseTimeout      = 5 * time.Minute
 )
 
-// edgelimitCLI builds cmd/edgelimit once per test binary, into the build
-// directory that TestMain removes.
-var edgelimitCLI = sync.OnceValues(func() (string, error) {
-	dir, err := repoRoot()
-	if err != nil {
-		return "", err
-	}
-	buildMu.Lock()
-	if buildDir == "" {
-		buildDir, err = os.MkdirTemp("", "edgelimit-e2e-")
-	}
-	base := buildDir
-	buildMu.Unlock()
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(base, "cli", "edgelimit")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool(), "build", "-o", out, "./cmd/edgelimit")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/edgelimit: %v\n%s", err, b)
-	}
-	return out, nil
-})
-
 // serveConfig says how to start `edgelimit serve`.
 type serveConfig struct {
 	// Policies is the policy file's YAML, written to the test's temporary
@@ -102,7 +74,7 @@ var listeningRe = regexp.MustCompile(`listening on (http://[^ ]+)`)
 // hash key and key ring and nothing else of the test's environment.
 func startServe(t *testing.T, cfg serveConfig) *served {
 	t.Helper()
-	bin, err := edgelimitCLI()
+	bin, err := edgelimitBin()
 	if err != nil {
 		t.Fatal(err)
 	}

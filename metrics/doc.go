@@ -24,7 +24,9 @@
 // is its count, SampleCount is the number of decisions, and an alarm on
 // Denied or Degraded never sees missing data while traffic flows. Function
 // and Strategy are written as plain properties (searchable with CloudWatch
-// Logs Insights, not dimensions, so they cost nothing extra).
+// Logs Insights, not dimensions, so they cost nothing extra), and so is
+// the Lambda request id ("requestId", as in the log lines), so that a
+// request's metric lines and its logs are found with one filter.
 //
 // A line is written with one Write call, so lines from concurrent decisions
 // never interleave. Writing to standard output costs no network call: the

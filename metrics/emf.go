@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/aws/aws-lambda-go/lambdacontext"
+
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/jsonenc"
 )
@@ -40,6 +42,11 @@ const (
 	// after-response, degraded, soft-threshold, proof-of-work. Absent
 	// otherwise.
 	PropertyReason = "Reason"
+	// PropertyRequestID is the Lambda request id of the decision's request
+	// (from lambdacontext in edgelimit.Event.Context), under the key the
+	// log lines use (KeyRequestID), so one Logs Insights filter finds a
+	// request's metric lines and its logs. Absent outside Lambda.
+	PropertyRequestID = KeyRequestID
 )
 
 // Limits of the EMF specification and of CloudWatch that EMF enforces.
@@ -174,6 +181,13 @@ func (m *EMF) AppendLine(b []byte, ev edgelimit.Event) []byte {
 		b = append(b, `"`+PropertyReason+`":`...)
 		b = jsonenc.AppendString(b, ev.Reason)
 		b = append(b, ',')
+	}
+	if ev.Context != nil {
+		if lc, ok := lambdacontext.FromContext(ev.Context); ok && lc.AwsRequestID != "" {
+			b = append(b, `"`+PropertyRequestID+`":`...)
+			b = jsonenc.AppendString(b, lc.AwsRequestID)
+			b = append(b, ',')
+		}
 	}
 	// Allowed counts what the policy let through: not a decision another
 	// policy's denial undid (Refunded), nor a peek. Denied counts every

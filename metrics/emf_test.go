@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/metrics"
@@ -446,6 +449,33 @@ func TestEMFReasonProperty(t *testing.T) {
 		got, ok := line[metrics.PropertyReason]
 		if reason == "" && ok || reason != "" && got != reason {
 			t.Errorf("reason %q: line has %s = %v (present %v)", reason, metrics.PropertyReason, got, ok)
+		}
+	}
+}
+
+// TestEMFRequestID: a decision made inside a Lambda invocation carries the
+// invocation's request id under the key the log lines use; outside Lambda
+// (no lambdacontext, or no context at all) the property is absent.
+func TestEMFRequestID(t *testing.T) {
+	lambda := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: `req-"1"`})
+	for _, tt := range []struct {
+		name string
+		ctx  context.Context
+		want any
+	}{
+		{"lambda", lambda, `req-"1"`},
+		{"plain", context.Background(), nil},
+		{"none", nil, nil},
+	} {
+		var out bytes.Buffer
+		m, _ := metrics.NewEMF(metrics.EMFConfig{Writer: &out, Now: fixedNow})
+		m.Observe(edgelimit.Event{Route: "GET /", Policy: "p", Allowed: true, Context: tt.ctx})
+		var line map[string]any
+		if err := json.Unmarshal(out.Bytes(), &line); err != nil {
+			t.Fatalf("%s: %v: %s", tt.name, err, out.Bytes())
+		}
+		if got := line["requestId"]; got != tt.want {
+			t.Errorf("%s: requestId = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/durablecounter/internal/wire"
 	"github.com/edgelimit/edgelimit/internal/ddb/ddbcore"
 )
@@ -137,7 +138,11 @@ func (c *conn) Get(ctx context.Context, pk string) (wire.Item, error) {
 }
 
 func (c *conn) Delete(ctx context.Context, pk string) error {
-	_, err := c.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: c.table, Key: c.key(pk)}, c.opts...)
+	d, ok := c.client.(OperatorAPI)
+	if !ok {
+		return fmt.Errorf("%w: the DynamoDB client (%T) cannot DeleteItem, which a reset needs (dynamostore.OperatorAPI)", durablecounter.ErrConfig, c.client)
+	}
+	_, err := d.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: c.table, Key: c.key(pk)}, c.opts...)
 	return err
 }
 

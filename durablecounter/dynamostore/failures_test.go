@@ -262,3 +262,26 @@ func TestDenialReadFails(t *testing.T) {
 		})
 	}
 }
+
+// decideOnly is a client with DynamoAPI's methods only, as a function's
+// role grants them.
+type decideOnly struct{ dynamostore.DynamoAPI }
+
+// TestResetNeedsOperatorAPI: a reset deletes items, which the functions'
+// clients need not be able to do; a store whose client cannot is refused
+// with ErrConfig, not a panic or a silent success.
+func TestResetNeedsOperatorAPI(t *testing.T) {
+	f := &fakeDynamo{t: t}
+	store, err := dynamostore.New(dynamostore.Config{Client: decideOnly{f}, Table: "tbl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCounter(t, store, "paid", 5, time.Hour)
+	err = c.Reset(context.Background(), edgelimit.Request{Key: "k", At: t0})
+	if !errors.Is(err, durablecounter.ErrConfig) || !strings.Contains(err.Error(), "OperatorAPI") {
+		t.Fatalf("Reset with a decide-only client: %v, want ErrConfig naming OperatorAPI", err)
+	}
+	if n := f.n("DeleteItem"); n != 0 {
+		t.Errorf("DeleteItem called %d times", n)
+	}
+}

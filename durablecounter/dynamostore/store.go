@@ -17,13 +17,19 @@ import (
 type DynamoAPI interface {
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
-	// DeleteItem serves Counter.Reset only.
-	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
-var _ DynamoAPI = (*dynamodb.Client)(nil)
+// OperatorAPI is DynamoAPI and what an operator's Counter.Reset also
+// calls. The functions decide with DynamoAPI alone, so their role needs no
+// DeleteItem; a Store whose client lacks it refuses Reset.
+type OperatorAPI interface {
+	DynamoAPI
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+}
+
+var _ OperatorAPI = (*dynamodb.Client)(nil)
 
 // TransactionMode says how a Store commits a batch (several policies on one
 // request, see durablecounter.Counter.AllowBatch).
