@@ -15,24 +15,13 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
-	"github.com/edgelimit/edgelimit/internal/keyhash"
 	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/overrides"
 )
 
 // benchKeys are 100,000 distinct keys hashed the way the engine hashes
 // them, so the benchmarks measure a realistic spread, not one hot key.
-var benchKeys = func() []string {
-	h, err := keyhash.New([]byte("benchmark-secret-benchmark-secret"))
-	if err != nil {
-		panic(err)
-	}
-	keys := make([]string, 100_000)
-	for i := range keys {
-		keys[i] = h.Hash("bench", fmt.Appendf(nil, "i:10.%d.%d.%d", i>>16, i>>8&255, i&255))
-	}
-	return keys
-}()
+var benchKeys = limitertest.HashedKeys("bench", 100_000)
 
 // benchPolicy is a policy of alg whose limit no benchmark reaches, so that
 // every decision is an admission that writes (the sliding log, whose limit

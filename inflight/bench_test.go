@@ -2,28 +2,17 @@ package inflight_test
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/inflight"
-	"github.com/edgelimit/edgelimit/internal/keyhash"
+	"github.com/edgelimit/edgelimit/limitertest"
 )
 
 // benchKeys are 100,000 distinct keys hashed as the engine hashes them.
-var benchKeys = func() []string {
-	h, err := keyhash.New([]byte("benchmark-secret-benchmark-secret"))
-	if err != nil {
-		panic(err)
-	}
-	keys := make([]string, 100_000)
-	for i := range keys {
-		keys[i] = h.Hash("bench", fmt.Appendf(nil, "i:10.%d.%d.%d", i>>16, i>>8&255, i&255))
-	}
-	return keys
-}()
+var benchKeys = limitertest.HashedKeys("bench", 100_000)
 
 func benchLimiter(b *testing.B, limit int64) *inflight.Limiter {
 	store, err := inflight.NewMemoryStore(inflight.MemoryConfig{})

@@ -2,9 +2,11 @@ package limitertest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/keyhash"
 )
 
 // Helpers for the tests of limiters, adapters and programs built on
@@ -45,4 +47,20 @@ type Problem struct {
 	Detail           string   `json:"detail,omitempty"`
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 	RetryAfter       int64    `json:"retry-after,omitempty"`
+}
+
+// HashedKeys returns n distinct client keys of policy as a limiter sees
+// them: addresses hashed with a fixed secret the way the engine hashes a
+// request's key. Benchmarks that visit them measure a realistic spread of
+// keys (cache misses, map growth), not one hot key.
+func HashedKeys(policy string, n int) []string {
+	h, err := keyhash.New([]byte("benchmark-secret-benchmark-secret"))
+	if err != nil {
+		panic(err) // the secret is a constant of the right length
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = h.Hash(policy, fmt.Appendf(nil, "i:10.%d.%d.%d", i>>16, i>>8&255, i&255))
+	}
+	return keys
 }

@@ -1,13 +1,11 @@
 package powgate_test
 
 import (
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/edgelimit/edgelimit"
-	"github.com/edgelimit/edgelimit/internal/keyhash"
 	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
@@ -15,17 +13,7 @@ import (
 
 // benchKeys are distinct keys hashed as the engine hashes them, so that
 // the benchmarks measure a spread of keys, not one hot key.
-var benchKeys = func() []string {
-	h, err := keyhash.New([]byte("benchmark-secret-benchmark-secret"))
-	if err != nil {
-		panic(err)
-	}
-	keys := make([]string, 100_000)
-	for i := range keys {
-		keys[i] = h.Hash("search", fmt.Appendf(nil, "i:10.%d.%d.%d", i>>16, i>>8&255, i&255))
-	}
-	return keys
-}()
+var benchKeys = limitertest.HashedKeys("search", 100_000)
 
 // benchLimit is a limit no benchmark reaches.
 const benchLimit = 1_000_000_000 // kv's largest
