@@ -11,8 +11,9 @@
 //   - search: GET /search?q=, a CPU-heavy unindexed scan (durable gcra per
 //     address, the endpoint of the flood experiment).
 //   - tts: POST /tts, an expensive downstream call stood in for by a small
-//     speech synthesiser (signed window tokens and proof of work, no
-//     storage).
+//     speech synthesiser (signed window tokens and proof of work; seconds of
+//     audio charged after the response, durable; at most 2 syntheses of a
+//     client at once, inflight).
 //
 // The handlers never see a request the policies denied: the middleware
 // answers those. They validate their own input and answer 400 with an

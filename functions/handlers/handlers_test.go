@@ -69,7 +69,7 @@ func wantProblem(t *testing.T, what string, resp events.APIGatewayV2HTTPResponse
 
 func TestFunctionsHaveValidPolicies(t *testing.T) {
 	wantStrategies := map[string][]string{
-		"paid": {"durable", "durable"}, "contact": {"kv"}, "search": {"durable"}, "tts": {"signed"},
+		"paid": {"durable", "durable"}, "contact": {"kv"}, "search": {"durable"}, "tts": {"signed", "durable", "inflight"},
 	}
 	for _, f := range handlers.All() {
 		pf, err := edgelimit.ParsePolicies(f.PolicyFile, f.Policies)
