@@ -227,6 +227,56 @@ func TestContactFunction(t *testing.T) {
 	wantProblem(t, "bad email", resp, 400, "about:blank")
 }
 
+// TestLoginFunction: POST /login on the contact function, behind
+// login-failures (charge_status [401, 403]): only the failed attempts are
+// counted, on the table, after the response; the attempt after the limit's
+// failures is refused, even with the right password, and says so in its
+// headers.
+func TestLoginFunction(t *testing.T) {
+	endpoint, table := dynalite(t)
+	const limit = 3
+	e := startEmulator(t, "contact", map[string]string{
+		"EDGELIMIT_TABLE":             table,
+		"EDGELIMIT_DYNAMODB_ENDPOINT": endpoint,
+		"EDGELIMIT_OVERRIDES":         fmt.Sprintf("login-failures.limit=%d,login-failures.window=%s,login-failures.store_timeout=%s", limit, longWindow, testBudget),
+	})
+	login := func(ip, password string) events.APIGatewayV2HTTPResponse {
+		body := string(mustJSON(t, handlers.LoginRequest{Username: handlers.DemoUsername, Password: password}))
+		resp, _ := e.invoke(t, sampleEvent(t, "POST", "/login", ip, map[string]string{"Content-Type": "application/json"}, body))
+		return resp
+	}
+	ip := "198.51.100.90"
+	steps := []struct {
+		password string
+		status   int
+		r        int // login-failures' r: the failures left before this attempt's
+	}{
+		{"guess-1", 401, 3}, {handlers.DemoPassword, 200, 2}, {"guess-2", 401, 2}, {handlers.DemoPassword, 200, 1},
+		{handlers.DemoPassword, 200, 1}, {"guess-3", 401, 1}, {handlers.DemoPassword, 429, 0},
+	}
+	for i, st := range steps {
+		resp := login(ip, st.password)
+		t.Logf("attempt %d: %d RateLimit %s", i+1, resp.StatusCode, header(resp, "RateLimit"))
+		if resp.StatusCode != st.status {
+			t.Fatalf("attempt %d: status %d, want %d; body %s", i+1, resp.StatusCode, st.status, resp.Body)
+		}
+		if want := fmt.Sprintf(`"login-failures";r=%d;`, st.r); !strings.HasPrefix(header(resp, "RateLimit"), want) {
+			t.Errorf("attempt %d: RateLimit %q, want %s", i+1, header(resp, "RateLimit"), want)
+		}
+	}
+	resp := login(ip, "guess-4")
+	p := wantProblem(t, "after 3 failures", resp, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
+	if !slices.Equal(p.ViolatedPolicies, []string{"login-failures"}) {
+		t.Errorf("violated-policies %v, want [login-failures]", p.ViolatedPolicies)
+	}
+	wantEMF(t, e, "login-failures", "POST /login", map[string]float64{"Denied": 1})
+	// Another address has its own failures; the contact form beside it
+	// is not affected.
+	wantProblem(t, "another address", login("198.51.100.91", "guess"), 401, "about:blank")
+	resp, _ = e.invoke(t, contactEvent(t, ip, "application/json", contactJSON))
+	wantStatus(t, "the contact form from the refused address", resp, 202)
+}
+
 func TestContactFunctionFailsOpen(t *testing.T) {
 	e := startEmulator(t, "contact", map[string]string{
 		"EDGELIMIT_TABLE":             "edgelimit",
