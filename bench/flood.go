@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -183,6 +185,10 @@ type phaseSpec struct {
 	signedClient bool
 	// algorithm, when set, is a durable algorithm this build must have.
 	algorithm string
+	// keyRing: the server gets EDGELIMIT_SECRETS, the key ring of the
+	// proof-of-work challenges of a durable or kv policy's proof_of_work
+	// (setup.Limiters reads it from the environment).
+	keyRing bool
 }
 
 func searchPolicy(body string) string {
@@ -211,6 +217,15 @@ var floodPhases = []phaseSpec{
 		policy: gcraPolicy("    deny_cache: false\n")},
 	{id: "durable-gcra-closed", label: "durable gcra, deny cache on, on_store_error: deny", dynamo: true, algorithm: "gcra",
 		policy: strings.Replace(gcraPolicy(""), "on_store_error: local", "on_store_error: deny", 1)},
+	// Issue #13: the same policy with a soft threshold. Up to 10 of the
+	// bucket's 20 units in use nothing changes; above, a request needs a
+	// 16-bit proof of work (the legitimate client, client.Transport, would
+	// solve one; the flood solves none and is refused with a challenge); past
+	// the burst a plain 429.
+	{id: "durable-gcra-pow", label: "durable gcra, deny cache on, on_store_error: local, `proof_of_work: {above: 10, bits: 16}`; the flood solves none", dynamo: true, algorithm: "gcra",
+		signedClient: true, keyRing: true, policy: gcraPolicy("    proof_of_work: {above: 10, bits: 16, ttl: 10s}\n")},
+	{id: "durable-gcra-pow-memory", label: "the same with proof of work, memory store", algorithm: "gcra",
+		signedClient: true, keyRing: true, policy: gcraPolicy("    proof_of_work: {above: 10, bits: 16, ttl: 10s}\n")},
 	{id: "durable-gcra-memory", label: "durable gcra, memory store (`edgelimit serve`'s default)", algorithm: "gcra",
 		policy: gcraPolicy("")},
 	{id: "durable-fw", label: "durable fixed-window 10/s, deny cache on", dynamo: true, algorithm: "fixed-window",
@@ -268,7 +283,11 @@ func runFlood(ctx context.Context, o options) (any, error) {
 		ServerProcs: serverProcs, LoadgenProcs: loadgenProcs, Query: searchQuery, Store: "dynalite",
 		SweepStep: o.step.Seconds(),
 	}
+	only := phaseFilter()
 	for _, spec := range floodPhases {
+		if only != nil && !only[spec.id] {
+			continue
+		}
 		ph, ready, err := env.runPhase(ctx, spec)
 		if err != nil {
 			return nil, fmt.Errorf("phase %s: %w", spec.id, err)
@@ -286,6 +305,9 @@ func runFlood(ctx context.Context, o options) (any, error) {
 		data.Phases = append(data.Phases, ph)
 	}
 	for _, id := range sweepSpecs {
+		if only != nil && !only[id] {
+			continue
+		}
 		i := slices.IndexFunc(floodPhases, func(s phaseSpec) bool { return s.id == id })
 		s, err := env.runSweep(ctx, floodPhases[i])
 		if err != nil {
@@ -296,6 +318,21 @@ func runFlood(ctx context.Context, o options) (any, error) {
 		}
 	}
 	return data, nil
+}
+
+// phaseFilter returns the phases EDGELIMIT_BENCH_FLOOD_ONLY names
+// (comma-separated ids, for re-running some phases beside earlier
+// results), or nil for all of them.
+func phaseFilter() map[string]bool {
+	v := strings.TrimSpace(os.Getenv("EDGELIMIT_BENCH_FLOOD_ONLY"))
+	if v == "" {
+		return nil
+	}
+	only := map[string]bool{}
+	for _, id := range strings.Split(v, ",") {
+		only[strings.TrimSpace(id)] = true
+	}
+	return only
 }
 
 // available reports why spec cannot run in this build, or "".
@@ -338,6 +375,13 @@ func (env *floodEnv) start(ctx context.Context, spec phaseSpec) (*server, error)
 	}
 	cmd := exec.CommandContext(ctx, env.exe, args...)
 	cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(serverProcs))
+	if spec.keyRing {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, err
+		}
+		cmd.Env = append(cmd.Env, "EDGELIMIT_SECRETS=k1:"+base64.StdEncoding.EncodeToString(key))
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,9 +20,13 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/pow"
+	"github.com/edgelimit/edgelimit/setup"
+	"github.com/edgelimit/edgelimit/setup/dynamodb"
+	ifsetup "github.com/edgelimit/edgelimit/setup/dynamodb/inflight"
 )
 
 // Windows in these tests are 1000 days, so that no window boundary (and no
@@ -280,6 +285,56 @@ func TestContactFunction(t *testing.T) {
 	wantProblem(t, "bad email", resp, 400, "about:blank")
 }
 
+// TestLoginFunction: POST /login on the contact function, behind
+// login-failures (charge_status [401, 403]): only the failed attempts are
+// counted, on the table, after the response; the attempt after the limit's
+// failures is refused, even with the right password, and says so in its
+// headers.
+func TestLoginFunction(t *testing.T) {
+	endpoint, table := dynalite(t)
+	const limit = 3
+	e := startEmulator(t, "contact", map[string]string{
+		"EDGELIMIT_TABLE":             table,
+		"EDGELIMIT_DYNAMODB_ENDPOINT": endpoint,
+		"EDGELIMIT_OVERRIDES":         fmt.Sprintf("login-failures.limit=%d,login-failures.window=%s,login-failures.store_timeout=%s", limit, longWindow, testBudget),
+	})
+	login := func(ip, password string) events.APIGatewayV2HTTPResponse {
+		body := string(mustJSON(t, handlers.LoginRequest{Username: handlers.DemoUsername, Password: password}))
+		resp, _ := e.invoke(t, sampleEvent(t, "POST", "/login", ip, map[string]string{"Content-Type": "application/json"}, body))
+		return resp
+	}
+	ip := "198.51.100.90"
+	steps := []struct {
+		password string
+		status   int
+		r        int // login-failures' r: the failures left before this attempt's
+	}{
+		{"guess-1", 401, 3}, {handlers.DemoPassword, 200, 2}, {"guess-2", 401, 2}, {handlers.DemoPassword, 200, 1},
+		{handlers.DemoPassword, 200, 1}, {"guess-3", 401, 1}, {handlers.DemoPassword, 429, 0},
+	}
+	for i, st := range steps {
+		resp := login(ip, st.password)
+		t.Logf("attempt %d: %d RateLimit %s", i+1, resp.StatusCode, header(resp, "RateLimit"))
+		if resp.StatusCode != st.status {
+			t.Fatalf("attempt %d: status %d, want %d; body %s", i+1, resp.StatusCode, st.status, resp.Body)
+		}
+		if want := fmt.Sprintf(`"login-failures";r=%d;`, st.r); !strings.HasPrefix(header(resp, "RateLimit"), want) {
+			t.Errorf("attempt %d: RateLimit %q, want %s", i+1, header(resp, "RateLimit"), want)
+		}
+	}
+	resp := login(ip, "guess-4")
+	p := wantProblem(t, "after 3 failures", resp, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
+	if !slices.Equal(p.ViolatedPolicies, []string{"login-failures"}) {
+		t.Errorf("violated-policies %v, want [login-failures]", p.ViolatedPolicies)
+	}
+	wantEMF(t, e, "login-failures", "POST /login", map[string]float64{"Denied": 1})
+	// Another address has its own failures; the contact form beside it
+	// is not affected.
+	wantProblem(t, "another address", login("198.51.100.91", "guess"), 401, "about:blank")
+	resp, _ = e.invoke(t, contactEvent(t, ip, "application/json", contactJSON))
+	wantStatus(t, "the contact form from the refused address", resp, 202)
+}
+
 func TestContactFunctionFailsOpen(t *testing.T) {
 	e := startEmulator(t, "contact", map[string]string{
 		"EDGELIMIT_TABLE":             "edgelimit",
@@ -325,33 +380,90 @@ func TestSearchFunction(t *testing.T) {
 }
 
 func ttsEvent(t *testing.T, ip string, h map[string]string) events.APIGatewayV2HTTPRequest {
+	return ttsEventText(t, ip, h, "hello edge")
+}
+
+func ttsEventText(t *testing.T, ip string, h map[string]string, text string) events.APIGatewayV2HTTPRequest {
 	if h == nil {
 		h = map[string]string{}
 	}
 	h["Content-Type"] = "application/json"
-	return sampleEvent(t, "POST", "/tts", ip, h, `{"text":"hello edge"}`)
+	return sampleEvent(t, "POST", "/tts", ip, h, string(mustJSON(t, handlers.TTSRequest{Text: text})))
 }
 
-// TestTTSFunction walks the storage-free flow a client goes through: no
-// token, a 429 with a proof-of-work challenge, a proof that buys a signed
-// window, and the token carried from response to request until the window's
-// limit is spent.
+// ttsClient is one client address of the tts function: it keeps the token
+// the function hands back and solves the challenges it gets.
+type ttsClient struct {
+	e     *emulator
+	ip    string
+	token string
+	proof string
+}
+
+// say sends text with the client's token or proof; a 429 with a challenge
+// is solved (once) and retried, as client.Transport does.
+func (c *ttsClient) say(t *testing.T, text string) events.APIGatewayV2HTTPResponse {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		h := map[string]string{}
+		switch {
+		case c.proof != "":
+			h["Edgelimit-Proof"] = c.proof
+		case c.token != "":
+			h["Edgelimit-Token"] = c.token
+		}
+		resp, _ := c.e.invoke(t, ttsEventText(t, c.ip, h, text))
+		if tok := header(resp, "Edgelimit-Token"); tok != "" {
+			c.token, c.proof = tok, ""
+		}
+		challenge := header(resp, "Edgelimit-Challenge")
+		if resp.StatusCode != 429 || challenge == "" || attempt > 0 {
+			return resp
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		proof, err := pow.Solve(ctx, challenge)
+		cancel()
+		if err != nil {
+			t.Fatalf("pow.Solve: %v", err)
+		}
+		c.proof, c.token = proof, ""
+	}
+}
+
+// ttsEnv is the tts function's environment on table: its three policies'
+// limits in overrides (windows of longWindow), store budgets of testBudget.
+func ttsEnv(endpoint, table, hashKey, overrides string) map[string]string {
+	return map[string]string{
+		"EDGELIMIT_SECRETS":           "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{42}, 32)),
+		"EDGELIMIT_HASH_KEY":          hashKey,
+		"EDGELIMIT_TABLE":             table,
+		"EDGELIMIT_DYNAMODB_ENDPOINT": endpoint,
+		"EDGELIMIT_OVERRIDES": overrides + ",tts.window=" + longWindow + ",speech-seconds.window=" + longWindow +
+			",speech-seconds.store_timeout=" + testBudget + ",speech-jobs.store_timeout=" + testBudget,
+	}
+}
+
+// TestTTSFunction walks the signed flow a client goes through: no token, a
+// 429 with a proof-of-work challenge, a proof that buys a signed window, and
+// the token carried from response to request until the window's limit is
+// spent.
 func TestTTSFunction(t *testing.T) {
 	const limit = 3
-	ring := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{42}, 32))
-	e := startEmulator(t, "tts", map[string]string{
-		"EDGELIMIT_SECRETS":   "k1:" + ring,
-		"EDGELIMIT_OVERRIDES": fmt.Sprintf("tts.limit=%d,tts.window=%s", limit, longWindow),
-	})
+	endpoint, table := dynalite(t)
+	e := startEmulator(t, "tts", ttsEnv(endpoint, table, randomKey(), fmt.Sprintf("tts.limit=%d", limit)))
 	ip := "203.0.113.99"
 	resp, _ := e.invoke(t, ttsEvent(t, ip, nil))
 	wantProblem(t, "no token", resp, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
 	challenge := header(resp, "Edgelimit-Challenge")
 	var body struct {
-		Challenge *pow.Challenge `json:"challenge"`
+		Challenge        *pow.Challenge `json:"challenge"`
+		ViolatedPolicies []string       `json:"violated-policies"`
 	}
 	if err := json.Unmarshal([]byte(resp.Body), &body); err != nil || challenge == "" || body.Challenge == nil || body.Challenge.Value != challenge || body.Challenge.Bits < 1 {
 		t.Fatalf("no token: challenge header %q, body %s; want the same challenge in both", challenge, resp.Body)
+	}
+	if !slices.Equal(body.ViolatedPolicies, []string{"tts"}) {
+		t.Errorf("no token: violated-policies %v, want [tts] (the speech policies have room)", body.ViolatedPolicies)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -393,4 +505,134 @@ func TestTTSFunction(t *testing.T) {
 	// The token is bound to its client: another address gets a challenge.
 	resp, _ = e.invoke(t, ttsEvent(t, "203.0.113.100", map[string]string{"Edgelimit-Token": token}))
 	wantProblem(t, "token of another client", resp, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
+}
+
+// TestTTSFunctionChargesSecondsOfAudio: speech-seconds is charged after the
+// response with what the handler reports, the seconds of audio it generated
+// (handlers.SpeechSeconds), never a fixed cost: a request is admitted while
+// one second is left, the one that over-spends is charged in full, and the
+// client is refused (r=0) from then on.
+func TestTTSFunctionChargesSecondsOfAudio(t *testing.T) {
+	endpoint, table := dynalite(t)
+	e := startEmulator(t, "tts", ttsEnv(endpoint, table, randomKey(), "tts.limit=10,speech-seconds.limit=5"))
+	c := &ttsClient{e: e, ip: "198.51.100.61"}
+	short, long := "hello edge", strings.Repeat("speak ", 17) // 10 characters: 0.4 s; 102: 4.08 s
+	if handlers.SpeechSeconds(short) != 1 || handlers.SpeechSeconds(long) != 5 {
+		t.Fatalf("SpeechSeconds: %d and %d, want 1 and 5", handlers.SpeechSeconds(short), handlers.SpeechSeconds(long))
+	}
+	steps := []struct {
+		text   string
+		status int
+		r      int // speech-seconds' r on the response
+	}{
+		{short, 200, 5}, // r is what is left before the charge: 5 of 5
+		{short, 200, 4}, // the first charge was 1 second
+		{long, 200, 3},  // 3 left: admitted, and charged 5
+		{short, 429, 0}, // 8 of 5 spent
+	}
+	for i, st := range steps {
+		resp := c.say(t, st.text)
+		t.Logf("request %d (%d s of audio): %d RateLimit %s; Retry-After %q", i+1, handlers.SpeechSeconds(st.text), resp.StatusCode, header(resp, "RateLimit"), header(resp, "Retry-After"))
+		if resp.StatusCode != st.status {
+			t.Fatalf("request %d: status %d, want %d; headers %v; body %s", i+1, resp.StatusCode, st.status, resp.Headers, resp.Body)
+		}
+		if want := fmt.Sprintf(`"speech-seconds";r=%d;`, st.r); !strings.Contains(header(resp, "RateLimit"), want) {
+			t.Errorf("request %d: RateLimit %q, want %s", i+1, header(resp, "RateLimit"), want)
+		}
+	}
+	resp := c.say(t, short)
+	p := wantProblem(t, "over-spent", resp, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
+	if !slices.Equal(p.ViolatedPolicies, []string{"speech-seconds"}) {
+		t.Errorf("over-spent: violated-policies %v, want [speech-seconds]", p.ViolatedPolicies)
+	}
+	if !strings.Contains(header(resp, "RateLimit-Policy"), fmt.Sprintf(`"speech-seconds";q=5;w=%d`, longWindowSeconds)) {
+		t.Errorf("RateLimit-Policy %q, want speech-seconds q=5", header(resp, "RateLimit-Policy"))
+	}
+	// Another client has its own seconds.
+	other := &ttsClient{e: e, ip: "198.51.100.62"}
+	if resp := other.say(t, long); resp.StatusCode != 200 {
+		t.Errorf("another client: %d %s, want 200", resp.StatusCode, resp.Body)
+	}
+}
+
+// TestTTSFunctionLimitsJobsInFlight: speech-jobs admits at most 2
+// syntheses of one client at once, across instances. Another instance (an
+// engine in this process on the same table and hash key) holds both of a
+// client's slots: the function refuses the client with 429 and Retry-After
+// 1, admits it once one slot is released, and gives its own slot back
+// after the response.
+func TestTTSFunctionLimitsJobsInFlight(t *testing.T) {
+	endpoint, table := dynalite(t)
+	hashKey := randomKey()
+	e := startEmulator(t, "tts", ttsEnv(endpoint, table, hashKey, "tts.limit=10"))
+	vars := map[string]string{
+		"AWS_REGION": "us-east-1", "EDGELIMIT_TABLE": table, "EDGELIMIT_DYNAMODB_ENDPOINT": endpoint, "EDGELIMIT_HASH_KEY": hashKey,
+	}
+	// The instance holding the slots: the function's own speech-jobs policy,
+	// alone, with the function's lease.
+	pf, err := edgelimit.ParsePolicies(handlers.TTS.PolicyFile, handlers.TTS.Policies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lease time.Duration
+	for _, p := range pf.Policies {
+		if p.Name == "speech-jobs" {
+			lease = p.Window
+		}
+	}
+	other, err := setup.FromEnv(context.Background(), setup.EnvConfig{
+		Policies: []byte(fmt.Sprintf(`version: 1
+policies:
+  - {name: speech-jobs, routes: ["POST /tts"], key: ip, strategy: inflight, limit: 2, window: %s, store_timeout: %s}
+`, lease, testBudget)),
+		PolicyFile: "speech-jobs.yaml", Function: "other-instance", Getenv: func(k string) string { return vars[k] },
+		Stdout: io.Discard, Stderr: io.Discard, Backends: []setup.Backend{ifsetup.Backend(dynamodb.Config{})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	hold := func(ip string) *edgelimit.Verdict {
+		t.Helper()
+		v := other.Engine.Decide(ctx, &edgelimit.Input{Method: "POST", Path: "/tts", SourceIP: ip})
+		if !v.Allowed {
+			t.Fatalf("the other instance could not take a slot of %s: %d", ip, v.Status)
+		}
+		return v
+	}
+	c := &ttsClient{e: e, ip: "192.0.2.80"}
+	if resp := c.say(t, "first"); resp.StatusCode != 200 {
+		t.Fatalf("a first job: %d %s", resp.StatusCode, resp.Body)
+	}
+	held := []*edgelimit.Verdict{hold(c.ip), hold(c.ip)}
+	resp := c.say(t, "third job")
+	t.Logf("a third job: %d RateLimit-Policy %s; RateLimit %s; Retry-After %s; body %s",
+		resp.StatusCode, header(resp, "RateLimit-Policy"), header(resp, "RateLimit"), header(resp, "Retry-After"), resp.Body)
+	p := wantProblem(t, "two jobs running", resp, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
+	if !slices.Equal(p.ViolatedPolicies, []string{"speech-jobs"}) {
+		t.Errorf("two jobs running: violated-policies %v, want [speech-jobs]", p.ViolatedPolicies)
+	}
+	if got := header(resp, "Retry-After"); got != "1" {
+		t.Errorf("two jobs running: Retry-After %q, want 1", got)
+	}
+	if !strings.Contains(header(resp, "RateLimit"), `"speech-jobs";r=0;`) {
+		t.Errorf("two jobs running: RateLimit %q, want speech-jobs r=0", header(resp, "RateLimit"))
+	}
+	// Another client is not limited by the first's jobs.
+	if resp := (&ttsClient{e: e, ip: "192.0.2.81"}).say(t, "hello"); resp.StatusCode != 200 {
+		t.Errorf("another client: %d %s, want 200", resp.StatusCode, resp.Body)
+	}
+	held[0].Finish(ctx, 200)
+	if resp := c.say(t, "third job"); resp.StatusCode != 200 {
+		t.Fatalf("one job finished: %d %s, want 200", resp.StatusCode, resp.Body)
+	}
+	// The function released its slot after the response: the other
+	// instance can take the second slot again, and no third.
+	held = append(held, hold(c.ip))
+	if v := other.Engine.Decide(ctx, &edgelimit.Input{Method: "POST", Path: "/tts", SourceIP: c.ip}); v.Allowed {
+		t.Errorf("a third slot was free: the limit is 2")
+	}
+	for _, v := range held[1:] {
+		v.Finish(ctx, 200)
+	}
 }

@@ -217,3 +217,37 @@ func readAll(t *testing.T, resp *http.Response) string {
 	}
 	return string(b)
 }
+
+// TestREADMEShapingExcerpts: every YAML block of the README's "Shaping an
+// expensive endpoint" names the policy file it comes from on its first
+// line, and the rest of the block is in that file as written, so the
+// excerpts cannot drift from the policies the functions embed.
+func TestREADMEShapingExcerpts(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	const title = "\n## Shaping an expensive endpoint\n"
+	start := strings.Index(readme, title)
+	if start < 0 {
+		t.Fatalf("README.md has no section %q", strings.TrimSpace(title))
+	}
+	section := readme[start+len(title):]
+	section = section[:strings.Index(section, "\n## ")]
+	blocks := regexp.MustCompile("(?s)```yaml\n# ([^\n]+)\n(.*?)```").FindAllStringSubmatch(section, -1)
+	if len(blocks) < 2 {
+		t.Fatalf("the section has %d YAML excerpts, want the tts and the login policies", len(blocks))
+	}
+	for _, m := range blocks {
+		file, excerpt := m[1], m[2]
+		data, err := os.ReadFile(filepath.Join(root(t), file))
+		if err != nil {
+			t.Errorf("an excerpt names %s: %v", file, err)
+			continue
+		}
+		if !strings.Contains(string(data), excerpt) {
+			t.Errorf("the README's excerpt of %s is not in the file:\n%s", file, excerpt)
+		}
+	}
+}

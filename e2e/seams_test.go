@@ -470,7 +470,13 @@ func TestSeamPathSpellingsLambda(t *testing.T) {
 	})
 
 	t.Run("tts", func(t *testing.T) {
-		e := startEmulator(t, "tts", map[string]string{"EDGELIMIT_SECRETS": "k1:" + randomKey()})
+		endpoint, table := dynalite(t)
+		e := startEmulator(t, "tts", map[string]string{
+			"EDGELIMIT_SECRETS":           "k1:" + randomKey(),
+			"EDGELIMIT_TABLE":             table,
+			"EDGELIMIT_DYNAMODB_ENDPOINT": endpoint,
+			"EDGELIMIT_OVERRIDES":         "speech-seconds.store_timeout=" + testBudget + ",speech-jobs.store_timeout=" + testBudget,
+		})
 		ip := "203.0.113.77"
 		resp, _ := e.invoke(t, ttsEvent(t, ip, nil))
 		wantStatus(t, "POST /tts without a proof", resp, 429)

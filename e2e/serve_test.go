@@ -134,3 +134,32 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
 }
+
+// TestServeLogin runs the demo login (the contact function's POST /login)
+// over real HTTP through `edgelimit serve` and its example policies
+// (login-failures: 5 failed attempts per 15 minutes per address, only 401
+// and 403 charged), in memory and on dynalite: successful logins cost
+// nothing, the fifth failure is still answered, and the next attempt is a
+// 429 whatever its password.
+func TestServeLogin(t *testing.T) {
+	for _, store := range []string{"memory", "dynamodb"} {
+		t.Run(store, func(t *testing.T) {
+			s := startServe(t, serveConfig{DynamoDB: store == "dynamodb"})
+			h := map[string]string{"Content-Type": "application/json"}
+			good := `{"username":"demo","password":"correct horse battery staple"}`
+			bad := `{"username":"demo","password":"guess"}`
+			for i, st := range []struct {
+				body   string
+				status int
+			}{{bad, 401}, {good, 200}, {bad, 401}, {bad, 401}, {good, 200}, {bad, 401}, {bad, 401}, {good, 429}} {
+				r := s.do(t, "POST", "/login", h, st.body)
+				if r.Status != st.status {
+					t.Fatalf("attempt %d: %s, want %d", i+1, r, st.status)
+				}
+				if st.status == 429 && (!strings.Contains(string(r.Body), `"violated-policies":["login-failures"]`) || r.Header.Get("Retry-After") == "") {
+					t.Errorf("attempt %d: %s, want login-failures violated and a Retry-After", i+1, r)
+				}
+			}
+		})
+	}
+}

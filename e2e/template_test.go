@@ -22,6 +22,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/functions/handlers"
+	ifdynamo "github.com/edgelimit/edgelimit/inflight/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/setup"
@@ -218,7 +219,7 @@ func TestTemplateSetsEveryVariableTheFunctionsRead(t *testing.T) {
 	refs := map[string]string{setup.EnvSecretID: "!Ref SecretName", setup.EnvTokenSecretID: "!Ref TokenSecretName"}
 	for _, fn := range handlers.All() {
 		s := strategies(t, fn)
-		store := s["durable"] || s["kv"]
+		store := s["durable"] || s["kv"] || s["inflight"]
 		env := c.env(t, fn)
 		for _, name := range setup.EnvVars {
 			_, set := env[name]
@@ -372,14 +373,15 @@ func transactMembers(t *testing.T, dir string) []string {
 
 // TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls derives each
 // function's DynamoDB actions from its strategies' narrow SDK interfaces
-// (dynamostore.DynamoAPI, kvbucket.DynamoDBAPI) and compares them with
+// (dynamostore.DynamoAPI, kvbucket.DynamoDBAPI, inflight's dynamostore.API) and compares them with
 // the template's policy statements: the same set, on the table only.
 func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 	c := loadTemplate(t)
 	byStrategy := map[string][]string{
-		"durable": sdkActions(t, reflect.TypeFor[dynamostore.DynamoAPI](), "durablecounter/dynamostore"),
-		"kv":      sdkActions(t, reflect.TypeFor[kvbucket.DynamoDBAPI](), "kvbucket"),
-		"signed":  nil,
+		"durable":  sdkActions(t, reflect.TypeFor[dynamostore.DynamoAPI](), "durablecounter/dynamostore"),
+		"kv":       sdkActions(t, reflect.TypeFor[kvbucket.DynamoDBAPI](), "kvbucket"),
+		"inflight": sdkActions(t, reflect.TypeFor[ifdynamo.API](), "inflight/dynamostore"),
+		"signed":   nil,
 	}
 	t.Logf("actions by strategy: %v", byStrategy)
 	secretGrants := map[string]bool{}
@@ -424,6 +426,11 @@ func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 						got[a.Value] = true
 					}
 				}
+			}
+		}
+		for a, ok := range want {
+			if !ok {
+				delete(want, a)
 			}
 		}
 		if g, w := keys(got), keys(want); !slices.Equal(g, w) {
@@ -584,5 +591,40 @@ func TestTemplateLintsClean(t *testing.T) {
 	cmd.Dir = root(t)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("cfn-lint template.yaml: %v\n%s", err, out)
+	}
+}
+
+// TestTemplateLeasesOutlastTheTimeout: an inflight policy's lease (its
+// window) is no shorter than the Timeout of the function it guards
+// (docs/inflight.md, "The lease rule"): a lease that ended while its request
+// still ran would free the slot early and admit one request over the limit.
+func TestTemplateLeasesOutlastTheTimeout(t *testing.T) {
+	c := loadTemplate(t)
+	checked := 0
+	for _, fn := range handlers.All() {
+		timeout := get(c.resource(t, fn.LogicalID), "Properties", "Timeout")
+		if timeout == nil {
+			timeout = get(c.root, "Globals", "Function", "Timeout")
+		}
+		secs, err := strconv.Atoi(str(timeout))
+		if err != nil || secs < 1 {
+			t.Fatalf("%s: Timeout %q is not a number of seconds", fn.LogicalID, str(timeout))
+		}
+		pf, err := edgelimit.ParsePolicies(fn.PolicyFile, fn.Policies)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pf.Policies {
+			if p.StrategyName() != "inflight" {
+				continue
+			}
+			checked++
+			if p.Window < time.Duration(secs)*time.Second {
+				t.Errorf("%s: policy %s's lease is %s, shorter than %s's Timeout of %ds", fn.PolicyFile, p.Name, p.Window, fn.LogicalID, secs)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no function has an inflight policy (tts's speech-jobs)")
 	}
 }

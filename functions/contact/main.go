@@ -1,4 +1,4 @@
-// Command contact is the example Lambda function for a contact form (kv: 5/min per address, fail open).
+// Command contact is the example Lambda function for a contact form (kv: 5/min per address, fail open) and a demo login (durable: 5 failed logins per 15 min per address, only 401 and 403 charged).
 // Its policies are embedded (functions/handlers/policies/contact.yaml); the
 // rest of its configuration is its environment (see setup.FromEnv and
 // template.yaml).
@@ -10,7 +10,10 @@ import (
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/functions/internal/lambdafn"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/kv"
 )
 
-func main() { lambdafn.Run(handlers.Contact, kv.Backend(dynamodb.Config{})) }
+func main() {
+	lambdafn.Run(handlers.Contact, kv.Backend(dynamodb.Config{}), durable.Backend(dynamodb.Config{}))
+}

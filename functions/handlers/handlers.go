@@ -7,12 +7,15 @@
 //
 //   - paid: GET /paid/{resource}, an API-key metered endpoint (durable,
 //     exact, fail closed).
-//   - contact: POST /contact, a contact form (kv, approximate, fail open).
+//   - contact: POST /contact, a contact form (kv, approximate, fail open),
+//     and POST /login, a demo login whose policy counts only the failed
+//     attempts (durable, charge_status: [401, 403]).
 //   - search: GET /search?q=, a CPU-heavy unindexed scan (durable gcra per
 //     address, the endpoint of the flood experiment).
 //   - tts: POST /tts, an expensive downstream call stood in for by a small
-//     speech synthesiser (signed window tokens and proof of work, no
-//     storage).
+//     speech synthesiser (signed window tokens and proof of work; seconds of
+//     audio charged after the response, durable; at most 2 syntheses of a
+//     client at once, inflight).
 //
 // The handlers never see a request the policies denied: the middleware
 // answers those. They validate their own input and answer 400 with an
@@ -89,7 +92,7 @@ func newFunction(name, logicalID string, routes []string, build func(Deps) middl
 // The example functions.
 var (
 	Paid    = newFunction("paid", "PaidFunction", []string{"GET /paid/{resource}"}, NewPaid)
-	Contact = newFunction("contact", "ContactFunction", []string{"POST /contact"}, NewContact)
+	Contact = newFunction("contact", "ContactFunction", []string{"POST /contact", "POST /login"}, newContactFunction)
 	Search  = newFunction("search", "SearchFunction", []string{"GET /search"}, func(d Deps) middleware.HTTPAPIHandler { return NewSearch(d, SearchConfig{}) })
 	TTS     = newFunction("tts", "TTSFunction", []string{"POST /tts"}, NewTTS)
 )

@@ -18,6 +18,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/middleware"
+	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/memory"
 	"github.com/edgelimit/edgelimit/setup/signed"
@@ -69,7 +70,7 @@ func wantProblem(t *testing.T, what string, resp events.APIGatewayV2HTTPResponse
 
 func TestFunctionsHaveValidPolicies(t *testing.T) {
 	wantStrategies := map[string][]string{
-		"paid": {"durable", "durable"}, "contact": {"kv"}, "search": {"durable"}, "tts": {"signed"},
+		"paid": {"durable", "durable"}, "contact": {"kv", "durable"}, "search": {"durable"}, "tts": {"signed", "durable", "inflight"},
 	}
 	for _, f := range handlers.All() {
 		pf, err := edgelimit.ParsePolicies(f.PolicyFile, f.Policies)
@@ -324,5 +325,161 @@ func TestFunctionsBehindTheMiddleware(t *testing.T) {
 				t.Errorf("request %d: %d %s, want 429", limit+1, resp.StatusCode, resp.Body)
 			}
 		})
+	}
+}
+
+func loginEvent(user, password string) events.APIGatewayV2HTTPRequest {
+	b, _ := json.Marshal(handlers.LoginRequest{Username: user, Password: password})
+	return event("POST", "/login", nil, map[string]string{"Content-Type": "application/json"}, string(b))
+}
+
+func TestLogin(t *testing.T) {
+	h := handlers.Contact.New(quiet)
+	if resp := call(t, h, loginEvent(handlers.DemoUsername, handlers.DemoPassword)); resp.StatusCode != 200 || !strings.Contains(resp.Body, `"status":"ok"`) {
+		t.Errorf("the demo credential: %d %s, want 200", resp.StatusCode, resp.Body)
+	}
+	for name, ev := range map[string]events.APIGatewayV2HTTPRequest{
+		"wrong password": loginEvent(handlers.DemoUsername, "hunter2"),
+		"wrong user":     loginEvent("root", handlers.DemoPassword),
+	} {
+		resp := call(t, h, ev)
+		wantProblem(t, name, resp, 401)
+		if strings.Contains(resp.Body, "hunter2") || strings.Contains(resp.Body, "root") || resp.Headers["WWW-Authenticate"] == "" {
+			t.Errorf("%s: %v %s: want a 401 with WWW-Authenticate that echoes nothing", name, resp.Headers, resp.Body)
+		}
+	}
+	js := map[string]string{"Content-Type": "application/json"}
+	for name, tc := range map[string]struct {
+		h    map[string]string
+		body string
+		want int
+	}{
+		"no content type": {nil, `{"username":"demo","password":"x"}`, 415},
+		"not json":        {js, `username=demo`, 400},
+		"no password":     {js, `{"username":"demo"}`, 400},
+	} {
+		wantProblem(t, name, call(t, h, event("POST", "/login", nil, tc.h, tc.body)), tc.want)
+	}
+	// The contact function's other route is still the contact form, and a
+	// path without a route key is dispatched as RouteKey matches it.
+	if resp := call(t, h, event("POST", "/contact", nil, js, `{"name":"A","email":"a@example.com","message":"m"}`)); resp.StatusCode != 202 {
+		t.Errorf("POST /contact on the contact function: %d %s, want 202", resp.StatusCode, resp.Body)
+	}
+	ev := loginEvent("demo", "wrong")
+	ev.RouteKey, ev.RawPath = "", "/login/"
+	if resp := call(t, h, ev); resp.StatusCode != 401 {
+		t.Errorf("POST /login/ without a route key: %d %s, want the login handler's 401", resp.StatusCode, resp.Body)
+	}
+}
+
+// memoryEngine builds f's policies on in-memory stores at the instant now
+// returns.
+func memoryEngine(t *testing.T, f handlers.Function, now func() time.Time) *edgelimit.Engine {
+	t.Helper()
+	pf, err := edgelimit.ParsePolicies(f.PolicyFile, f.Policies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory, err := setup.Limiters(pf, []setup.Backend{memory.Durable(), memory.KV(), memory.InFlight(), signed.WithKeys(signedwindow.EphemeralKeyRing())},
+		setup.BackendEnv{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return engine
+}
+
+// TestLoginCountsOnlyFailures: behind its policy (login-failures, 5 per 15
+// minutes, charge_status [401, 403]), successful logins cost nothing, the
+// fifth failure is still answered, and then the address is refused, even
+// with the right password, until the window ends.
+func TestLoginCountsOnlyFailures(t *testing.T) {
+	t0 := time.Unix(1_700_000_100, 0) // 100 s into a 15-minute window
+	at := t0
+	now := func() time.Time { return at }
+	h := middleware.HTTPAPI(memoryEngine(t, handlers.Contact, now), handlers.Contact.New(quiet))
+	good, bad := loginEvent(handlers.DemoUsername, handlers.DemoPassword), loginEvent(handlers.DemoUsername, "guess")
+	steps := []struct {
+		ev   events.APIGatewayV2HTTPRequest
+		want int
+	}{
+		{bad, 401}, {good, 200}, {bad, 401}, {bad, 401}, {good, 200}, {good, 200}, {bad, 401}, {bad, 401}, // 5 failures
+		{good, 429}, {bad, 429},
+	}
+	for i, st := range steps {
+		resp := call(t, h, st.ev)
+		if resp.StatusCode != st.want {
+			t.Fatalf("attempt %d: %d %s, want %d", i+1, resp.StatusCode, resp.Body, st.want)
+		}
+		if st.want == 429 && !strings.Contains(resp.Body, `"violated-policies":["login-failures"]`) {
+			t.Errorf("attempt %d: body %s, want login-failures violated", i+1, resp.Body)
+		}
+	}
+	// Another address is not refused; the window's end frees the first.
+	other := bad
+	other.RequestContext.HTTP.SourceIP = "198.51.100.8"
+	if resp := call(t, h, other); resp.StatusCode != 401 {
+		t.Errorf("another address: %d, want 401", resp.StatusCode)
+	}
+	windowEnd := time.Unix(t0.Unix()/900*900+900, 0)
+	at = windowEnd.Add(-time.Millisecond)
+	if resp := call(t, h, good); resp.StatusCode != 429 {
+		t.Errorf("1 ms before the window ends: %d, want 429", resp.StatusCode)
+	}
+	at = windowEnd
+	if resp := call(t, h, good); resp.StatusCode != 200 {
+		t.Errorf("at the window's end: %d %s, want 200", resp.StatusCode, resp.Body)
+	}
+}
+
+// TestTTSReportsSecondsOfAudio: behind its own policies (in memory), the
+// tts handler reports what it generated, SpeechSeconds of its text, and
+// speech-seconds is charged that after the response, not 1 per request.
+func TestTTSReportsSecondsOfAudio(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want int64
+	}{{"hi", 1}, {strings.Repeat("a", 25), 1}, {strings.Repeat("a", 26), 2}, {strings.Repeat("speak ", 17), 5}, {strings.Repeat("a", 500), 20}} {
+		if got := handlers.SpeechSeconds(tc.text); got != tc.want {
+			t.Errorf("SpeechSeconds(%d characters) = %d, want %d", len(tc.text), got, tc.want)
+		}
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	h := middleware.HTTPAPI(memoryEngine(t, handlers.TTS, func() time.Time { return t0 }), handlers.TTS.New(quiet))
+	say := func(text string, extra map[string]string) events.APIGatewayV2HTTPResponse {
+		hd := map[string]string{"Content-Type": "application/json"}
+		for k, v := range extra {
+			hd[k] = v
+		}
+		b, _ := json.Marshal(handlers.TTSRequest{Text: text})
+		return call(t, h, event("POST", "/tts", nil, hd, string(b)))
+	}
+	resp := say("hi", nil)
+	challenge := resp.Headers["Edgelimit-Challenge"]
+	if resp.StatusCode != 429 || challenge == "" {
+		t.Fatalf("no proof: %d %v, want 429 with a challenge", resp.StatusCode, resp.Headers)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	proof, err := pow.Solve(ctx, challenge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hd := map[string]string{"Edgelimit-Proof": proof}
+	for i, st := range []struct {
+		text string
+		r    int // speech-seconds' r on the response: what was left before its charge
+	}{{strings.Repeat("speak ", 17), 300}, {"hi", 295}, {"hi", 294}} {
+		resp := say(st.text, hd)
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i+1, resp.StatusCode, resp.Body)
+		}
+		if want := fmt.Sprintf(`"speech-seconds";r=%d;`, st.r); !strings.Contains(resp.Headers["RateLimit"], want) {
+			t.Errorf("request %d: RateLimit %q, want %s", i+1, resp.Headers["RateLimit"], want)
+		}
+		hd = map[string]string{"Edgelimit-Token": resp.Headers["Edgelimit-Token"]}
 	}
 }

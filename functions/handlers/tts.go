@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/middleware"
 )
 
@@ -34,8 +35,12 @@ const (
 // an expensive downstream call (a paid text-to-speech API). It answers
 // audio/wav, base64-encoded as API Gateway requires for binary bodies: one
 // short tone per character, silence for white space. What makes it worth
-// protecting is what it would cost per call downstream, which is why its
-// policy spends no storage at all and makes abusers pay in proof of work.
+// protecting is what it would cost per call downstream, and that cost is
+// known only once the audio exists: the handler reports the seconds it
+// generated (SpeechSeconds) to the middleware, which charges them to the
+// speech-seconds policy after the response. The client never says what its
+// request costs. Its other policies make abusers pay in proof of work (tts)
+// and cap how many syntheses of a client run at once (speech-jobs).
 func NewTTS(d Deps) middleware.HTTPAPIHandler {
 	log := d.logger()
 	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
@@ -55,7 +60,11 @@ func NewTTS(d Deps) middleware.HTTPAPIHandler {
 			return badRequest("text must be 1 to 500 characters of UTF-8.")
 		}
 		wav := Synthesize(text)
-		log.InfoContext(ctx, "tts: synthesized", "chars", utf8.RuneCountInString(text), "bytes", len(wav))
+		seconds := SpeechSeconds(text)
+		if v, ok := edgelimit.FromContext(ctx); ok {
+			v.ReportCost(seconds)
+		}
+		log.InfoContext(ctx, "tts: synthesized", "chars", utf8.RuneCountInString(text), "bytes", len(wav), "seconds", seconds)
 		return events.APIGatewayV2HTTPResponse{
 			StatusCode:      200,
 			Headers:         map[string]string{"Content-Type": "audio/wav", "Cache-Control": "no-store"},
@@ -63,6 +72,14 @@ func NewTTS(d Deps) middleware.HTTPAPIHandler {
 			IsBase64Encoded: true,
 		}, nil
 	}
+}
+
+// SpeechSeconds is what Synthesize(text) costs, in whole seconds of audio
+// (40 ms per character, rounded up): the units the speech-seconds policy
+// counts.
+func SpeechSeconds(text string) int64 {
+	ms := int64(utf8.RuneCountInString(text)) * 1000 * ttsPerChar / ttsRate
+	return (ms + 999) / 1000
 }
 
 // Synthesize returns text as a WAV file: 8 kHz, 8-bit unsigned mono, one

@@ -1,4 +1,4 @@
-// Command tts is the example Lambda function for an expensive downstream call (signed window tokens and proof of work, no storage).
+// Command tts is the example Lambda function for an expensive downstream call (signed window tokens and proof of work, seconds of audio charged after the response, at most 2 jobs at once per client).
 // Its policies are embedded (functions/handlers/policies/tts.yaml); the
 // rest of its configuration is its environment (see setup.FromEnv and
 // template.yaml).
@@ -9,7 +9,12 @@ package main
 import (
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/functions/internal/lambdafn"
+	"github.com/edgelimit/edgelimit/setup/dynamodb"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/inflight"
 	"github.com/edgelimit/edgelimit/setup/signed"
 )
 
-func main() { lambdafn.Run(handlers.TTS, signed.Backend()) }
+func main() {
+	lambdafn.Run(handlers.TTS, signed.Backend(), inflight.Backend(dynamodb.Config{}), durable.Backend(dynamodb.Config{}))
+}

@@ -86,7 +86,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/edgelimit/edgelimit/inflight"
-	"github.com/edgelimit/edgelimit/internal/ddb"
+	"github.com/edgelimit/edgelimit/internal/ddb/ddbcore"
 )
 
 // API is the part of *dynamodb.Client that Store uses.
@@ -193,7 +193,7 @@ func num(n int64) types.AttributeValue {
 }
 
 func (s *Store) key(item string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{ddb.AttrPK: &types.AttributeValueMemberS{Value: item}}
+	return map[string]types.AttributeValue{ddbcore.AttrPK: &types.AttributeValueMemberS{Value: item}}
 }
 
 // ttl is the expires_at of an item whose latest lease ends at expiry (Unix
@@ -226,7 +226,7 @@ func parse(item map[string]types.AttributeValue) (view, error) {
 	v := view{exists: item != nil}
 	for name, av := range item {
 		switch {
-		case name == attrN, name == ddb.AttrExpiresAt, strings.HasPrefix(name, holderPrefix):
+		case name == attrN, name == ddbcore.AttrExpiresAt, strings.HasPrefix(name, holderPrefix):
 		default:
 			continue
 		}
@@ -241,7 +241,7 @@ func parse(item map[string]types.AttributeValue) (view, error) {
 		switch name {
 		case attrN:
 			v.n = x
-		case ddb.AttrExpiresAt:
+		case ddbcore.AttrExpiresAt:
 			v.ttl = x
 		default:
 			v.holders = append(v.holders, holder{attr: name, expiry: x, raw: nv.Value})
@@ -414,7 +414,7 @@ func (s *Store) taken(ctx context.Context, t inflight.Take, after map[string]typ
 			ConditionExpression:       aws.String("attribute_exists(n) AND expires_at < :t"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":t": num(want)},
 		}, s.opts...)
-		if err != nil && !ddb.IsConditionFailed(err) {
+		if err != nil && !ddbcore.IsConditionFailed(err) {
 			// The slot is taken; only the item's TTL is short of a longer
 			// lease. Release it rather than report a slot the caller will
 			// not release.
@@ -458,7 +458,7 @@ func (s *Store) ReleaseSlot(ctx context.Context, item string, id inflight.SlotID
 	switch {
 	case err == nil:
 		return true, nil
-	case ddb.IsConditionFailed(err):
+	case ddbcore.IsConditionFailed(err):
 		return false, nil // released already, or reclaimed
 	}
 	return false, wrap("release", item, err)
@@ -490,7 +490,7 @@ func (s *Store) get(ctx context.Context, item string) (map[string]types.Attribut
 }
 
 func wrap(what, item string, err error) error {
-	if ddb.IsThrottle(err) {
+	if ddbcore.IsThrottle(err) {
 		return fmt.Errorf("dynamostore: %s %q: %w: %w", what, item, inflight.ErrThrottled, err)
 	}
 	return fmt.Errorf("dynamostore: %s %q: %w", what, item, err)

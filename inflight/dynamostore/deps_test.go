@@ -1,0 +1,26 @@
+package dynamostore_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestLinksNoConfigLoader: the store links the DynamoDB client, never the
+// SDK's shared-config loader (aws-sdk-go-v2/config, with SSO and STS),
+// which internal/ddb.NewClient uses for the CLI and the tests. It imported
+// internal/ddb, and so the tts function, the first with an inflight policy,
+// linked STS, SSO and the shared-config parser: 10.03 MB on linux/arm64,
+// over the 10 MB budget of e2e.TestColdStart (9.50 MB without them).
+func TestLinksNoConfigLoader(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "github.com/edgelimit/edgelimit/inflight/dynamostore").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p == "github.com/aws/aws-sdk-go-v2/config" || strings.HasPrefix(p, "github.com/aws/aws-sdk-go-v2/service/sso") || strings.HasPrefix(p, "github.com/aws/aws-sdk-go-v2/service/sts") {
+			t.Errorf("dynamostore links %s", p)
+		}
+	}
+}
