@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgelimit/edgelimit/internal/keyhash"
 	isecret "github.com/edgelimit/edgelimit/internal/secret"
+	"github.com/edgelimit/edgelimit/internal/urlpath"
 )
 
 // Config configures an Engine.
@@ -302,7 +303,7 @@ func requestLine(method, path string) (canonical, reason, detail string) {
 	if reason := checkRequestLine(method, path); reason != "" {
 		return "", reason, "The request line is malformed."
 	}
-	if canonical = canonicalPath(path); canonical == "" {
+	if canonical = urlpath.Canonical(path); canonical == "" {
 		return "", "path does not decode", "The request path is malformed."
 	}
 	return canonical, "", ""

@@ -1,10 +1,14 @@
 package edgelimit
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/edgelimit/edgelimit/internal/urlpath"
+)
 
 // Internals the external tests reach.
 var (
-	CanonicalPath = canonicalPath
+	CanonicalPath = urlpath.Canonical
 	TemplatePath  = templatePath
 )
 

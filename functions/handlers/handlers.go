@@ -35,6 +35,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/urlpath"
 	"github.com/edgelimit/edgelimit/middleware"
 )
 
@@ -232,11 +233,8 @@ func Mux(d Deps, fallback middleware.HTTPAPIHandler) middleware.HTTPAPIHandler {
 		}
 	}
 	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-		method, path := req.RequestContext.HTTP.Method, req.RawPath
-		if path == "" {
-			path = req.RequestContext.HTTP.Path
-		}
-		segs := strings.Split(strings.Trim(path, "/"), "/")
+		segs := pathSegments(req)
+		method := req.RequestContext.HTTP.Method
 		for _, r := range routes {
 			if r.method == method && matchRoute(r.parts, segs) {
 				return r.h(ctx, req)
@@ -251,7 +249,7 @@ func Mux(d Deps, fallback middleware.HTTPAPIHandler) middleware.HTTPAPIHandler {
 // same matching as Mux, or "$default" when none does. `edgelimit serve`
 // puts it in the events it builds, as the gateway does.
 func RouteKey(method, path string) string {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
+	segs := canonicalSegments(path)
 	for _, f := range All() {
 		for _, r := range f.Routes {
 			m, p, _ := strings.Cut(r, " ")
@@ -261,6 +259,28 @@ func RouteKey(method, path string) string {
 		}
 	}
 	return "$default"
+}
+
+// pathSegments are the segments of req's path in the canonical form the
+// engine matches policies against (internal/urlpath), so that a handler
+// chosen by path is always the one whose route's policies were applied:
+// "/contact/../login" is /login to both.
+func pathSegments(req events.APIGatewayV2HTTPRequest) []string {
+	path := req.RawPath
+	if path == "" {
+		path = req.RequestContext.HTTP.Path
+	}
+	return canonicalSegments(path)
+}
+
+// canonicalSegments splits path's canonical form; a path that has none
+// (not absolute, a bad escape) has no segments and matches no route.
+func canonicalSegments(path string) []string {
+	c := urlpath.Canonical(path)
+	if c == "" {
+		return nil
+	}
+	return strings.Split(strings.Trim(c, "/"), "/")
 }
 
 // matchRoute matches path segments against an API Gateway route's.

@@ -365,10 +365,21 @@ func TestLogin(t *testing.T) {
 	if resp := call(t, h, event("POST", "/contact", nil, js, `{"name":"A","email":"a@example.com","message":"m"}`)); resp.StatusCode != 202 {
 		t.Errorf("POST /contact on the contact function: %d %s, want 202", resp.StatusCode, resp.Body)
 	}
-	ev := loginEvent("demo", "wrong")
-	ev.RouteKey, ev.RawPath = "", "/login/"
-	if resp := call(t, h, ev); resp.StatusCode != 401 {
-		t.Errorf("POST /login/ without a route key: %d %s, want the login handler's 401", resp.StatusCode, resp.Body)
+	// Every spelling the engine reads as /login (and so guards with the
+	// login policy) reaches the login handler, with no route key or a
+	// Function URL's $default: before, "/contact/../login" reached the
+	// contact form under the login policy, which charges only 401s.
+	for _, routeKey := range []string{"", "$default"} {
+		for _, path := range []string{"/login/", "//login", "/contact/../login", "/%6Cogin", "/login/.", "/x/./../login"} {
+			ev := loginEvent("demo", "wrong")
+			ev.RouteKey, ev.RawPath = routeKey, path
+			if resp := call(t, h, ev); resp.StatusCode != 401 {
+				t.Errorf("POST %s (route key %q): %d %s, want the login handler's 401", path, routeKey, resp.StatusCode, resp.Body)
+			}
+		}
+	}
+	if got := handlers.RouteKey("POST", "/contact/../login"); got != "POST /login" {
+		t.Errorf("RouteKey(POST /contact/../login) = %q, want POST /login", got)
 	}
 }
 

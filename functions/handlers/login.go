@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
-	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -73,19 +72,16 @@ func NewLogin(d Deps) middleware.HTTPAPIHandler {
 // NewLogin, everything else to NewContact. It dispatches on the route API
 // Gateway matched (the event's routeKey), which is also a route whose
 // policies the engine applies to the request; an event without one (a
-// test's) is matched by its path as RouteKey matches, which is what
-// `edgelimit serve` puts in its events.
+// test's, a Function URL's "$default") is matched by its path in the
+// engine's canonical form, as RouteKey matches, which is what `edgelimit
+// serve` puts in its events.
 func newContactFunction(d Deps) middleware.HTTPAPIHandler {
 	contact, login := NewContact(d), NewLogin(d)
 	loginRoute := []string{"login"}
 	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 		isLogin := req.RouteKey == "POST /login"
 		if req.RouteKey == "" || req.RouteKey == "$default" {
-			path := req.RawPath
-			if path == "" {
-				path = req.RequestContext.HTTP.Path
-			}
-			isLogin = req.RequestContext.HTTP.Method == "POST" && matchRoute(loginRoute, strings.Split(strings.Trim(path, "/"), "/"))
+			isLogin = req.RequestContext.HTTP.Method == "POST" && matchRoute(loginRoute, pathSegments(req))
 		}
 		if isLogin {
 			return login(ctx, req)
