@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/edgelimit/edgelimit/internal/ddb"
+	ddb "github.com/edgelimit/edgelimit/internal/ddb/ddbcore"
 )
 
 // Attribute names of a bucket item, next to ddb.AttrPK and ddb.AttrExpiresAt.

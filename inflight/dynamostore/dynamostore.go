@@ -86,7 +86,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/edgelimit/edgelimit/inflight"
-	"github.com/edgelimit/edgelimit/internal/ddb"
+	ddb "github.com/edgelimit/edgelimit/internal/ddb/ddbcore"
 )
 
 // API is the part of *dynamodb.Client that Store uses.
