@@ -11,10 +11,15 @@ import (
 	"time"
 )
 
-// unsigned are the headers Signature Version 4 leaves out, as the SDK's
-// signer does: a proxy or the transport may change them.
-var unsigned = map[string]bool{
-	"authorization": true, "user-agent": true, "x-amzn-trace-id": true, "expect": true, "transfer-encoding": true,
+// unsigned reports the headers Signature Version 4 leaves out, as the SDK's
+// signer does: a proxy or the transport may change them. (A switch, not a
+// map: no package init.)
+func unsigned(lowerName string) bool {
+	switch lowerName {
+	case "authorization", "user-agent", "x-amzn-trace-id", "expect", "transfer-encoding":
+		return true
+	}
+	return false
 }
 
 // Sign signs req, whose body is payload, for service in region at t with
@@ -47,7 +52,7 @@ func (c Credentials) Sign(req *http.Request, payload []byte, service, region str
 	}
 	for k, v := range req.Header {
 		lk := strings.ToLower(k)
-		if unsigned[lk] || lk == "content-length" {
+		if unsigned(lk) || lk == "content-length" {
 			continue
 		}
 		values[lk] = append(values[lk], v...)
