@@ -71,7 +71,7 @@ func (p *fileParser) parseLists(v *yaml.Node) []*List {
 		if f := fields["name"]; f == nil {
 			p.errorf(n.Line, "", "list has no `name`")
 		} else if s, ok := p.str(f, "", "list name"); ok {
-			if !policyNameRe.MatchString(s) {
+			if !validName(s) {
 				p.errorf(f.Line, "", "list name %q must be 1-64 characters of a-z, 0-9 and -", s)
 			}
 			if names[s] {

@@ -63,7 +63,7 @@ func parseTiers(p *fileParser, pol *Policy, v *yaml.Node) {
 	default:
 		for i := 0; i+1 < len(levels.Content); i += 2 {
 			k, lv := levels.Content[i], levels.Content[i+1]
-			if !policyNameRe.MatchString(k.Value) {
+			if !validName(k.Value) {
 				p.errorf(k.Line, pol.Name, "tier name %q must be 1-64 characters of a-z, 0-9 and -", k.Value)
 				continue
 			}

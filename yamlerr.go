@@ -2,7 +2,6 @@ package edgelimit
 
 import (
 	"bytes"
-	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -11,8 +10,6 @@ import (
 // maxLocateLines bounds the files whose syntax errors are located by
 // re-parsing prefixes; longer ones keep the YAML library's line.
 const maxLocateLines = 2000
-
-var yamlLineRe = regexp.MustCompile(`^line (\d+): `)
 
 // syntaxError returns the line and a one-line message for err, the YAML
 // library's error for data. The library reports some errors at the line
@@ -25,10 +22,15 @@ var yamlLineRe = regexp.MustCompile(`^line (\d+): `)
 func syntaxError(data []byte, err error) (int, string) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 0
-	if m := yamlLineRe.FindStringSubmatch(msg); m != nil {
-		msg = msg[len(m[0]):]
-		for _, c := range m[1] {
-			line = line*10 + int(c-'0')
+	// "line N: " (the regexp ^line (\d+): , by hand: no regexp compiled
+	// at every cold start's package init).
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		n, i := 0, 0
+		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+			n, i = n*10+int(rest[i]-'0'), i+1
+		}
+		if i > 0 && strings.HasPrefix(rest[i:], ": ") {
+			msg, line = rest[i+2:], n
 		}
 	}
 	if strings.Contains(msg, "tab character") {

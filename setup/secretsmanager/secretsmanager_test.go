@@ -138,7 +138,7 @@ func TestFromEnvSecretErrors(t *testing.T) {
 		{"no hash_key", `{"token_secrets":"` + marker + `"}`, nil, "has no hash_key"},
 		{"short hash_key", `{"hash_key":"` + marker + `"}`, nil, setup.EnvHashKey},
 		{"also the variable", `{"hash_key":"` + hashKey + `"}`, map[string]string{setup.EnvHashKey: hashKey}, "both " + setup.EnvSecretID + " and " + setup.EnvHashKey},
-		{"missing secret", "", nil, "GetSecretValue"},
+		{"missing secret", "", nil, "GetSecretValue of edgelimit-does-not-exist: ResourceNotFoundException (HTTP "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "edgelimit-does-not-exist"
@@ -167,5 +167,36 @@ func TestFromEnvSecretErrors(t *testing.T) {
 		Getenv: func(k string) string { return map[string]string{setup.EnvSecretID: "x", setup.EnvSecrets: ring}[k] }, Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}})
 	if err == nil || !strings.Contains(err.Error(), "reads no secrets") {
 		t.Errorf("no SecretSource: %v", err)
+	}
+}
+
+// Against moto, the real protocol: a secret that does not exist is
+// Secrets Manager's ResourceNotFoundException as an *APIError, and a
+// binary secret is refused, not decoded.
+func TestSecretStringMoto(t *testing.T) {
+	ep := motoEndpoint(t)
+	getenv := func(k string) string { return map[string]string{secretsmanager.EnvEndpoint: ep}[k] }
+	_, err := secretsmanager.Source().SecretString(context.Background(), getenv, "edgelimit-does-not-exist")
+	var ae *secretsmanager.APIError
+	if !errors.As(err, &ae) || ae.Code != "ResourceNotFoundException" || ae.StatusCode < 400 || ae.Message == "" {
+		t.Errorf("missing secret: %v (%+v)", err, ae)
+	}
+
+	c := sm.New(sm.Options{Region: "us-east-1", BaseEndpoint: aws.String(ep), HTTPClient: awshttp.NewBuildableClient(),
+		Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")})
+	out, err := c.CreateSecret(context.Background(), &sm.CreateSecretInput{
+		Name: aws.String(fmt.Sprintf("edgelimit-binary-%d", time.Now().UnixNano())), SecretBinary: []byte(marker)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = secretsmanager.Source().SecretString(context.Background(), getenv, *out.ARN)
+	if err == nil || !strings.Contains(err.Error(), "binary data") || strings.Contains(err.Error(), marker[:10]) {
+		t.Errorf("binary secret: %v", err)
+	}
+
+	// A string secret, by its ARN.
+	arn := createSecret(t, ep, `{"hash_key":"x"}`)
+	if s, err := secretsmanager.Source().SecretString(context.Background(), getenv, arn); err != nil || s != `{"hash_key":"x"}` {
+		t.Errorf("by ARN: %q, %v", s, err)
 	}
 }
