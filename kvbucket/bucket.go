@@ -35,7 +35,7 @@ type Config struct {
 	// the Policy's Options (what its file said), else the zero Options.
 	Options *Options
 	// KV stores the buckets, shared by every instance. Required: a
-	// *DynamoDB on AWS, a *Memory for one process.
+	// *dynamostore.Store on AWS, a *Memory for one process.
 	KV KV
 	// Now is the clock of Allow, Refund and Peek. When set it is the
 	// bucket's own and wins over Request.At (tests that inject one keep
@@ -68,7 +68,7 @@ type policyParams struct {
 func paramsOf(cfg Config) (policyParams, error) {
 	p := cfg.Policy
 	if p.Strategy != nil && p.Strategy != Strategy {
-		return policyParams{}, fmt.Errorf("%w: policy %q has strategy %q, not kv", ErrBadConfig, p.Name, p.Strategy.Name)
+		return policyParams{}, fmt.Errorf("%w: policy %q has strategy %q, not kv", ErrConfig, p.Name, p.Strategy.Name)
 	}
 	opts, err := options(cfg)
 	if err != nil {
@@ -123,20 +123,20 @@ var (
 // New checks cfg and returns the bucket.
 func New(cfg Config) (*Bucket, error) {
 	if cfg.Policy == nil {
-		return nil, fmt.Errorf("%w: Config.Policy is required", ErrBadConfig)
+		return nil, fmt.Errorf("%w: Config.Policy is required", ErrConfig)
 	}
 	pp, err := paramsOf(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.KV == nil {
-		return nil, fmt.Errorf("%w: policy %q: Config.KV is required", ErrBadConfig, pp.name)
+		return nil, fmt.Errorf("%w: policy %q: Config.KV is required", ErrConfig, pp.name)
 	}
 	if pp.sync < 0 {
-		return nil, fmt.Errorf("%w: policy %q: sync interval %s is negative", ErrBadConfig, pp.name, pp.sync)
+		return nil, fmt.Errorf("%w: policy %q: sync interval %s is negative", ErrConfig, pp.name, pp.sync)
 	}
 	if cfg.CacheSize < 0 {
-		return nil, fmt.Errorf("%w: policy %q: cache size %d is negative", ErrBadConfig, pp.name, cfg.CacheSize)
+		return nil, fmt.Errorf("%w: policy %q: cache size %d is negative", ErrConfig, pp.name, cfg.CacheSize)
 	}
 	b := &Bucket{
 		prefix:   pp.name + "#",
@@ -154,14 +154,14 @@ func New(cfg Config) (*Bucket, error) {
 	if b.closed {
 		b.p.Capacity = 0
 		if b.p.Window <= 0 {
-			return nil, fmt.Errorf("%w: policy %q: window %s is not positive", ErrBadConfig, pp.name, b.p.Window)
+			return nil, fmt.Errorf("%w: policy %q: window %s is not positive", ErrConfig, pp.name, b.p.Window)
 		}
 	} else if err := b.p.Validate(); err != nil {
 		return nil, fmt.Errorf("%w (policy %q)", err, pp.name)
 	}
 	if pp.cost > b.p.Capacity && !b.closed {
 		return nil, fmt.Errorf("%w: policy %q: cost %d is more than the capacity %d: every request would be denied",
-			ErrBadConfig, pp.name, pp.cost, b.p.Capacity)
+			ErrConfig, pp.name, pp.cost, b.p.Capacity)
 	}
 	if b.now == nil {
 		b.now = time.Now
@@ -249,7 +249,7 @@ func (b *Bucket) closedDecision() edgelimit.Decision {
 // an addition of minus those tokens to what this region spent, never more.
 // A decision that spent nothing (denied, or degraded by the engine)
 // refunds nothing. A receipt of another Bucket or key, or one that spent
-// nothing, is ErrBadReceipt and changes nothing. See RefundAt for where the
+// nothing, is ErrReceipt and changes nothing. See RefundAt for where the
 // tokens go.
 func (b *Bucket) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.Decision) error {
 	if err := checkKey(req.Key); err != nil {
@@ -260,7 +260,7 @@ func (b *Bucket) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.
 	}
 	_, h := b.cache.shard(req.Key)
 	if d.Receipt.ID != b.receiptID(h) || d.Receipt.Slot < 1 || b.closed {
-		return fmt.Errorf("%w: policy %q: the decision was not spent by this bucket for this key", ErrBadReceipt, b.prefix[:len(b.prefix)-1])
+		return fmt.Errorf("%w: policy %q: the decision was not spent by this bucket for this key", ErrReceipt, b.prefix[:len(b.prefix)-1])
 	}
 	var none edgelimit.Decision
 	return b.do(ctx, b.instant(req).UnixNano(), req.Key, d.Receipt.Slot, opRefund, &none)

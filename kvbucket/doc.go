@@ -43,7 +43,7 @@
 // tokens, and this Bucket and key): [Bucket.Refund] gives back exactly those
 // tokens, never beyond capacity (in the KV, minus those tokens added to
 // what this instance's region spent, never more), and refuses a receipt
-// that is not its own ([ErrBadReceipt]). [Bucket.Peek] answers whether a
+// that is not its own ([ErrReceipt]). [Bucket.Peek] answers whether a
 // request would be allowed, and the state, without spending or writing:
 // from the local state when Allow would decide from it, else from one KV
 // read. Allow, Refund and Peek decide at [edgelimit.Request.At] unless the
@@ -55,8 +55,9 @@
 // A [KV] holds the TAT of a bucket and changes it only by commutative
 // updates ([Update]): raise it to a floor (when it is below: the bucket had
 // refilled completely) and add to it. Concurrent instances' spending adds
-// up instead of the last writer's copy replacing the others'. On [DynamoDB]
-// an update is one UpdateItem: an ADD, which needs no condition, in the
+// up instead of the last writer's copy replacing the others'. On DynamoDB
+// (package kvbucket/dynamostore, which holds the AWS SDK: this package
+// links none of it) an update is one UpdateItem: an ADD, which needs no condition, in the
 // common case; after an idle period a SET of the TAT to its floor under the
 // condition that it is below it; the item's answer (ReturnValues ALL_NEW)
 // is the bucket's fresh state, written by everyone, so a sync needs no
@@ -68,7 +69,7 @@
 //
 // Across regions (a DynamoDB Global Table, replicated last writer wins per
 // item), each region writes only its own part of a bucket
-// (DynamoDBConfig.Region: an item "…@<region>") and reads the others' parts
+// (dynamostore.Config.Region: an item "…@<region>") and reads the others' parts
 // from its replica: the bucket's TAT is
 //
 //	max over regions q of (TAT_q + Window·(tokens spent by every region but q))
@@ -186,8 +187,8 @@
 // # Failure modes
 //
 // The engine sets the time budget of a decision in ctx (store_timeout,
-// default 100ms); ctx goes straight to the SDK. [DynamoDB] caps the SDK's
-// back-off between retries (DynamoDBConfig.RetryBackoff, default 10 ms, as
+// default 100ms); ctx goes straight to the SDK. dynamostore caps the SDK's
+// back-off between retries (its Config.RetryBackoff, default 10 ms, as
 // durablecounter does), so that a throttled call gives up after the
 // client's attempts (4 for DynamoDB by default: 3 back-offs, 30 ms) well
 // inside the budget, instead of waiting it out. A KV error is returned
@@ -205,6 +206,6 @@
 // the tokens that instance had left); this region's part more than
 // [MaxClockSkew] beyond a bucket spent empty twice over is repaired to an
 // empty bucket at the reader's instant, so one bad clock cannot freeze a
-// bucket. Sentinel errors: [ErrBadConfig], [ErrBadKey], [ErrBadItem],
-// [ErrBadReceipt], [ErrThrottled].
+// bucket. Sentinel errors: [ErrConfig], [ErrBadKey], [ErrBadItem],
+// [ErrReceipt], [ErrThrottled].
 package kvbucket

@@ -124,8 +124,10 @@ type Update struct {
 	TTL time.Duration
 }
 
-// fits reports whether a conditional u applies to p.
-func (u *Update) fits(p Part) bool {
+// Fits reports whether u applies to p: always for an unconditional update;
+// for a conditional one, whether it fits (see Update). A KV decides with
+// it which state failed a condition.
+func (u *Update) Fits(p Part) bool {
 	if !u.Conditional {
 		return true
 	}

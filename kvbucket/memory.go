@@ -94,7 +94,7 @@ func (m *Memory) Update(ctx context.Context, key string, u Update) (Tally, error
 			it.p.TAT, it.p.Version = p.TAT, p.Version
 		}
 	}
-	if !u.fits(p) {
+	if !u.Fits(p) {
 		return Tally{Own: clonePart(p)}, nil
 	}
 	switch {

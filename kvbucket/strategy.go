@@ -82,7 +82,7 @@ func options(cfg Config) (Options, error) {
 	}
 	o, ok := cfg.Policy.Options.(*Options)
 	if !ok {
-		return Options{}, fmt.Errorf("%w: policy %q: options are a %T, not *kvbucket.Options (is it a kv policy?)", ErrBadConfig, cfg.Policy.Name, cfg.Policy.Options)
+		return Options{}, fmt.Errorf("%w: policy %q: options are a %T, not *kvbucket.Options (is it a kv policy?)", ErrConfig, cfg.Policy.Name, cfg.Policy.Options)
 	}
 	return *o, nil
 }
