@@ -16,8 +16,14 @@ import (
 // little staleness to what the KV already has.
 const DefaultSyncInterval = time.Second
 
-// DefaultCacheSize is Config.CacheSize's default.
-const DefaultCacheSize = 10_000
+// DefaultCacheSize is Config.CacheSize's default: room for 100,000 active
+// keys (issue #16: at the 10,000 of before, a function with 100,000 active
+// clients found most of their keys evicted, and paid a strong read and a
+// write per decision), with the headroom the cache's 64 shards need (a
+// shard holds 2,048; 100,000 keys put about 1,560 in each, rarely over
+// 1,700). The cache grows with the keys it meets, about 490 bytes each
+// (measured, TestCacheEntryBytes): 49 MB at 100,000 keys, 64 MB full.
+const DefaultCacheSize = 1 << 17
 
 // MaxKeyLength bounds a request key. Keys arrive hashed (22 bytes), so a
 // longer one is a caller's bug, refused with ErrBadKey.
@@ -41,11 +47,16 @@ type Config struct {
 	// bucket's own and wins over Request.At (tests that inject one keep
 	// it); when nil they use Request.At, or time.Now when that is zero.
 	Now func() time.Time
-	// CacheSize bounds the keys whose state this process keeps (about 300
-	// bytes each); beyond it a least recently used key is dropped (sampled
-	// LRU). Default DefaultCacheSize (10,000). Dropping never loses
-	// spending: a key with spending the KV does not know yet is written
-	// back first (see the package documentation).
+	// CacheSize bounds the keys whose state this process keeps (when set,
+	// it wins over the policy's cache_size, Options.CacheSize); beyond it
+	// a least recently used key is dropped (sampled LRU). The cache grows
+	// with the keys it meets, about 490 bytes each (measured: 49 MB for
+	// 100,000 keys), up to the bound. Default DefaultCacheSize (131,072:
+	// 100,000 active keys with headroom); a function with little memory
+	// and many clients may set less, at a strong read and a write for each
+	// decision of a key that was dropped. Dropping never loses spending: a
+	// key with spending the KV does not know yet is written back first
+	// (see the package documentation).
 	CacheSize int
 	// NoCache makes every admission a conditional write of its own to the
 	// KV (a reservation that lands only if it fits) instead of deciding a
@@ -56,11 +67,12 @@ type Config struct {
 
 // policyParams are the parts of a policy the bucket uses.
 type policyParams struct {
-	name   string
-	params Params
-	sync   time.Duration
-	cost   int64
-	closed bool
+	name      string
+	params    Params
+	sync      time.Duration
+	cacheSize int
+	cost      int64
+	closed    bool
 }
 
 // paramsOf reads every Policy field and option the bucket uses, and only
@@ -79,11 +91,12 @@ func paramsOf(cfg Config) (policyParams, error) {
 		capacity = opts.Burst
 	}
 	return policyParams{
-		name:   p.Name,
-		params: Params{Capacity: capacity, Limit: p.Limit, Window: p.Window},
-		sync:   opts.SyncInterval,
-		cost:   p.Cost,
-		closed: p.Limit == 0,
+		name:      p.Name,
+		params:    Params{Capacity: capacity, Limit: p.Limit, Window: p.Window},
+		sync:      opts.SyncInterval,
+		cacheSize: opts.CacheSize,
+		cost:      p.Cost,
+		closed:    p.Limit == 0,
 	}, nil
 }
 
@@ -170,6 +183,9 @@ func New(cfg Config) (*Bucket, error) {
 		b.sync = int64(DefaultSyncInterval)
 	}
 	size := cfg.CacheSize
+	if size == 0 {
+		size = pp.cacheSize
+	}
 	if size == 0 {
 		size = DefaultCacheSize
 	}

@@ -17,6 +17,10 @@ type Options struct {
 	// SyncInterval is how often a hot key's local state is written back
 	// (and the KV read); default (0) DefaultSyncInterval.
 	SyncInterval time.Duration
+	// CacheSize bounds the keys whose state each process keeps for the
+	// policy (policy field cache_size); default (0) Config.CacheSize, else
+	// DefaultCacheSize.
+	CacheSize int
 }
 
 // String describes the options, as `edgelimit check` lists them.
@@ -28,18 +32,21 @@ func (o Options) String() string {
 	if o.SyncInterval > 0 {
 		s += " sync=" + o.SyncInterval.String()
 	}
+	if o.CacheSize > 0 {
+		s += " cache=" + strconv.Itoa(o.CacheSize)
+	}
 	return s
 }
 
 // Strategy is the kv strategy, as policy files name it: strategy: kv, with
-// the fields burst and sync_interval (and algorithm, which can only be
-// token-bucket). It fails open by default: a soft limit lets requests
+// the fields burst, sync_interval and cache_size (and algorithm, which can
+// only be token-bucket). It fails open by default: a soft limit lets requests
 // through rather than lose them while its store is down. Importing the
 // package registers it.
 var Strategy = &edgelimit.Strategy{
 	Name:         "kv",
 	Package:      "github.com/edgelimit/edgelimit/kvbucket",
-	Fields:       []string{"algorithm", "burst", "sync_interval"},
+	Fields:       []string{"algorithm", "burst", "sync_interval", "cache_size"},
 	Parse:        parseOptions,
 	OnStoreError: edgelimit.FailOpen,
 }
@@ -61,6 +68,12 @@ func parseOptions(f *edgelimit.Fields) any {
 	}
 	if d, ok := f.Duration("sync_interval"); ok {
 		o.SyncInterval = d
+	}
+	if n, ok := f.Int("cache_size"); ok {
+		if n < 1 || n > 1<<30 {
+			f.Errorf("cache_size", "cache_size %d must be between 1 and %d", n, 1<<30)
+		}
+		o.CacheSize = int(n)
 	}
 	capacity, what := p.Limit, "limit"
 	if o.Burst > 0 {
