@@ -49,10 +49,10 @@ type entry struct {
 	// inflight are the units reserved by the write-through in flight.
 	inflight Wide
 	// spentFlight are the units spent locally while the sync that grants
-	// the next share is in flight; grantR what the bucket held at the grant
-	// (units, at least 0): the share at n is
-	// (grantR + (n − grantAt)·Limit) / insts.
-	spentFlight, grantR Wide
+	// the next share is in flight; grantTAT the bucket's TAT at the grant:
+	// with R what it held then (at least 0, under the limits of the
+	// request asking), the share at n is (R + (n − grantAt)·Limit) / insts.
+	spentFlight, grantTAT Wide
 	// syncedAt is when the last periodic sync started.
 	syncedAt int64
 

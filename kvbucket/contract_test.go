@@ -179,6 +179,52 @@ func TestRefundGivesBackTheReceipt(t *testing.T) {
 	}
 }
 
+// TestRefundGivesBackOnlyWhatRefillHasNot pins the refund's decay rule:
+// of the c tokens of a decision spent at s, a refund at r gives back
+// c − (r − s)·Limit/Window, never less than nothing. Before, it gave back
+// all c tokens at r, capped at full: the refund of an admission whose
+// token had come back long ago, after the bucket was spent again, gave the
+// new spending's token back (limitertest's Refund/ByReceipt, which kv runs
+// now, caught it: a policy of 2 per 2s admitted a third request).
+func TestRefundGivesBackOnlyWhatRefillHasNot(t *testing.T) {
+	for _, noCache := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nocache=%v", noCache), func(t *testing.T) {
+			clk := newClock(t0)
+			b := mustNew(t, Config{Policy: kvPolicy("decay", 2, 2, 2*time.Second, time.Second), KV: NewMemory(MemoryConfig{Now: clk.Now}), Now: clk.Now, NoCache: noCache})
+			allow := func(what string, cost int64, want bool, remaining int64) edgelimit.Decision {
+				t.Helper()
+				d, err := b.Allow(ctx, edgelimit.Request{Key: "k", Cost: cost})
+				if err != nil || d.Allowed != want || d.Remaining != remaining {
+					t.Errorf("%s: Allow(%d) at t0+%s = %+v, %v; want allowed %v, %d left", what, cost, clk.Now().Sub(t0), d, err, want, remaining)
+				}
+				return d
+			}
+			refund := func(d edgelimit.Decision) {
+				t.Helper()
+				if err := b.Refund(ctx, edgelimit.Request{Key: "k"}, d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// At once: all of it.
+			refund(allow("first", 2, true, 0))
+			a := allow("after an immediate refund", 1, true, 1)
+			allow("the second token", 1, true, 0)
+			// Half of a's token has come back by refill: the other half.
+			clk.Add(500 * time.Millisecond)
+			refund(a)
+			clk.Add(500 * time.Millisecond) // 1.5 tokens now
+			allow("half a token back", 2, false, 1)
+			// A spend whose token came back long ago gives nothing back.
+			clk.Add(10 * time.Second)
+			old := allow("on a full bucket", 1, true, 1)
+			clk.Add(10 * time.Second)
+			allow("a new period", 2, true, 0)
+			refund(old)
+			allow("after refunding a spend of a full bucket long gone", 1, false, 0)
+		})
+	}
+}
+
 // TestRefundOfTheTwinIsTheTwins: a decision of the on_store_error: local
 // twin is refunded to the twin, never to the shared bucket it did not spend.
 func TestRefundOfTheTwinIsTheTwins(t *testing.T) {

@@ -40,10 +40,16 @@
 //     with RetryAfter one Window.
 //
 // An allowed Decision carries a Receipt of what it spent (the instant, the
-// tokens, and this Bucket and key): [Bucket.Refund] gives back exactly those
-// tokens, never beyond capacity (in the KV, minus those tokens added to
-// what this instance's region spent, never more), and refuses a receipt
-// that is not its own ([ErrReceipt]). [Bucket.Peek] answers whether a
+// tokens, and this Bucket and key): [Bucket.Refund] gives back what of
+// those tokens refill has not brought back since, c − (r − s)·Limit/Window
+// for c tokens spent at s and refunded at r (all of them at the spend's own
+// instant, which is when the engine refunds; nothing once they have come
+// back), never beyond capacity (in the KV, minus those units added to what
+// this instance's region spent), and refuses a receipt that is not its own
+// ([ErrReceipt]). A spend's effect on what a bucket holds decays at most at
+// the refill rate, so a refund never gives back more than its decision
+// took, whatever happened since (limitertest.TokenBucket's refund, which
+// kv's conformance test runs). [Bucket.Peek] answers whether a
 // request would be allowed, and the state, without spending or writing:
 // from the local state when Allow would decide from it, else from one KV
 // read. Allow, Refund and Peek decide at [edgelimit.Request.At] unless the
