@@ -131,6 +131,10 @@ type Bucket struct {
 	// (tiers, overrides), by their Params; at most maxScaled of them.
 	scaled  sync.Map
 	nScaled atomic.Int32
+	// maxFill is the longest time any limits this Bucket decided under
+	// take to fill (nanoseconds): a TAT that deep is a debt, not a clock
+	// far ahead (see insane).
+	maxFill atomic.Int64
 	// cfg is what New was given, for Local.
 	cfg Config
 }
@@ -214,6 +218,7 @@ func New(cfg Config) (*Bucket, error) {
 		b.u = newUnits(Params{Capacity: 1, Limit: 1, Window: b.p.Window})
 	}
 	b.cache = newCache(size, &b.u)
+	b.maxFill.Store(int64(b.u.fill()))
 	return b, nil
 }
 
@@ -264,8 +269,11 @@ func (b *Bucket) AllowAt(ctx context.Context, now time.Time, req edgelimit.Reque
 		return edgelimit.Decision{}, err
 	}
 	u, err := b.unitsOf(req.Limits)
-	if err != nil || u == nil {
-		return b.closedDecision(), err
+	switch {
+	case err != nil:
+		return edgelimit.Decision{}, err
+	case u == nil:
+		return b.closedDecision(), nil
 	}
 	var d edgelimit.Decision
 	if err := b.do(ctx, u, now.UnixNano(), req.Key, req.Units(), opAllow, op{}, &d); err != nil {
@@ -313,6 +321,12 @@ func (b *Bucket) unitsOf(l edgelimit.Limits) (*units, error) {
 	u, err := b.u.scaled(p)
 	if err != nil {
 		return nil, fmt.Errorf("%w (policy %q, a request's limits)", err, b.prefix[:len(b.prefix)-1])
+	}
+	for f := int64(u.fill()); ; {
+		old := b.maxFill.Load()
+		if old >= f || b.maxFill.CompareAndSwap(old, f) {
+			break
+		}
 	}
 	if b.nScaled.Add(1) <= maxScaled {
 		b.scaled.Store(p, &u)
@@ -407,8 +421,11 @@ func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Reques
 		return edgelimit.Decision{}, err
 	}
 	u, err := b.unitsOf(req.Limits)
-	if err != nil || u == nil {
-		return b.closedDecision(), err
+	switch {
+	case err != nil:
+		return edgelimit.Decision{}, err
+	case u == nil:
+		return b.closedDecision(), nil
 	}
 	n, cost := now.UnixNano(), req.Units()
 	s, h := b.cache.shard(req.Key)
@@ -800,15 +817,18 @@ func (b *Bucket) spendLocal(u *units, e *entry, n, cost int64, d *edgelimit.Deci
 }
 
 // insane reports that this region's part of e is far ahead of n (more
-// than MaxClockSkew beyond a bucket spent empty twice over): written by a
-// clock far ahead, it is repaired (set to an empty bucket at n) rather than
-// waited out. s.mu is held.
+// than MaxClockSkew beyond a bucket spent empty twice over, the bucket
+// being the deepest of the limits this Bucket decided under: a TAT written
+// under a tier with more room is a debt under one with less, not a clock
+// ahead): written by a clock far ahead, it is repaired (set to an empty
+// bucket at n) rather than waited out. s.mu is held.
 func (b *Bucket) insane(u *units, e *entry, n int64) bool {
 	if !e.v.own.Has {
 		return false
 	}
 	own := e.v.own.TAT.Add(u.spentUnits(e.v.so))
-	return u.limit(n).Add(u.bw).Add(u.at(int64(MaxClockSkew))).Less(own)
+	deepest := maxWide(u.bw, u.at(b.maxFill.Load()))
+	return u.limit(n).Add(deepest).Add(u.at(int64(MaxClockSkew))).Less(own)
 }
 
 // ttl is how long the KV must keep a part after an update at n that leaves

@@ -56,6 +56,35 @@
 // Bucket has its own clock (Config.Now), and at time.Now when neither is
 // set.
 //
+// # A request's own limits: tiers and overrides
+//
+// A Request whose Limits are set (the tier its plan chose, an override an
+// operator set for its key) is decided under them instead of the policy's:
+// Limit, Window and Burst where they are set, the policy's where they are
+// zero (a zero Burst: the policy's burst, else the limit in force), and
+// the Decision tells the client their quota (q, w). The bucket is the
+// same: a change of limits under live state keeps its TAT, the instant it
+// is full again, and reads it under the request's rate and capacity. Under
+// (L', W', B') at n the bucket holds
+//
+//	B' − (TAT − n)·L'/W'   tokens, at most B'
+//
+// so a key spent halfway under 10 a minute (30s to full) holds half of a
+// tier of 100 a minute whose bucket also fills in a minute, and a key
+// lowered to a bucket that fills faster than its debt waits that debt out
+// (it is full again at the same instant). It is the one choice that needs
+// no conversion write: instances that see a change at different moments
+// (an override reaches each within its staleness) keep adding to the same
+// TAT, commutatively. Other choices (bucket4j's: keep the tokens, scale
+// them, reset them) would each need a read-modify-write of the shared
+// state at the change, raced by the others' additions. The TAT is kept in
+// the policy's scale (an instant is n·Limit units); a token of other
+// limits is ⌈W'·Limit/L'⌉ units, exact when L' divides W'·Limit and at
+// most one unit (1/Limit ns of refill) more otherwise. Limits whose token
+// is beyond 2^63 units, or outside Params.Validate's range, are an
+// ErrConfig error. A policy of limit 0 admits only requests whose limits
+// give a limit.
+//
 // # The store: merge instead of overwrite
 //
 // A [KV] holds the TAT of a bucket and changes it only by commutative
