@@ -432,7 +432,7 @@ func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Reques
 	s.mu.Lock()
 	e := s.find(req.Key, h)
 	var d edgelimit.Decision
-	if e != nil && e.known && (e.syncing || b.degraded(e, n) || b.through(e, n) || b.shareValid(e, n)) {
+	if e != nil && e.known && (e.syncing || b.degraded(e, n) || b.shareValid(e, n) || b.through(e, n) && !b.stale(e, n)) {
 		b.peekLocal(u, e, n, cost, &d)
 		s.stats.Local++
 		s.mu.Unlock()
@@ -733,15 +733,50 @@ func (b *Bucket) firstRead(ctx context.Context, s *shard, e *entry, n int64) err
 	}
 	e.known, e.firstAt, e.syncedAt = true, n, n
 	e.rid = b.receiptID(e.hash)
-	b.learn(e, t)
+	b.learn(e, t, n)
 	return nil
 }
 
-// learn takes what the KV answered into e's view (the later state of each
-// part wins; see view.learn). s.mu is held.
-func (b *Bucket) learn(e *entry, t Tally) {
+// learn takes what the KV answered at n into e's view (the later state of
+// each part wins; see view.learn). s.mu is held.
+func (b *Bucket) learn(e *entry, t Tally, n int64) {
 	e.v.learn(&b.u, t)
 	e.tat = e.v.tat(&b.u)
+	e.learnedAt = max(e.learnedAt, n)
+}
+
+// stale reports that what e knows of the KV is a sync interval old or more
+// at n: a denial it proves may have been undone since, by another
+// instance's Reset or Grant, so it is checked with a read first.
+func (b *Bucket) stale(e *entry, n int64) bool {
+	return n-e.learnedAt >= b.sync || e.learnedAt-n > b.sync
+}
+
+// refreshed is the channel allow returns after a refresh: closed, so that
+// the request is decided again at once, from what was read.
+var refreshed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// refresh reads e's state (strongly consistent) because a denial its
+// local state proves is stale, and takes it in. On a failed read the
+// denial stands (in d) and the key is not read again for a sync interval.
+// s.mu is held on entry and released on return; it reports whether the
+// read succeeded.
+func (b *Bucket) refresh(ctx context.Context, s *shard, e *entry, n int64) bool {
+	e.refreshing = true
+	s.stats.Synced++
+	s.stats.Reads++
+	s.mu.Unlock()
+	t, err := b.kv.Get(ctx, b.prefix+e.key, Strong)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.refreshing = false
+	if err != nil {
+		s.stats.Errors++
+		e.learnedAt = max(e.learnedAt, n)
+		return false
+	}
+	b.learn(e, t, n)
+	return true
 }
 
 // allow decides a request of cost at n for the known entry e. s.mu is held
@@ -751,13 +786,21 @@ func (b *Bucket) allow(ctx context.Context, u *units, s *shard, e *entry, n, cos
 	// What is in flight counts as spent until its answer comes.
 	tat := b.local(e, n)
 	if !u.decide(tat, n, cost, d) {
-		// The local state can only overstate what the bucket holds: the KV
+		// The local state can only overstate what the bucket holds (but
+		// for an operator's Reset or Grant since it was learned): the KV
 		// would deny too. Unwritten changes still go out once a sync is
-		// due, and a state from a clock far ahead is repaired.
+		// due, a state from a clock far ahead is repaired, and a state a
+		// sync interval old is read again before it denies.
 		ready := !e.syncing && e.inflight.Sign() == 0 && !b.degraded(e, n) && !b.shareValid(e, n)
 		if insane := b.insane(u, e, n); ready && (e.pend.has || insane) {
 			*d = edgelimit.Decision{}
 			return nil, b.syncKey(ctx, u, s, e, n, 0, cost, insane, d)
+		}
+		if ready && !e.refreshing && cost <= u.p.Capacity && b.stale(e, n) {
+			if b.refresh(ctx, s, e, n) {
+				return refreshed, nil
+			}
+			return nil, nil // the read failed: the local denial stands
 		}
 		s.stats.Local++
 		s.mu.Unlock()
@@ -888,7 +931,7 @@ func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry,
 		e.degradedUntil = n + b.sync
 		return err
 	}
-	b.learn(e, t)
+	b.learn(e, t, n)
 	after := b.local(e, n)
 	if t.Applied {
 		s.stats.Writes++
@@ -949,7 +992,7 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 		return err
 	}
 	s.stats.Writes++
-	b.learn(e, t)
+	b.learn(e, t, n)
 	// Whether the request fit is the answer's own word: the view may
 	// already hold a later state (a write-through that landed after it).
 	ans := e.v
@@ -1048,7 +1091,7 @@ func (b *Bucket) flush(ctx context.Context, s *shard, victim *entry, n int64) {
 	}
 	s.stats.Writes++
 	s.stats.Flushed++
-	b.learn(victim, t)
+	b.learn(victim, t, n)
 	if !victim.pend.has && victim.inflight.Sign() == 0 {
 		// (A write-through in flight must land in this entry: a new one
 		// for the key could read the KV before it lands.)

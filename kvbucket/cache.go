@@ -53,8 +53,13 @@ type entry struct {
 	// with R what it held then (at least 0, under the limits of the
 	// request asking), the share at n is (R + (n − grantAt)·Limit) / insts.
 	spentFlight, grantTAT Wide
-	// syncedAt is when the last periodic sync started.
-	syncedAt int64
+	// syncedAt is when the last periodic sync started; learnedAt when the
+	// KV last answered for the key (a local denial older than a sync
+	// interval is read again: an operator's Reset or Grant elsewhere
+	// reaches this instance within one).
+	syncedAt, learnedAt int64
+	// refreshing: the read of a stale denial is in flight.
+	refreshing bool
 
 	key string
 	// v is the shared state as last learned.

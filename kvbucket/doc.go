@@ -151,7 +151,14 @@
 //
 // The local state can only overstate what the bucket holds (other
 // instances only add to it), so a denial it proves is one the KV would give:
-// it costs no call. What is in flight (a reservation, a sync's own write)
+// it costs no call. The exception is an operator's [Bucket.Reset] or
+// [Bucket.Grant] on another instance, which gives the bucket tokens this
+// instance does not know of: a denial whose knowledge of the KV (the last
+// answer for the key) is a sync interval old or more is read again first
+// (one strong read), and the fresh state decides. So a denied key costs at
+// most one read per S per instance, and a Reset or Grant anywhere reaches
+// every instance within S; a failed re-read keeps the denial and is not
+// tried again for S. What is in flight (a reservation, a sync's own write)
 // counts as spent locally until its answer comes; answers of concurrent
 // calls are ordered by the part's version ([Part.Version]).
 //
