@@ -770,12 +770,16 @@ func (b *Bucket) refresh(ctx context.Context, s *shard, e *entry, n int64) bool 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.refreshing = false
+	// Counted from n, not the latest instant: a clock behind the one that
+	// learned last (more than a sync interval) would otherwise read again
+	// for ever.
+	e.learnedAt = n
 	if err != nil {
 		s.stats.Errors++
-		e.learnedAt = max(e.learnedAt, n)
 		return false
 	}
 	b.learn(e, t, n)
+	e.learnedAt = n
 	return true
 }
 
@@ -793,8 +797,14 @@ func (b *Bucket) allow(ctx context.Context, u *units, s *shard, e *entry, n, cos
 		// sync interval old is read again before it denies.
 		ready := !e.syncing && e.inflight.Sign() == 0 && !b.degraded(e, n) && !b.shareValid(e, n)
 		if insane := b.insane(u, e, n); ready && (e.pend.has || insane) {
+			// The write's answer is the bucket's fresh state (with an
+			// operator's Reset or Grant in it): the request is decided
+			// again from it.
 			*d = edgelimit.Decision{}
-			return nil, b.syncKey(ctx, u, s, e, n, 0, cost, insane, d)
+			if err := b.syncKey(ctx, u, s, e, n, 0, cost, insane, d); err != nil || !d.Allowed {
+				return nil, err
+			}
+			return refreshed, nil
 		}
 		if ready && !e.refreshing && cost <= u.p.Capacity && b.stale(e, n) {
 			if b.refresh(ctx, s, e, n) {
@@ -956,7 +966,8 @@ func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry,
 // with the next write when it did not fit) and, after probation, grants
 // this instance its share until the next sync. With cost 0 it only writes,
 // and reports a denial of a request of report tokens (when report > 0):
-// the one whose local denial found changes to write. With repair it also
+// the one whose local denial found changes to write (allowed, with nothing
+// spent, when the answer holds room for it after all). With repair it also
 // lowers this region's part from a clock far ahead. s.mu is held on entry
 // and released on return.
 func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, cost, report int64, repair bool, d *edgelimit.Decision) error {
@@ -1027,12 +1038,15 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 			}
 		}
 	case report > 0:
-		if u.decide(b.local(e, n), n, report, d) {
-			// The KV's answer is final: a reservation that did not fit, or
-			// a write-back that found the bucket as empty as it was.
+		if u.decide(b.local(e, n), n, report, d) && cost > 0 {
+			// The KV's answer is final: a reservation that did not fit.
 			d.Allowed = false
 			d.RetryAfter = max(d.Reset, time.Nanosecond)
 		}
+		// A write-back (cost 0) whose answer holds room for the request
+		// (an operator's Reset or Grant since the key was learned) leaves
+		// d allowed, spending nothing: the caller decides the request
+		// again from the fresh state.
 	}
 	return nil
 }

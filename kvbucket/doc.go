@@ -85,6 +85,19 @@
 // ErrConfig error. A policy of limit 0 admits only requests whose limits
 // give a limit.
 //
+// # Operators: Reset
+//
+// [Bucket.Reset] makes a key's bucket full again from the request's instant
+// for every instance that reads it afterwards: it lowers this region's part
+// (its TAT, and across regions what it counts as spent) so that no term of
+// the bucket's TAT passes the instant. Everything written after it counts;
+// this instance's unwritten spending from before is forgotten. Another
+// instance learns of it within one sync interval (its share ends; a denial
+// whose knowledge of the KV is a sync interval old is read again first), and
+// the spending it had not written yet, at most one sync interval's, counts
+// against the full bucket; so does another region's spending still
+// replicating.
+//
 // # The store: merge instead of overwrite
 //
 // A [KV] holds the TAT of a bucket and changes it only by commutative

@@ -98,3 +98,144 @@ func TestStaleDenialIsReadAgain(t *testing.T) {
 		})
 	})
 }
+
+// TestReset pins Bucket.Reset at fixed instants on memory, dynalite and
+// moto: the bucket is full again from the reset's instant for every
+// instance that reads it; the resetting instance's own next decision sees
+// it at once (its unwritten spending is forgotten); another instance with
+// unwritten spending from before the reset learns of it within a sync
+// interval, and that spending, written after the reset, counts against the
+// full bucket. Before, kv had no Reset: the engine's Reset of a kv policy
+// failed, and the key waited out its refill.
+func TestReset(t *testing.T) {
+	forEachKV(t, func(t *testing.T, k kvUnderTest, clk *clock) {
+		pol := kvPolicy("reset", 10, 10, time.Hour, time.Second)
+		at := func(d time.Duration) { clk.Set(t0.Add(d)) }
+		allow := func(b *Bucket, key string, cost int64, allowed bool, remaining int64) {
+			t.Helper()
+			d, err := b.Allow(ctx, edgelimit.Request{Key: key, Cost: cost})
+			if err != nil || d.Allowed != allowed || d.Remaining != remaining {
+				t.Errorf("Allow(%q, %d) at t0+%s = %+v, %v; want allowed=%v, %d left", key, cost, clk.Now().Sub(t0), d, err, allowed, remaining)
+			}
+		}
+		tokens := func(b *Bucket, key string, want int64) {
+			t.Helper()
+			if got := tokensIn(t, k.kv, b, key, clk.Now()); got != want {
+				t.Errorf("at t0+%s the KV holds %d tokens of %q, want %d", clk.Now().Sub(t0), got, key, want)
+			}
+		}
+		t.Run("here", func(t *testing.T) {
+			at(0)
+			a := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			allow(a, "h", 1, true, 9) // probation: written through
+			at(time.Second)
+			allow(a, "h", 1, true, 8) // a sync: the whole bucket is a's share
+			at(1500 * time.Millisecond)
+			allow(a, "h", 8, true, 0) // local, unwritten
+			allow(a, "h", 1, false, 0)
+			if err := a.Reset(ctx, edgelimit.Request{Key: "h", At: clk.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			tokens(a, "h", 10)
+			// At once, and the 8 unwritten are forgotten, not written later.
+			allow(a, "h", 1, true, 9)
+			at(3 * time.Second)
+			allow(a, "h", 1, true, 8)
+			tokens(a, "h", 8)
+		})
+		t.Run("elsewhere", func(t *testing.T) {
+			at(0)
+			a := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			op := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now}) // the operator's instance
+			allow(a, "e", 1, true, 9)
+			at(time.Second)
+			allow(a, "e", 1, true, 8)
+			at(1500 * time.Millisecond)
+			allow(a, "e", 8, true, 0) // local, unwritten
+			tokens(a, "e", 8)
+			if err := op.Reset(ctx, edgelimit.Request{Key: "e", At: clk.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			tokens(a, "e", 10)
+			at(1600 * time.Millisecond)
+			allow(a, "e", 1, false, 0) // a's share is of the bucket before
+			// A sync interval after a's last sync: its 8 unwritten tokens
+			// are written after the reset and count; the request is decided
+			// from the answer.
+			at(2 * time.Second)
+			allow(a, "e", 1, true, 1)
+			tokens(a, "e", 2) // 10 − 8 − 1 written, the last one local
+		})
+		t.Run("a denying instance", func(t *testing.T) {
+			at(0)
+			a := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			op := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			allow(a, "d", 10, true, 0)
+			allow(a, "d", 1, false, 0)
+			at(200 * time.Millisecond)
+			if err := op.Reset(ctx, edgelimit.Request{Key: "d", At: clk.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			at(900 * time.Millisecond)
+			allow(a, "d", 1, false, 0) // a knows the KV as of t0: fresh enough
+			at(time.Second)
+			allow(a, "d", 1, true, 9) // read again: the reset
+		})
+		t.Run("missing state", func(t *testing.T) {
+			at(0)
+			a := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			if err := a.Reset(ctx, edgelimit.Request{Key: "never", At: clk.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			allow(a, "never", 1, true, 9)
+		})
+	})
+}
+
+// TestResetAcrossRegions: a region writes only its own part, yet its
+// reset makes the bucket full as every region reads it (this region's
+// part lowers what it counts as spent until no region's term of the
+// bucket's TAT passes the instant), and what any region spends after it
+// counts.
+func TestResetAcrossRegions(t *testing.T) {
+	forEachKV(t, func(t *testing.T, k kvUnderTest, clk *clock) {
+		if k.region == nil {
+			t.Skip("regions are DynamoDB's")
+		}
+		clk.Set(t0)
+		pol := kvPolicy("reset-regions", 10, 10, time.Hour, time.Second)
+		kva, kvb := k.region("a"), k.region("b")
+		a := mustNew(t, Config{Policy: pol, KV: kva, Now: clk.Now})
+		b := mustNew(t, Config{Policy: pol, KV: kvb, Now: clk.Now})
+		read := func(what string, want int64) {
+			t.Helper()
+			if ga, gb := tokensIn(t, kva, a, "r", clk.Now()), tokensIn(t, kvb, b, "r", clk.Now()); ga != want || gb != want {
+				t.Errorf("%s: region a reads %d tokens, b %d; want %d each", what, ga, gb, want)
+			}
+		}
+		spend := func(x *Bucket, c int64) {
+			t.Helper()
+			if d, err := x.Allow(ctx, edgelimit.Request{Key: "r", Cost: c}); err != nil || !d.Allowed {
+				t.Fatalf("spend %d: %+v, %v", c, d, err)
+			}
+		}
+		// a spends first, then b (b's raise is against a's spending), then
+		// a again (a's addition counts in b's term through a's Spent).
+		spend(a, 3)
+		spend(b, 4)
+		spend(a, 1)
+		read("before the reset", 2)
+		if err := a.Reset(ctx, edgelimit.Request{Key: "r", At: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		read("after region a's reset", 10)
+		spend(b, 3)
+		read("b spends 3 after it", 7)
+		spend(a, 2)
+		read("a spends 2", 5)
+		if err := b.Reset(ctx, edgelimit.Request{Key: "r", At: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		read("after region b's reset", 10)
+	})
+}

@@ -1,0 +1,94 @@
+package kvbucket
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/edgelimit/edgelimit"
+)
+
+// Reset forgets the usage of req.Key's bucket: it is full again from
+// req.At (the Bucket's own clock if it has one; see Allow), under
+// req.Limits, for every instance that reads it afterwards. The engine
+// calls it for an operator (Engine.Reset) with the key's request as it
+// would make it now.
+//
+// In the KV a reset is one strong read and one update of this region's
+// part (the only one a region writes): its TAT is lowered so that this
+// region's term of the bucket's TAT is the instant (a bucket full at
+// req.At), and, across regions, what it counts as spent is lowered until
+// no other region's term passes the instant either (the bucket's TAT is
+// the largest of the terms; see the package documentation). Everything
+// written after the
+// reset's write lands counts against the full bucket; what the KV held
+// when it landed is forgotten. This instance's unwritten spending is
+// forgotten with it and its cached state is the reset's answer, so its
+// next decision sees the full bucket. Another instance learns of the reset
+// within one sync interval (its share ends, and a denial whose knowledge
+// is a sync interval old is read again first); spending it made before
+// the reset and had not written yet (at most what it spent within one sync
+// interval) is written after it and counts against the full bucket: a
+// reset is never undone by an earlier spend, but it may come back smaller
+// by that much.
+//
+// Across regions, the reset forgets every region's spending as this
+// region's replica holds it at the reset: spending of another region that
+// has not reached this replica yet (its last replication lag) is replicated
+// after it and counts against the full bucket, as an instance's unwritten
+// spending does. A missing state is a full bucket already: Reset then
+// writes nothing.
+func (b *Bucket) Reset(ctx context.Context, req edgelimit.Request) error {
+	if err := checkKey(req.Key); err != nil {
+		return err
+	}
+	u, err := b.unitsOf(req.Limits)
+	if err != nil {
+		return err
+	}
+	if u == nil {
+		u = &b.u // limit 0: nothing is spent under these limits, but the policy's may be
+	}
+	n := b.instant(req).UnixNano()
+	key := b.prefix + req.Key
+	t, err := b.kv.Get(ctx, key, Strong)
+	if err != nil {
+		return fmt.Errorf("kvbucket: reset: %w", err)
+	}
+	var v view
+	v.own = t.Own
+	v.setOthers(&b.u, t.Others)
+	at := u.at(n)
+	var spent int64
+	if v.xoOK {
+		// The other regions' terms, xo + W·(Spent_own + so), must not pass
+		// n·L either: this region's Spent is lowered (below zero if need
+		// be: the algebra only adds it) until they do not.
+		if s := at.Sub(v.xo).div(u.sw, false) - v.so; s < t.Own.Spent {
+			spent = s - t.Own.Spent
+		}
+	}
+	if t.Own.Has || spent != 0 {
+		t, err = b.kv.Update(ctx, key, Update{
+			HasCap: true, Cap: v.floorOf(u, at),
+			Spent: spent,
+			Epoch: epochOf(n, b.sync),
+			TTL:   b.ttl(u, at, n),
+		})
+		if err != nil {
+			return fmt.Errorf("kvbucket: reset: %w", err)
+		}
+	}
+	s, h := b.cache.shard(req.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.find(req.Key, h); e != nil && e.known {
+		// What this instance spent and did not write is before the reset:
+		// forgotten. Its share was of the bucket before: the next decision
+		// syncs, and is granted one of the full bucket.
+		e.pend = op{}
+		e.spent, e.spentFlight = Wide{}, Wide{}
+		e.granted = false
+		b.learn(e, t, n)
+	}
+	return nil
+}
