@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/powgate"
 )
 
 // Options are a kv policy's own fields. A Bucket takes them from
@@ -21,6 +22,19 @@ type Options struct {
 	// policy (policy field cache_size); default (0) Config.CacheSize, else
 	// DefaultCacheSize.
 	CacheSize int
+	// ProofOfWork, if set, asks for a proof of work above a soft
+	// threshold and denies only at the limit (proof_of_work: {above, bits,
+	// ttl}; package powgate, which setup applies), as durable's does.
+	ProofOfWork *powgate.Options
+}
+
+// ProofOfWorkOptions returns the policy's proof_of_work, for powgate:
+// setup gates every policy for which powgate.OptionsOf reports options.
+func (o *Options) ProofOfWorkOptions() *powgate.Options {
+	if o == nil {
+		return nil
+	}
+	return o.ProofOfWork
 }
 
 // String describes the options, as `edgelimit check` lists them.
@@ -35,18 +49,21 @@ func (o Options) String() string {
 	if o.CacheSize > 0 {
 		s += " cache=" + strconv.Itoa(o.CacheSize)
 	}
+	if o.ProofOfWork != nil {
+		s += " " + o.ProofOfWork.String()
+	}
 	return s
 }
 
 // Strategy is the kv strategy, as policy files name it: strategy: kv, with
-// the fields burst, sync_interval and cache_size (and algorithm, which can
-// only be token-bucket). It fails open by default: a soft limit lets requests
+// the fields burst, sync_interval, cache_size and proof_of_work (and
+// algorithm, which can only be token-bucket). It fails open by default: a soft limit lets requests
 // through rather than lose them while its store is down. Importing the
 // package registers it.
 var Strategy = &edgelimit.Strategy{
 	Name:         "kv",
 	Package:      "github.com/edgelimit/edgelimit/kvbucket",
-	Fields:       []string{"algorithm", "burst", "sync_interval", "cache_size"},
+	Fields:       []string{"algorithm", "burst", "sync_interval", "cache_size", powgate.Field},
 	Parse:        parseOptions,
 	OnStoreError: edgelimit.FailOpen,
 }
@@ -82,6 +99,7 @@ func parseOptions(f *edgelimit.Fields) any {
 	if p.Limit > 0 && p.Cost > capacity {
 		f.Errorf("cost", "cost %d is more than the %s %d: every request would be denied", p.Cost, what, capacity)
 	}
+	o.ProofOfWork = powgate.Parse(f, powgate.Field, capacity)
 	return o
 }
 
