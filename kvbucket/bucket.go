@@ -571,6 +571,7 @@ const (
 	opAllow  opKind = iota // decide, spending when allowed
 	opRefund               // give tokens back
 	opFlush                // write back what the KV does not know, then drop the entry
+	opCharge               // spend whether or not it fits
 )
 
 // degraded reports that a store call of e failed less than a sync interval
@@ -695,6 +696,8 @@ func (b *Bucket) do(ctx context.Context, u *units, n int64, key string, cost int
 		switch o {
 		case opRefund:
 			return b.refund(ctx, u, s, e, n, rf)
+		case opCharge:
+			return b.charge(ctx, u, s, e, n, cost, d)
 		default:
 			w, err = b.allow(ctx, u, s, e, n, cost, d)
 		}

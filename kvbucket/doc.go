@@ -85,7 +85,7 @@
 // ErrConfig error. A policy of limit 0 admits only requests whose limits
 // give a limit.
 //
-// # Operators: Reset
+// # Operators: Reset and Charge
 //
 // [Bucket.Reset] makes a key's bucket full again from the request's instant
 // for every instance that reads it afterwards: it lowers this region's part
@@ -97,6 +97,12 @@
 // the spending it had not written yet, at most one sync interval's, counts
 // against the full bucket; so does another region's spending still
 // replicating.
+//
+// [Bucket.Charge] spends a cost known after the response whether or not it
+// fits: the bucket may go into debt, by at most one bucket (a TAT further
+// ahead would be taken for a clock far ahead), and requests are denied
+// until refill repays it. It is spent as an admission is: approximate
+// across instances like every kv spend.
 //
 // # The store: merge instead of overwrite
 //

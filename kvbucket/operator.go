@@ -92,3 +92,76 @@ func (b *Bucket) Reset(ctx context.Context, req edgelimit.Request) error {
 	}
 	return nil
 }
+
+// Charge spends req.Units() tokens of req.Key's bucket at req's instant
+// (see Allow) whether or not they fit: a cost known only after the
+// response (charge: response, charge_status). The bucket may go into
+// debt, by at most one bucket: a charge beyond that counts as one that
+// leaves the bucket a full bucket short of empty (a TAT further ahead
+// would be taken for a clock far ahead, and repaired; see MaxClockSkew).
+// Requests are then denied until refill has repaid the debt, and their
+// headers show r=0 with the wait. The Decision is the state after the
+// charge, as for a request of one more token: allowed while one fits,
+// Remaining 0 in debt; it carries no Receipt (a charge is not refunded).
+//
+// A charge is spent as an admission is, so it is as approximate across
+// instances as every kv spend: with the key's share in the cache it is
+// local and reaches the KV with the next sync (other instances see it
+// within a sync interval); otherwise (a key new to this process, one in its
+// first sync interval, NoCache) it is written at once, unconditionally.
+// When that write fails, the error is returned and the charge stays in
+// this instance's unwritten changes, written with the key's next write:
+// a charge is not to be retried.
+func (b *Bucket) Charge(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
+	if err := checkKey(req.Key); err != nil {
+		return edgelimit.Decision{}, err
+	}
+	u, err := b.unitsOf(req.Limits)
+	switch {
+	case err != nil:
+		return edgelimit.Decision{}, err
+	case u == nil:
+		return b.closedDecision(), nil
+	}
+	var d edgelimit.Decision
+	if err := b.do(ctx, u, b.instant(req).UnixNano(), req.Key, req.Units(), opCharge, op{}, &d); err != nil {
+		return edgelimit.Decision{}, err
+	}
+	return d, nil
+}
+
+// charge spends cost at n whether or not it fits, at most down to one
+// bucket of debt, and reports the state after it in d: locally when e
+// holds a share (the next sync writes it), else written at once. s.mu is
+// held on entry and released on return.
+func (b *Bucket) charge(ctx context.Context, u *units, s *shard, e *entry, n, cost int64, d *edgelimit.Decision) error {
+	tat := maxWide(b.local(e, n), u.at(n))
+	room := u.limit(n).Add(u.bw).Sub(tat) // units down to one bucket of debt
+	w := u.tokens(cost)
+	if room.Less(w) {
+		w = maxWide(room, Wide{})
+	}
+	c := u.spentOf(cost)
+	if w.Sign() > 0 {
+		sp := op{f: u.at(n), p: w, spent: min(c, w.div(u.sw, true)), hasFloor: true, has: true}
+		e.pend = e.pend.then(sp)
+		e.spent = e.spent.Add(w)
+		if e.syncing {
+			e.spentFlight = e.spentFlight.Add(w)
+		}
+	}
+	if b.shareValid(e, n) || b.degraded(e, n) || e.syncing || e.inflight.Sign() != 0 || w.Sign() == 0 {
+		u.peek(b.local(e, n), n, 1, d)
+		s.stats.Local++
+		s.mu.Unlock()
+		return nil
+	}
+	var none edgelimit.Decision
+	if err := b.syncKey(ctx, u, s, e, n, 0, 0, false, &none); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u.peek(b.local(e, n), n, 1, d)
+	return nil
+}

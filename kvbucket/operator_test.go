@@ -239,3 +239,87 @@ func TestResetAcrossRegions(t *testing.T) {
 		read("after region b's reset", 10)
 	})
 }
+
+// TestCharge pins Bucket.Charge at fixed instants on memory, dynalite and
+// moto: a charge spends whether or not it fits; the bucket goes into debt
+// (at most one bucket), later requests are denied (r=0, the wait until a
+// token is back) until refill repays it, on this instance and on another
+// that reads the KV; a charge with the key's share in the cache is local
+// and reaches the KV with the next sync. Before, kv had no Charge: the
+// engine refused a kv policy that charges after the response.
+func TestCharge(t *testing.T) {
+	forEachKV(t, func(t *testing.T, k kvUnderTest, clk *clock) {
+		// 10 an hour: a token every 6 minutes.
+		pol := kvPolicy("charge", 10, 10, time.Hour, time.Second)
+		at := func(d time.Duration) { clk.Set(t0.Add(d)) }
+		type want struct {
+			allowed      bool
+			remaining    int64
+			reset, retry time.Duration
+		}
+		check := func(what string, d edgelimit.Decision, err error, w want) {
+			t.Helper()
+			if got := (want{d.Allowed, d.Remaining, d.Reset, d.RetryAfter}); err != nil || got != w {
+				t.Errorf("%s at t0+%s: %+v, %v; want %+v", what, clk.Now().Sub(t0), got, err, w)
+			}
+		}
+		t.Run("debt", func(t *testing.T) {
+			at(0)
+			a := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			other := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			d, err := a.Allow(ctx, edgelimit.Request{Key: "d", Cost: 4})
+			check("allow 4", d, err, want{true, 6, 6 * time.Minute, 0})
+			d, err = a.Charge(ctx, edgelimit.Request{Key: "d", Cost: 10})
+			// 4 tokens in debt: the next whole token is 5 tokens away.
+			check("charge 10", d, err, want{false, 0, 30 * time.Minute, 30 * time.Minute})
+			if got := tokensIn(t, k.kv, a, "d", clk.Now()); got != 0 {
+				t.Errorf("the KV holds %d tokens, want 0 (in debt)", got)
+			}
+			d, err = a.Allow(ctx, edgelimit.Request{Key: "d"})
+			check("allow after", d, err, want{false, 0, 30 * time.Minute, 30 * time.Minute})
+			at(time.Minute)
+			d, err = other.Allow(ctx, edgelimit.Request{Key: "d"})
+			check("another instance", d, err, want{false, 0, 29 * time.Minute, 29 * time.Minute})
+			at(29*time.Minute + 59*time.Second)
+			d, err = a.Allow(ctx, edgelimit.Request{Key: "d"})
+			check("not yet repaid", d, err, want{false, 0, time.Second, time.Second})
+			at(30 * time.Minute)
+			d, err = a.Allow(ctx, edgelimit.Request{Key: "d"})
+			check("repaid", d, err, want{true, 0, 6 * time.Minute, 0})
+		})
+		t.Run("at most a bucket of debt", func(t *testing.T) {
+			at(0)
+			a := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			d, err := a.Charge(ctx, edgelimit.Request{Key: "m", Cost: 100})
+			// Ten tokens in debt: the next whole token is 11 away (66m).
+			check("charge 100", d, err, want{false, 0, 66 * time.Minute, 66 * time.Minute})
+			at(65 * time.Minute)
+			d, err = a.Allow(ctx, edgelimit.Request{Key: "m"})
+			check("still in debt", d, err, want{false, 0, time.Minute, time.Minute})
+			at(66 * time.Minute)
+			d, err = a.Allow(ctx, edgelimit.Request{Key: "m"})
+			check("repaid", d, err, want{true, 0, 6 * time.Minute, 0})
+		})
+		t.Run("cached", func(t *testing.T) {
+			at(0)
+			a := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			d, err := a.Allow(ctx, edgelimit.Request{Key: "c"})
+			check("probation", d, err, want{true, 9, 6 * time.Minute, 0})
+			at(time.Second)
+			d, err = a.Allow(ctx, edgelimit.Request{Key: "c"})
+			check("sync", d, err, want{true, 8, 6*time.Minute - time.Second, 0})
+			at(1500 * time.Millisecond)
+			d, err = a.Charge(ctx, edgelimit.Request{Key: "c", Cost: 3})
+			check("local charge", d, err, want{true, 5, 6*time.Minute - 1500*time.Millisecond, 0})
+			if got := tokensIn(t, k.kv, a, "c", clk.Now()); got != 8 {
+				t.Errorf("before the next sync the KV holds %d tokens, want 8", got)
+			}
+			at(2 * time.Second)
+			d, err = a.Allow(ctx, edgelimit.Request{Key: "c"})
+			check("next sync", d, err, want{true, 4, 6*time.Minute - 2*time.Second, 0})
+			if got := tokensIn(t, k.kv, a, "c", clk.Now()); got != 4 {
+				t.Errorf("after it the KV holds %d tokens, want 4", got)
+			}
+		})
+	})
+}
