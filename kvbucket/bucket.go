@@ -23,8 +23,8 @@ const DefaultSyncInterval = time.Second
 // clients found most of their keys evicted, and paid a strong read and a
 // write per decision), with the headroom the cache's 64 shards need (a
 // shard holds 2,048; 100,000 keys put about 1,560 in each, rarely over
-// 1,700). The cache grows with the keys it meets, about 490 bytes each
-// (measured, TestCacheEntryBytes): 49 MB at 100,000 keys, 64 MB full.
+// 1,700). The cache grows with the keys it meets, about 520 bytes each
+// (measured, TestCacheEntryBytes): 52 MB at 100,000 keys, 68 MB full.
 const DefaultCacheSize = 1 << 17
 
 // MaxKeyLength bounds a request key. Keys arrive hashed (22 bytes), so a
@@ -52,7 +52,7 @@ type Config struct {
 	// CacheSize bounds the keys whose state this process keeps (when set,
 	// it wins over the policy's cache_size, Options.CacheSize); beyond it
 	// a least recently used key is dropped (sampled LRU). The cache grows
-	// with the keys it meets, about 490 bytes each (measured: 49 MB for
+	// with the keys it meets, about 520 bytes each (measured: 52 MB for
 	// 100,000 keys), up to the bound. Default DefaultCacheSize (131,072:
 	// 100,000 active keys with headroom); a function with little memory
 	// and many clients may set less, at a strong read and a write for each
@@ -367,6 +367,9 @@ func (b *Bucket) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.
 	if err != nil {
 		return err
 	}
+	if d.Receipt.ID == b.grantReceiptID(h) {
+		return nil // a grant paid: its tokens are not given back
+	}
 	if d.Receipt.ID != b.receiptID(h) || d.Receipt.Slot < 1 || u == nil {
 		return fmt.Errorf("%w: policy %q: the decision was not spent by this bucket for this key", ErrReceipt, b.prefix[:len(b.prefix)-1])
 	}
@@ -434,6 +437,9 @@ func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Reques
 	var d edgelimit.Decision
 	if e != nil && e.known && (e.syncing || b.degraded(e, n) || b.shareValid(e, n) || b.through(e, n) && !b.stale(e, n)) {
 		b.peekLocal(u, e, n, cost, &d)
+		if !b.degraded(e, n) {
+			withGrant(e.v.own, n, cost, &d)
+		}
 		s.stats.Local++
 		s.mu.Unlock()
 		return d, nil
@@ -463,6 +469,7 @@ func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Reques
 		tat = b.withInflight(e, e.pend.apply(e.flight.apply(tat)), n)
 	}
 	u.peek(tat, n, cost, &d)
+	withGrant(t.Own, n, cost, &d)
 	return d, nil
 }
 
@@ -746,6 +753,10 @@ func (b *Bucket) learn(e *entry, t Tally, n int64) {
 	e.v.learn(&b.u, t)
 	e.tat = e.v.tat(&b.u)
 	e.learnedAt = max(e.learnedAt, n)
+	e.grantEnd = 0
+	if e.v.own.GrantLeft > 0 {
+		e.grantEnd = e.v.own.GrantUntil
+	}
 }
 
 // stale reports that what e knows of the KV is a sync interval old or more
@@ -804,16 +815,30 @@ func (b *Bucket) allow(ctx context.Context, u *units, s *shard, e *entry, n, cos
 			// operator's Reset or Grant in it): the request is decided
 			// again from it.
 			*d = edgelimit.Decision{}
-			if err := b.syncKey(ctx, u, s, e, n, 0, cost, insane, d); err != nil || !d.Allowed {
+			if err := b.syncKey(ctx, u, s, e, n, 0, cost, insane, d); err != nil {
 				return nil, err
+			}
+			if !d.Allowed {
+				s.mu.Lock()
+				usable := b.grantUsable(e, n, cost)
+				s.mu.Unlock()
+				if !usable {
+					return nil, nil
+				}
 			}
 			return refreshed, nil
 		}
-		if ready && !e.refreshing && cost <= u.p.Capacity && b.stale(e, n) {
+		if ready && !e.refreshing && b.stale(e, n) {
 			if b.refresh(ctx, s, e, n) {
 				return refreshed, nil
 			}
 			return nil, nil // the read failed: the local denial stands
+		}
+		if !b.degraded(e, n) && b.grantUsable(e, n, cost) {
+			// Beyond the bucket, an operator's grant pays: one
+			// conditional write per request, so that no token of it is
+			// spent twice.
+			return nil, b.spendGrant(ctx, u, s, e, n, cost, d)
 		}
 		s.stats.Local++
 		s.mu.Unlock()
@@ -870,6 +895,9 @@ func (b *Bucket) spendLocal(u *units, e *entry, n, cost int64, d *edgelimit.Deci
 		}
 	}
 	d.Receipt = edgelimit.Receipt{At: n, Slot: cost, ID: e.rid}
+	if e.grantEnd > n {
+		countGrant(e.v.own, d)
+	}
 }
 
 // insane reports that this region's part of e is far ahead of n (more
@@ -951,6 +979,9 @@ func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry,
 		u.report(u.avail(after, n), d)
 		d.Allowed = true
 		d.Receipt = b.receipt(n, cost, e.hash)
+		if e.grantEnd > n {
+			countGrant(e.v.own, d)
+		}
 		return nil
 	}
 	s.stats.Rejected++
@@ -1033,6 +1064,9 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 		u.report(u.avail(fresh, n), d)
 		d.Allowed = true
 		d.Receipt = b.receipt(n, cost, e.hash)
+		if e.grantEnd > n {
+			defer countGrant(e.v.own, d)
+		}
 		if e.granted && e.insts > 1 {
 			// Remaining counts in the new share as well as in the bucket.
 			var sd edgelimit.Decision

@@ -29,6 +29,9 @@ type entry struct {
 	// degradedUntil, after a failed store call, when the key may call the
 	// store again.
 	firstAt, grantAt, degradedUntil int64
+	// grantEnd is when the operator's grant e knows of ends (0: none, or
+	// none left): a copy of v's, read on the hot path.
+	grantEnd int64
 	// insts are the instances counted at the grant (1: this one alone,
 	// which then decides from the whole bucket).
 	insts int64

@@ -85,7 +85,7 @@
 // ErrConfig error. A policy of limit 0 admits only requests whose limits
 // give a limit.
 //
-// # Operators: Reset and Charge
+// # Operators: Reset, Grant and Charge
 //
 // [Bucket.Reset] makes a key's bucket full again from the request's instant
 // for every instance that reads it afterwards: it lowers this region's part
@@ -97,6 +97,14 @@
 // the spending it had not written yet, at most one sync interval's, counts
 // against the full bucket; so does another region's spending still
 // replicating.
+//
+// [Bucket.Grant] gives a key tokens beyond its capacity until an end (by
+// default one fill time). The grant is two fields of this region's part,
+// read with the key's state; each request it pays for (once the bucket
+// cannot) is a conditional update that takes its cost only if the grant
+// still holds it, so no token of a grant is spent twice across instances.
+// The granting instance honours it at once, others within a sync interval;
+// a grant is spent only in the region that made it.
 //
 // [Bucket.Charge] spends a cost known after the response whether or not it
 // fits: the bucket may go into debt, by at most one bucket (a TAT further

@@ -22,3 +22,7 @@ var (
 	// errors, or keys left unprocessed).
 	ErrThrottled = errors.New("kvbucket: throttled")
 )
+
+// ErrGrant reports a grant Bucket.Grant refuses: no units, more than
+// MaxTokens, an end that has passed, or limits in force of 0.
+var ErrGrant = errors.New("kvbucket: bad grant")

@@ -3,6 +3,8 @@ package kvbucket
 import (
 	"context"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/edgelimit/edgelimit"
 )
@@ -163,5 +165,144 @@ func (b *Bucket) charge(ctx context.Context, u *units, s *shard, e *entry, n, co
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u.peek(b.local(e, n), n, 1, d)
+	return nil
+}
+
+// Grant gives req.Key units tokens beyond its bucket's capacity, usable at
+// once, until the instant until, or when until is zero for one fill time
+// of the bucket under req.Limits (its window as the headers show it,
+// w) from req's instant (see Allow); what is unused then lapses. An end
+// that is not after req's instant is ErrGrant, as are units below 1 or
+// above MaxTokens and limits in force of 0. A grant made while another is
+// in force adds its units to it, and they last until the later end; Reset
+// does not take them back.
+//
+// The grant pays for requests once the bucket cannot (it is spent after
+// the bucket's tokens, never for a Charge). It is one item's fields in the
+// KV, read with the key's state: the grant itself is one update (1 WRU),
+// and each request it pays for is a conditional update that spends one of
+// its tokens only if the grant still holds it, so no token of a grant is
+// spent twice, however many instances share the key: in one region a
+// grant of G admits at most G requests beyond the bucket's own (a grant
+// paid admission costs one write, as a reservation does). The instance that
+// grants honours it at once; another learns of it within one sync interval
+// (a denial whose knowledge of the KV is that old is read again first). A
+// refund of a request the grant paid for gives nothing back. Across
+// regions a grant lives in the part of the region that made it and is
+// spent only by that region's instances: grant in each region that should
+// honour it.
+func (b *Bucket) Grant(ctx context.Context, req edgelimit.Request, units int64, until time.Time) error {
+	if err := checkKey(req.Key); err != nil {
+		return err
+	}
+	if units < 1 || units > MaxTokens {
+		return fmt.Errorf("%w: policy %q: %d units (want 1 to %d)", ErrGrant, b.name(), units, int64(MaxTokens))
+	}
+	u, err := b.unitsOf(req.Limits)
+	switch {
+	case err != nil:
+		return err
+	case u == nil:
+		return fmt.Errorf("%w: policy %q: the limit in force is 0, which admits nothing a grant could pay for", ErrGrant, b.name())
+	}
+	now := b.instant(req)
+	n := now.UnixNano()
+	end := until.UnixNano()
+	switch {
+	case until.IsZero():
+		_, w := u.p.Advertised()
+		end = n + int64(w)
+		if end < n {
+			end = math.MaxInt64
+		}
+	case !until.After(now):
+		return fmt.Errorf("%w: policy %q: the grant's end %s is not after its instant %s", ErrGrant, b.name(),
+			until.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+	}
+	t, err := b.kv.Update(ctx, b.prefix+req.Key, Update{
+		Grant: units, GrantUntil: end, GrantAt: n,
+		Epoch: epochOf(n, b.sync),
+		TTL:   satAdd(time.Duration(end-n), b.ttl(u, u.at(n), n)),
+	})
+	if err != nil {
+		return fmt.Errorf("kvbucket: grant: %w", err)
+	}
+	s, h := b.cache.shard(req.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.find(req.Key, h); e != nil && e.known {
+		b.learn(e, t, n)
+	}
+	return nil
+}
+
+// name is the policy's name.
+func (b *Bucket) name() string { return b.prefix[:len(b.prefix)-1] }
+
+// grantUsable reports whether the grant e knows of pays for cost tokens at
+// n. s.mu is held.
+func (b *Bucket) grantUsable(e *entry, n, cost int64) bool {
+	return e.grantEnd > n && e.v.own.GrantLeft >= max(cost, 1)
+}
+
+// withGrant makes the denial d of cost at n allowed when the grant of p
+// pays for it (Peek's answer), counting the grant in Remaining.
+func withGrant(p Part, n, cost int64, d *edgelimit.Decision) {
+	if d.Allowed || p.GrantUntil <= n || p.GrantLeft < max(cost, 1) {
+		return
+	}
+	d.Allowed, d.RetryAfter = true, 0
+	countGrant(p, d)
+}
+
+// countGrant adds the grant of p (in force) to what d says remains,
+// within the quota the client is told.
+func countGrant(p Part, d *edgelimit.Decision) {
+	d.Remaining = min(d.Remaining+max(p.GrantLeft, 0), d.Limit)
+}
+
+// grantReceiptID names this Bucket and the key of hash h in the receipt of
+// a request a grant paid for: Refund gives such a one nothing back.
+func (b *Bucket) grantReceiptID(h uint64) [16]byte {
+	id := b.receiptID(h)
+	id[0] ^= 1
+	return id
+}
+
+// spendGrant pays for cost tokens at n from the grant in force, with a
+// conditional update that applies only if the grant holds them, and fills
+// d from its answer. s.mu is held on entry and released on return.
+func (b *Bucket) spendGrant(ctx context.Context, u *units, s *shard, e *entry, n, cost int64, d *edgelimit.Decision) error {
+	cost = max(cost, 1)
+	up := Update{
+		GrantSpend: cost, GrantAt: n,
+		Epoch: epochOf(n, b.sync),
+		TTL:   max(b.ttl(u, b.local(e, n), n), time.Duration(e.v.own.GrantUntil-n)),
+	}
+	s.stats.Synced++
+	s.mu.Unlock()
+	t, err := b.kv.Update(ctx, b.prefix+e.key, up)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.stats.Errors++
+		e.degradedUntil = n + b.sync
+		return err
+	}
+	b.learn(e, t, n)
+	*d = edgelimit.Decision{}
+	if !t.Applied {
+		s.stats.Rejected++
+		if u.decide(b.local(e, n), n, cost, d) {
+			d.Allowed = false // the bucket never pays what the grant was asked for
+			d.RetryAfter = max(d.Reset, time.Nanosecond)
+		}
+		return nil
+	}
+	s.stats.Writes++
+	u.report(u.avail(b.local(e, n), n), d)
+	d.Allowed = true
+	countGrant(t.Own, d)
+	d.Receipt = edgelimit.Receipt{At: n, Slot: cost, ID: b.grantReceiptID(e.hash)}
 	return nil
 }

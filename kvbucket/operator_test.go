@@ -1,6 +1,7 @@
 package kvbucket
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -319,6 +320,127 @@ func TestCharge(t *testing.T) {
 			check("next sync", d, err, want{true, 4, 6*time.Minute - 2*time.Second, 0})
 			if got := tokensIn(t, k.kv, a, "c", clk.Now()); got != 4 {
 				t.Errorf("after it the KV holds %d tokens, want 4", got)
+			}
+		})
+	})
+}
+
+// TestGrant pins Bucket.Grant at fixed instants on memory, dynalite and
+// moto: a grant's tokens come beyond the bucket's capacity, usable at once;
+// the instance that grants honours it at once, another within a sync
+// interval; across instances no token of it is spent twice (each one a
+// conditional write); it lapses at its end; grants in force add up; an
+// end that has passed is refused. Before, kv had no Grant: the engine's
+// Grant of a kv policy failed.
+func TestGrant(t *testing.T) {
+	forEachKV(t, func(t *testing.T, k kvUnderTest, clk *clock) {
+		// 2 an hour, burst 2: a token every 30 minutes, full in an hour.
+		pol := kvPolicy("grant", 2, 2, time.Hour, time.Second)
+		at := func(d time.Duration) { clk.Set(t0.Add(d)) }
+		allow := func(b *Bucket, key string, allowed bool, remaining int64) edgelimit.Decision {
+			t.Helper()
+			d, err := b.Allow(ctx, edgelimit.Request{Key: key})
+			if err != nil || d.Allowed != allowed || d.Remaining != remaining {
+				t.Errorf("Allow(%q) at t0+%s = %+v, %v; want allowed=%v, %d left", key, clk.Now().Sub(t0), d, err, allowed, remaining)
+			}
+			return d
+		}
+		grant := func(b *Bucket, key string, units int64, until time.Time) error {
+			t.Helper()
+			return b.Grant(ctx, edgelimit.Request{Key: key, At: clk.Now()}, units, until)
+		}
+		left := func(b *Bucket, key string) (int64, time.Duration) {
+			t.Helper()
+			tally, err := k.kv.Get(ctx, b.prefix+key, Strong)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tally.Own.GrantLeft, time.Unix(0, tally.Own.GrantUntil).Sub(t0)
+		}
+		t.Run("once across instances", func(t *testing.T) {
+			at(0)
+			a := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			c := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			op := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			allow(a, "g", true, 1)
+			allow(a, "g", true, 0)
+			allow(a, "g", false, 0)
+			at(100 * time.Millisecond)
+			if err := grant(op, "g", 3, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			if g, end := left(op, "g"); g != 3 || end != time.Hour+100*time.Millisecond {
+				t.Errorf("the KV holds a grant of %d until t0+%s, want 3 until t0+1h0.1s (one fill time)", g, end)
+			}
+			at(200 * time.Millisecond)
+			allow(a, "g", false, 0) // a's knowledge is fresh: the grant reaches it within a sync interval
+			allow(c, "g", true, 2)  // new to c: read, and the grant pays (2 of it left, shown within q=2)
+			at(time.Second)
+			allow(a, "g", true, 1) // read again: 1 left
+			allow(a, "g", true, 0)
+			allow(a, "g", false, 0) // a knows it is spent: no write
+			allow(c, "g", false, 0) // c thinks 2 are left: its conditional write is refused
+			if g, _ := left(op, "g"); g != 0 {
+				t.Errorf("the grant holds %d, want 0: 3 spent, once each", g)
+			}
+			d, err := c.Peek(ctx, edgelimit.Request{Key: "g"})
+			if err != nil || d.Allowed {
+				t.Errorf("Peek after the grant is spent: %+v, %v; want denied", d, err)
+			}
+		})
+		t.Run("beyond the capacity, then lapses", func(t *testing.T) {
+			at(0)
+			a := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			allow(a, "l", true, 1) // a knows the key
+			if err := grant(a, "l", 5, t0.Add(10*time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			// The bucket's last token and then the grant's, at once.
+			allow(a, "l", true, 2)
+			d := allow(a, "l", true, 2) // 3 of the grant left
+			if err := a.Refund(ctx, edgelimit.Request{Key: "l"}, d); err != nil {
+				t.Errorf("Refund of a request the grant paid: %v, want nil (nothing given back)", err)
+			}
+			if g, _ := left(a, "l"); g != 4 {
+				t.Errorf("after the refund the grant holds %d, want 4", g)
+			}
+			at(10*time.Minute - time.Nanosecond)
+			if d, err := a.Peek(ctx, edgelimit.Request{Key: "l"}); err != nil || !d.Allowed {
+				t.Errorf("Peek before the end: %+v, %v; want allowed", d, err)
+			}
+			at(10 * time.Minute)
+			allow(a, "l", false, 0) // lapsed, 4 unused; a third of a token refilled
+			if err := grant(a, "l", 1, t0.Add(10*time.Minute)); !errors.Is(err, ErrGrant) {
+				t.Errorf("a grant until its own instant: %v, want ErrGrant", err)
+			}
+			if err := grant(a, "l", 0, time.Time{}); !errors.Is(err, ErrGrant) {
+				t.Errorf("a grant of 0: %v, want ErrGrant", err)
+			}
+		})
+		t.Run("grants add up", func(t *testing.T) {
+			at(0)
+			a := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			if err := grant(a, "s", 2, t0.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if err := grant(a, "s", 3, t0.Add(30*time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			if g, end := left(a, "s"); g != 5 || end != time.Hour {
+				t.Errorf("two grants in force: %d until t0+%s, want 5 until t0+1h", g, end)
+			}
+			if err := grant(a, "s", 1, t0.Add(90*time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			if g, end := left(a, "s"); g != 6 || end != 90*time.Minute {
+				t.Errorf("a third, ending later: %d until t0+%s, want 6 until t0+1h30m", g, end)
+			}
+			at(2 * time.Hour)
+			if err := grant(a, "s", 1, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			if g, end := left(a, "s"); g != 1 || end != 3*time.Hour {
+				t.Errorf("a grant after the others lapsed: %d until t0+%s, want 1 until t0+3h (the lapsed 6 are gone)", g, end)
 			}
 		})
 	})

@@ -27,6 +27,10 @@ const (
 	AttrSpent = "spent"
 	// AttrVersion holds Part.Version.
 	AttrVersion = "ver"
+	// AttrGrantLeft and AttrGrantUntil hold Part.GrantLeft (tokens) and
+	// Part.GrantUntil (Unix nanoseconds): an operator's grant.
+	AttrGrantLeft  = "gl"
+	AttrGrantUntil = "gu"
 	// AttrWritersPrefix starts the attribute of each epoch's writers: a
 	// number set named "w<epoch>".
 	AttrWritersPrefix = "w"
@@ -79,6 +83,12 @@ func (d *Store) updateInput(id string, u kvbucket.Update, raise bool) *dynamodb.
 		cond = append(cond, "(attribute_not_exists(#s) OR #s <= :ms)")
 	}
 	add = append(add, "#s :ds")
+	if u.GrantSpend > 0 {
+		names["#gl"], names["#gu"] = AttrGrantLeft, AttrGrantUntil
+		values[":gs"], values[":mgs"], values[":gat"] = num(u.GrantSpend), num(-u.GrantSpend), num(u.GrantAt)
+		add = append(add, "#gl :mgs")
+		cond = append(cond, "#gu > :gat", "#gl >= :gs")
+	}
 	if u.Writer != 0 {
 		names["#w"] = writersAttr(u.Epoch)
 		values[":id"] = &types.AttributeValueMemberNS{Value: []string{strconv.FormatUint(uint64(u.Writer), 10)}}
@@ -148,6 +158,21 @@ func parsePart(item map[string]types.AttributeValue) (kvbucket.Part, error) {
 		}
 		p.Spent = s
 	}
+	for _, a := range []struct {
+		name string
+		to   *int64
+	}{{AttrGrantLeft, &p.GrantLeft}, {AttrGrantUntil, &p.GrantUntil}} {
+		if v, ok := item[a.name]; ok {
+			n, ok := v.(*types.AttributeValueMemberN)
+			var err error
+			if ok {
+				*a.to, err = strconv.ParseInt(n.Value, 10, 64)
+			}
+			if !ok || err != nil {
+				return kvbucket.Part{}, fmt.Errorf("%w: attribute %s is not a 64-bit integer", kvbucket.ErrBadItem, a.name)
+			}
+		}
+	}
 	if v, ok := item[AttrVersion]; ok {
 		n, ok := v.(*types.AttributeValueMemberN)
 		var err error
@@ -186,4 +211,52 @@ func writersEpoch(name string) (int64, bool) {
 	}
 	e, err := strconv.ParseInt(rest, 10, 64)
 	return e, err == nil
+}
+
+// grantInputs are the UpdateItems of a grant (Update.Grant), each under
+// the condition that makes it the one that applies: no grant in force
+// (the grant replaces what lapsed), one in force ending no later (units
+// added, the end moved), one in force ending later (units added).
+func (d *Store) grantInputs(id string, u kvbucket.Update) []*dynamodb.UpdateItemInput {
+	ttl := min(max(u.TTL, time.Duration(u.GrantUntil-d.now().UnixNano())), maxTTL)
+	if len(d.regions) > 1 {
+		ttl = max(ttl, MinRegionTTL)
+	}
+	exp := d.now().Add(ttl + time.Second - 1).Unix()
+	forms := []struct{ expr, cond string }{
+		{"SET #gl = :g, #gu = :gu, #x = :exp, #v = if_not_exists(#v, :vb) + :one ADD #t :zero", "attribute_not_exists(#gu) OR #gu <= :gat"},
+		{"SET #gu = :gu, #v = #v + :one, #x = :exp ADD #gl :g", "#gu > :gat AND #gu <= :gu"},
+		{"SET #v = #v + :one ADD #gl :g", "#gu > :gu"},
+	}
+	ins := make([]*dynamodb.UpdateItemInput, len(forms))
+	for i, f := range forms {
+		ins[i] = &dynamodb.UpdateItemInput{
+			TableName: d.table, Key: keyOf(id),
+			UpdateExpression:    aws.String(f.expr),
+			ConditionExpression: aws.String(f.cond),
+			ExpressionAttributeNames: map[string]string{"#gl": AttrGrantLeft, "#gu": AttrGrantUntil, "#v": AttrVersion,
+				"#x": ddbcore.AttrExpiresAt, "#t": AttrTAT},
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":g": num(u.Grant), ":gu": num(u.GrantUntil), ":gat": num(u.GrantAt), ":one": num(1),
+				":exp": num(exp), ":vb": num(d.now().UnixNano()), ":zero": num(0),
+			},
+			ReturnValues: types.ReturnValueAllNew,
+		}
+		// Unused names and values are an error to DynamoDB.
+		if !strings.Contains(f.expr, "#x") {
+			delete(ins[i].ExpressionAttributeNames, "#x")
+			delete(ins[i].ExpressionAttributeValues, ":exp")
+		}
+		if !strings.Contains(f.expr, "#t") {
+			delete(ins[i].ExpressionAttributeNames, "#t")
+			delete(ins[i].ExpressionAttributeValues, ":zero")
+		}
+		if !strings.Contains(f.expr, ":vb") {
+			delete(ins[i].ExpressionAttributeValues, ":vb")
+		}
+		if !strings.Contains(f.expr+f.cond, ":gat") {
+			delete(ins[i].ExpressionAttributeValues, ":gat")
+		}
+	}
+	return ins
 }

@@ -264,6 +264,9 @@ func (d *Store) Update(ctx context.Context, key string, u kvbucket.Update) (kvbu
 			return kvbucket.Tally{}, d.wrap("UpdateItem", id, err)
 		}
 	}
+	if u.Grant > 0 {
+		return d.grant(ctx, key, id, u)
+	}
 	// Which form applies depends on the TAT at the moment the update lands:
 	// the caller's guess goes first; when it fails its condition, the state
 	// that failed it (returned by DynamoDB and moto; dynalite ignores
@@ -316,6 +319,37 @@ func (d *Store) Update(ctx context.Context, key string, u kvbucket.Update) (kvbu
 		t.Others = o.Others
 	}
 	return t, nil
+}
+
+// grant applies a grant (Update.Grant: nothing else of u is written): the
+// first of its forms whose condition holds, which concurrent grants can
+// change between calls.
+func (d *Store) grant(ctx context.Context, key, id string, u kvbucket.Update) (kvbucket.Tally, error) {
+	ins := d.grantInputs(id, u)
+	for attempt := 0; attempt < maxUpdateAttempts; attempt++ {
+		for _, in := range ins {
+			out, err := d.client.UpdateItem(ctx, in, d.opts...)
+			if ddbcore.IsConditionFailed(err) {
+				continue
+			}
+			if err != nil {
+				return kvbucket.Tally{}, d.wrap("UpdateItem", id, err)
+			}
+			t := kvbucket.Tally{Applied: true}
+			if t.Own, err = parsePart(out.Attributes); err != nil {
+				return kvbucket.Tally{}, fmt.Errorf("kvbucket/dynamostore: UpdateItem %q: %w", id, err)
+			}
+			if len(d.regions) > 1 {
+				o, err := d.getAll(ctx, key, d.regions[1:], false)
+				if err != nil {
+					return kvbucket.Tally{}, err
+				}
+				t.Others = o.Others
+			}
+			return t, nil
+		}
+	}
+	return kvbucket.Tally{}, fmt.Errorf("kvbucket/dynamostore: UpdateItem %q: %w: the grant changed under %d attempts", id, kvbucket.ErrThrottled, maxUpdateAttempts)
 }
 
 func (d *Store) wrap(op, pk string, err error) error {
