@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,4 +118,76 @@ func TestLimitsBeyondTheScaleFail(t *testing.T) {
 	if _, err := b.Allow(ctx, edgelimit.Request{Key: "k", Limits: edgelimit.Limits{Limit: MaxTokens + 1}}); !errors.Is(err, ErrConfig) {
 		t.Errorf("a limit beyond MaxTokens: %v, want ErrConfig", err)
 	}
+}
+
+// TestLimitsChangeUnderConcurrency (issue #12.4 for kv): 64 goroutines
+// on one key of one instance (one Bucket) against each KV, while an
+// operator raises and lowers the key's limit (the Request.Limits an
+// override gives) between and during phases; the clock moves on a second
+// per phase. Every admitted request's decision says the limit it was
+// decided under. With a burst of the limit, a token of limit L is 1h/L and
+// the bucket's tolerance is 1h whatever L is, so one instance, which is
+// exactly a token bucket, never admits more than the limit in force at
+// each decision's instant: the emission intervals of the admissions fit in
+// the tolerance plus the time that passed. And it denies nothing the
+// bucket held: they take at least the tolerance less one token of the
+// smallest limit a whole phase had.
+func TestLimitsChangeUnderConcurrency(t *testing.T) {
+	forEachKV(t, func(t *testing.T, k kvUnderTest, clk *clock) {
+		schedule := []struct{ before, during int64 }{{20, 25}, {5, 2}, {40, 50}, {30, 3}, {10, 60}, {45, 15}}
+		perClient := 2
+		if k.name == "moto" {
+			schedule, perClient = schedule[:4], 1 // moto answers one call at a time
+		}
+		b := mustNew(t, Config{Policy: kvPolicy("live", 10, 0, time.Hour, time.Second), KV: k.kv, Now: clk.Now})
+		var limit atomic.Int64
+		var mu sync.Mutex
+		var admitted []int64
+		denied := 0
+		least := int64(0)
+		for phase, l := range schedule {
+			clk.Set(t0.Add(time.Duration(phase) * time.Second))
+			limit.Store(l.before)
+			if l.during > l.before {
+				least = max(least, l.before)
+			}
+			var wg sync.WaitGroup
+			wg.Go(func() { limit.Store(l.during) }) // the operator, while the clients ask
+			for range 64 {
+				wg.Go(func() {
+					for range perClient {
+						req := edgelimit.Request{Key: "the-key", Limits: edgelimit.Limits{Limit: limit.Load()}}
+						d, err := b.Allow(ctx, req)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						if d.Allowed {
+							admitted = append(admitted, d.Limit)
+						} else {
+							denied++
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+		}
+		if len(admitted) < 3 || denied == 0 {
+			t.Fatalf("%d admitted, %d denied: the test did not reach the limits", len(admitted), denied)
+		}
+		elapsed := time.Duration(len(schedule)-1) * time.Second
+		var used time.Duration
+		for _, l := range admitted {
+			used += time.Hour / time.Duration(l)
+		}
+		if used > time.Hour+elapsed {
+			t.Errorf("the %d admissions took %s of emission intervals, more than the tolerance (1h) and the %s that passed: more than the limits in force", len(admitted), used, elapsed)
+		}
+		if used < time.Hour-time.Hour/time.Duration(least) {
+			t.Errorf("the %d admissions took only %s of the 1h tolerance: spurious denials", len(admitted), used)
+		}
+		t.Logf("%s: %d admitted (%s of the 1h tolerance), %d denied over %d limit changes", k.name, len(admitted), used, denied, 2*len(schedule))
+	})
 }
