@@ -2,6 +2,8 @@ package kvbucket
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -443,5 +445,49 @@ func TestGrant(t *testing.T) {
 				t.Errorf("a grant after the others lapsed: %d until t0+%s, want 1 until t0+3h (the lapsed 6 are gone)", g, end)
 			}
 		})
+	})
+}
+
+// TestGrantIsSpentOnceUnderConcurrency: 16 instances, each on its own
+// goroutines (4 each, 5 requests apiece), ask for a key whose bucket is
+// empty and which holds a grant of 10, on memory, dynalite and moto:
+// exactly 10 are admitted, each by one conditional write, whatever the
+// interleaving (a token of a grant is never spent twice).
+func TestGrantIsSpentOnceUnderConcurrency(t *testing.T) {
+	forEachKV(t, func(t *testing.T, k kvUnderTest, clk *clock) {
+		clk.Set(t0)
+		pol := kvPolicy("grant-race", 2, 2, time.Hour, time.Second)
+		op := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+		for range 2 {
+			if d, err := op.Allow(ctx, edgelimit.Request{Key: "k"}); err != nil || !d.Allowed {
+				t.Fatalf("empty the bucket: %+v, %v", d, err)
+			}
+		}
+		if err := op.Grant(ctx, edgelimit.Request{Key: "k", At: clk.Now()}, 10, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 16 {
+			b := mustNew(t, Config{Policy: pol, KV: k.kv, Now: clk.Now})
+			for range 4 {
+				wg.Go(func() {
+					for range 5 {
+						d, err := b.Allow(ctx, edgelimit.Request{Key: "k"})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		if got := admitted.Load(); got != 10 {
+			t.Errorf("%d admitted over 16 instances, want exactly the grant's 10", got)
+		}
 	})
 }
