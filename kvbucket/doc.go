@@ -276,5 +276,5 @@
 // [MaxClockSkew] beyond a bucket spent empty twice over is repaired to an
 // empty bucket at the reader's instant, so one bad clock cannot freeze a
 // bucket. Sentinel errors: [ErrConfig], [ErrBadKey], [ErrBadItem],
-// [ErrReceipt], [ErrThrottled].
+// [ErrReceipt], [ErrThrottled], [ErrGrant].
 package kvbucket
