@@ -21,6 +21,7 @@ import (
 	"github.com/edgelimit/edgelimit/internal/apigwlocal"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 	"github.com/edgelimit/edgelimit/kvbucket"
+	"github.com/edgelimit/edgelimit/kvbucket/dynamostore"
 	"github.com/edgelimit/edgelimit/middleware"
 	"github.com/edgelimit/edgelimit/setup"
 )
@@ -28,9 +29,11 @@ import (
 // kvServerCmd is the hidden subcommand the kv part starts for a region of
 // a table replicated over regions: the wiring of `edgelimit serve` (the
 // engine, middleware.HTTPAPI, the local API Gateway emulation) with kv
-// policies on kvbucket.DynamoDB configured with Region and Regions, which
-// `edgelimit serve` cannot set yet. It prints "listening on http://ADDR"
-// as serve does.
+// policies on a kvbucket/dynamostore.Store configured with Region and
+// Regions (as `edgelimit serve --kv-regions` is, with the region from the
+// environment), and a region named by a flag rather than AWS_REGION, so
+// that one machine runs every region. It prints "listening on
+// http://ADDR" as serve does.
 const kvServerCmd = "kv-server"
 
 func runKVServer(args []string) int {
@@ -62,11 +65,11 @@ func serveKV(policies, endpoint, table, region, regions string) error {
 	if err != nil {
 		return err
 	}
-	cfg := kvbucket.DynamoDBConfig{Client: client, Table: table, Region: region}
+	cfg := dynamostore.Config{Client: client, Table: table, Region: region}
 	if regions != "" {
 		cfg.Regions = strings.Split(regions, ",")
 	}
-	kv, err := kvbucket.NewDynamoDB(cfg)
+	kv, err := dynamostore.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -496,7 +496,8 @@ func TestSeamPathSpellingsLambda(t *testing.T) {
 // TestSeamKVExactBeyondItsCache pins issue #10's second defect: one `serve`
 // process with a kv policy of 8 per hour admits 8 for a key, and again 7
 // more for the same key once traffic for more keys than its cache holds
-// (kvbucket.DefaultCacheSize, 10,000) has evicted the key: the spending the
+// (10,000 then; the policy's cache_size of 1,000 here, since the default
+// grew to 131,072 with issue #16) has evicted the key: the spending the
 // cache had not yet written to the KV is dropped with the entry. Exactly 8
 // may ever be admitted for the key within the hour (one unit refills every
 // 450 s; the bound allows for what refilled while the test ran). The policy
@@ -504,7 +505,7 @@ func TestSeamPathSpellingsLambda(t *testing.T) {
 // a 503, never counted as admitted.
 func TestSeamKVExactBeyondItsCache(t *testing.T) {
 	forStores(t, func(t *testing.T, dynamo bool) {
-		const limit, refill, others = 8, 450 * time.Second, 20_000
+		const limit, refill, others = 8, 450 * time.Second, 2_000
 		s := startServe(t, serveConfig{DynamoDB: dynamo, Policies: `version: 1
 policies:
   - name: seam-kv
@@ -513,6 +514,7 @@ policies:
     strategy: kv
     limit: 8
     window: 1h
+    cache_size: 1000
     store_timeout: 10s
     on_store_error: deny
 `})

@@ -24,7 +24,7 @@ import (
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	ifdynamo "github.com/edgelimit/edgelimit/inflight/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddb"
-	"github.com/edgelimit/edgelimit/kvbucket"
+	kvstore "github.com/edgelimit/edgelimit/kvbucket/dynamostore"
 	"github.com/edgelimit/edgelimit/setup"
 )
 
@@ -215,6 +215,7 @@ func TestTemplateSetsEveryVariableTheFunctionsRead(t *testing.T) {
 	c := loadTemplate(t)
 	storeOnly := map[string]bool{setup.EnvTable: true, setup.EnvEndpoint: true}
 	signedOnly := map[string]bool{setup.EnvTokenSecretID: true}
+	kvOnly := map[string]bool{setup.EnvKVRegions: true}
 	localOnly := map[string]bool{setup.EnvHashKey: true, setup.EnvSecrets: true}
 	refs := map[string]string{setup.EnvSecretID: "!Ref SecretName", setup.EnvTokenSecretID: "!Ref TokenSecretName"}
 	for _, fn := range handlers.All() {
@@ -223,7 +224,7 @@ func TestTemplateSetsEveryVariableTheFunctionsRead(t *testing.T) {
 		env := c.env(t, fn)
 		for _, name := range setup.EnvVars {
 			_, set := env[name]
-			want := !storeOnly[name] && !signedOnly[name] || storeOnly[name] && store || signedOnly[name] && s["signed"]
+			want := !storeOnly[name] && !signedOnly[name] && !kvOnly[name] || storeOnly[name] && store || signedOnly[name] && s["signed"] || kvOnly[name] && s["kv"]
 			switch {
 			case localOnly[name] && set:
 				t.Errorf("%s: the template sets %s: a secret in the function's configuration (set %s instead)", fn.LogicalID, name, setup.EnvSecretID)
@@ -250,6 +251,24 @@ func TestTemplateSetsEveryVariableTheFunctionsRead(t *testing.T) {
 				t.Errorf("%s: %s = %q, want !Ref Table", fn.LogicalID, setup.EnvTable, got)
 			}
 		}
+		if s["kv"] {
+			checkKVRegions(t, fn.LogicalID, env[setup.EnvKVRegions])
+		}
+	}
+}
+
+// checkKVRegions: a kv function's EDGELIMIT_KV_REGIONS follows the table's
+// replicas: empty (one region) unless KVReplicaRegion adds one, and then
+// this region and the replica's, which are the table's Replicas.
+func checkKVRegions(t *testing.T, fn string, v *yaml.Node) {
+	t.Helper()
+	const want = `!If [HasKVReplica, !Sub "${AWS::Region},${KVReplicaRegion}", ""]`
+	ok := v != nil && v.Tag == "!If" && v.Kind == yaml.SequenceNode && len(v.Content) == 3 &&
+		v.Content[0].Value == "HasKVReplica" &&
+		str(v.Content[1]) == "!Sub ${AWS::Region},${KVReplicaRegion}" &&
+		v.Content[2].Kind == yaml.ScalarNode && v.Content[2].Value == ""
+	if !ok {
+		t.Errorf("%s: %s is not %s (the regions of the table's replicas)", fn, setup.EnvKVRegions, want)
 	}
 }
 
@@ -373,13 +392,14 @@ func transactMembers(t *testing.T, dir string) []string {
 
 // TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls derives each
 // function's DynamoDB actions from its strategies' narrow SDK interfaces
-// (dynamostore.DynamoAPI, kvbucket.DynamoDBAPI, inflight's dynamostore.API) and compares them with
+// (durablecounter/dynamostore.DynamoAPI, kvbucket/dynamostore.DynamoAPI,
+// inflight/dynamostore.API) and compares them with
 // the template's policy statements: the same set, on the table only.
 func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 	c := loadTemplate(t)
 	byStrategy := map[string][]string{
 		"durable":  sdkActions(t, reflect.TypeFor[dynamostore.DynamoAPI](), "durablecounter/dynamostore"),
-		"kv":       sdkActions(t, reflect.TypeFor[kvbucket.DynamoDBAPI](), "kvbucket"),
+		"kv":       sdkActions(t, reflect.TypeFor[kvstore.DynamoAPI](), "kvbucket/dynamostore"),
 		"inflight": sdkActions(t, reflect.TypeFor[ifdynamo.API](), "inflight/dynamostore"),
 		"signed":   nil,
 	}

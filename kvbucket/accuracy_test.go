@@ -224,14 +224,8 @@ func TestOverAdmissionMemory(t *testing.T) {
 func TestOverAdmissionServers(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, srv ddbtest.Server) {
 		t.Parallel()
-		var kv *DynamoDB
-		measure(t, srv.Name, func(now func() time.Time) KV {
-			if kv == nil {
-				kv, _, _, _ = dynamoKV(t, srv, now)
-			}
-			kv.now = now
-			return kv
-		})
+		tab := newDynamoTable(t, srv)
+		measure(t, srv.Name, func(now func() time.Time) KV { return tab.KV(now, "") })
 	})
 }
 
@@ -275,7 +269,7 @@ func TestConcurrentBurstIsExactServers(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, srv ddbtest.Server) {
 		t.Parallel()
 		clk := newClock(t0)
-		kv, _, _, _ := dynamoKV(t, srv, clk.Now)
+		kv, _ := dynamoKV(t, srv, clk.Now)
 		concurrentBurst(t, kv, clk, "burst")
 	})
 }

@@ -102,6 +102,41 @@ func BenchmarkAllow(b *testing.B) {
 	})
 }
 
+// BenchmarkAllowDefaultCache is a decision over 100,000 keys on a Bucket
+// of the default CacheSize, as a function with 100,000 active clients runs
+// it (issue #16: with a cache of 10,000 keys, most decisions found their
+// key evicted and paid a strong read and a write on the KV). kv-calls/op
+// is the KV calls per decision: 0 when every key stays cached.
+//
+//	go test -run '^$' -bench BenchmarkAllowDefaultCache -benchmem ./kvbucket/
+func BenchmarkAllowDefaultCache(b *testing.B) {
+	kv := NewMemory(MemoryConfig{MaxKeys: 2 * len(benchKeys)})
+	bucket := mustNew(b, Config{Policy: kvPolicy("bench", 1_000_000, 1_000_000, time.Second, 24*time.Hour), KV: kv})
+	now := time.Now()
+	for _, at := range []time.Time{now.Add(-48 * time.Hour), now.Add(-time.Minute)} {
+		for _, k := range benchKeys {
+			if _, err := bucket.AllowAt(ctx, at, edgelimit.Request{Key: k}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	n := uint64(len(benchKeys))
+	before := bucket.Stats()
+	b.ReportAllocs()
+	var offset atomic.Uint64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := offset.Add(1) * 7919
+		for pb.Next() {
+			bucket.Allow(ctx, edgelimit.Request{Key: reqKeys[i%n]})
+			i++
+		}
+	})
+	b.StopTimer()
+	after := bucket.Stats()
+	b.ReportMetric(float64(after.Synced-before.Synced)/float64(b.N), "kv-calls/op")
+}
+
 // benchBucket returns a bucket (1,000,000 per second, synced daily) with
 // every bench key past its first sync interval and synced once, so that
 // cached decisions stay local: the keys are first read two days ago and

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgelimit/edgelimit"
@@ -16,8 +18,14 @@ import (
 // little staleness to what the KV already has.
 const DefaultSyncInterval = time.Second
 
-// DefaultCacheSize is Config.CacheSize's default.
-const DefaultCacheSize = 10_000
+// DefaultCacheSize is Config.CacheSize's default: room for 100,000 active
+// keys (issue #16: at the 10,000 of before, a function with 100,000 active
+// clients found most of their keys evicted, and paid a strong read and a
+// write per decision), with the headroom the cache's 64 shards need (a
+// shard holds 2,048; 100,000 keys put about 1,560 in each, rarely over
+// 1,700). The cache grows with the keys it meets, about 520 bytes each
+// (measured, TestCacheEntryBytes): 52 MB at 100,000 keys, 68 MB full.
+const DefaultCacheSize = 1 << 17
 
 // MaxKeyLength bounds a request key. Keys arrive hashed (22 bytes), so a
 // longer one is a caller's bug, refused with ErrBadKey.
@@ -35,17 +43,22 @@ type Config struct {
 	// the Policy's Options (what its file said), else the zero Options.
 	Options *Options
 	// KV stores the buckets, shared by every instance. Required: a
-	// *DynamoDB on AWS, a *Memory for one process.
+	// *dynamostore.Store on AWS, a *Memory for one process.
 	KV KV
 	// Now is the clock of Allow, Refund and Peek. When set it is the
 	// bucket's own and wins over Request.At (tests that inject one keep
 	// it); when nil they use Request.At, or time.Now when that is zero.
 	Now func() time.Time
-	// CacheSize bounds the keys whose state this process keeps (about 300
-	// bytes each); beyond it a least recently used key is dropped (sampled
-	// LRU). Default DefaultCacheSize (10,000). Dropping never loses
-	// spending: a key with spending the KV does not know yet is written
-	// back first (see the package documentation).
+	// CacheSize bounds the keys whose state this process keeps (when set,
+	// it wins over the policy's cache_size, Options.CacheSize); beyond it
+	// a least recently used key is dropped (sampled LRU). The cache grows
+	// with the keys it meets, about 520 bytes each (measured: 52 MB for
+	// 100,000 keys), up to the bound. Default DefaultCacheSize (131,072:
+	// 100,000 active keys with headroom); a function with little memory
+	// and many clients may set less, at a strong read and a write for each
+	// decision of a key that was dropped. Dropping never loses spending: a
+	// key with spending the KV does not know yet is written back first
+	// (see the package documentation).
 	CacheSize int
 	// NoCache makes every admission a conditional write of its own to the
 	// KV (a reservation that lands only if it fits) instead of deciding a
@@ -56,11 +69,13 @@ type Config struct {
 
 // policyParams are the parts of a policy the bucket uses.
 type policyParams struct {
-	name   string
-	params Params
-	sync   time.Duration
-	cost   int64
-	closed bool
+	name      string
+	params    Params
+	sync      time.Duration
+	burst     int64
+	cacheSize int
+	cost      int64
+	closed    bool
 }
 
 // paramsOf reads every Policy field and option the bucket uses, and only
@@ -68,7 +83,7 @@ type policyParams struct {
 func paramsOf(cfg Config) (policyParams, error) {
 	p := cfg.Policy
 	if p.Strategy != nil && p.Strategy != Strategy {
-		return policyParams{}, fmt.Errorf("%w: policy %q has strategy %q, not kv", ErrBadConfig, p.Name, p.Strategy.Name)
+		return policyParams{}, fmt.Errorf("%w: policy %q has strategy %q, not kv", ErrConfig, p.Name, p.Strategy.Name)
 	}
 	opts, err := options(cfg)
 	if err != nil {
@@ -79,11 +94,13 @@ func paramsOf(cfg Config) (policyParams, error) {
 		capacity = opts.Burst
 	}
 	return policyParams{
-		name:   p.Name,
-		params: Params{Capacity: capacity, Limit: p.Limit, Window: p.Window},
-		sync:   opts.SyncInterval,
-		cost:   p.Cost,
-		closed: p.Limit == 0,
+		name:      p.Name,
+		params:    Params{Capacity: capacity, Limit: p.Limit, Window: p.Window},
+		sync:      opts.SyncInterval,
+		burst:     opts.Burst,
+		cacheSize: opts.CacheSize,
+		cost:      p.Cost,
+		closed:    p.Limit == 0,
 	}, nil
 }
 
@@ -107,9 +124,25 @@ type Bucket struct {
 	id       uint64 // random: names this Bucket in its receipts
 	writer   uint32 // this Bucket's writer id in the KV's writer sets
 	cache    *cache
+	// burst is the policy's own burst (0: its limit), which a request's
+	// limits keep unless they set one.
+	burst int64
+	// scaled caches the units of requests' limits other than the policy's
+	// (tiers, overrides), by their Params; at most maxScaled of them.
+	scaled  sync.Map
+	nScaled atomic.Int32
+	// maxFill is the longest time any limits this Bucket decided under
+	// take to fill (nanoseconds): a TAT that deep is a debt, not a clock
+	// far ahead (see insane).
+	maxFill atomic.Int64
 	// cfg is what New was given, for Local.
 	cfg Config
 }
+
+// maxScaled bounds the limits whose units a Bucket keeps: the tiers of a
+// policy and the overrides in force; beyond it they are computed per
+// request (a few multiplications).
+const maxScaled = 1024
 
 var (
 	_ edgelimit.Limiter  = (*Bucket)(nil)
@@ -123,20 +156,20 @@ var (
 // New checks cfg and returns the bucket.
 func New(cfg Config) (*Bucket, error) {
 	if cfg.Policy == nil {
-		return nil, fmt.Errorf("%w: Config.Policy is required", ErrBadConfig)
+		return nil, fmt.Errorf("%w: Config.Policy is required", ErrConfig)
 	}
 	pp, err := paramsOf(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.KV == nil {
-		return nil, fmt.Errorf("%w: policy %q: Config.KV is required", ErrBadConfig, pp.name)
+		return nil, fmt.Errorf("%w: policy %q: Config.KV is required", ErrConfig, pp.name)
 	}
 	if pp.sync < 0 {
-		return nil, fmt.Errorf("%w: policy %q: sync interval %s is negative", ErrBadConfig, pp.name, pp.sync)
+		return nil, fmt.Errorf("%w: policy %q: sync interval %s is negative", ErrConfig, pp.name, pp.sync)
 	}
 	if cfg.CacheSize < 0 {
-		return nil, fmt.Errorf("%w: policy %q: cache size %d is negative", ErrBadConfig, pp.name, cfg.CacheSize)
+		return nil, fmt.Errorf("%w: policy %q: cache size %d is negative", ErrConfig, pp.name, cfg.CacheSize)
 	}
 	b := &Bucket{
 		prefix:   pp.name + "#",
@@ -148,20 +181,21 @@ func New(cfg Config) (*Bucket, error) {
 		noCache:  cfg.NoCache,
 		closed:   pp.closed,
 		id:       rand.Uint64(),
+		burst:    pp.burst,
 		cfg:      cfg,
 	}
 	b.writer = uint32(b.id>>32) | 1
 	if b.closed {
 		b.p.Capacity = 0
 		if b.p.Window <= 0 {
-			return nil, fmt.Errorf("%w: policy %q: window %s is not positive", ErrBadConfig, pp.name, b.p.Window)
+			return nil, fmt.Errorf("%w: policy %q: window %s is not positive", ErrConfig, pp.name, b.p.Window)
 		}
 	} else if err := b.p.Validate(); err != nil {
 		return nil, fmt.Errorf("%w (policy %q)", err, pp.name)
 	}
 	if pp.cost > b.p.Capacity && !b.closed {
 		return nil, fmt.Errorf("%w: policy %q: cost %d is more than the capacity %d: every request would be denied",
-			ErrBadConfig, pp.name, pp.cost, b.p.Capacity)
+			ErrConfig, pp.name, pp.cost, b.p.Capacity)
 	}
 	if b.now == nil {
 		b.now = time.Now
@@ -171,12 +205,20 @@ func New(cfg Config) (*Bucket, error) {
 	}
 	size := cfg.CacheSize
 	if size == 0 {
+		size = pp.cacheSize
+	}
+	if size == 0 {
 		size = DefaultCacheSize
 	}
 	if !b.closed {
 		b.u = newUnits(b.p)
+	} else {
+		// Nothing is stored at the policy's own limits; a request's limits
+		// (a tier, an override) read and write at this scale.
+		b.u = newUnits(Params{Capacity: 1, Limit: 1, Window: b.p.Window})
 	}
 	b.cache = newCache(size, &b.u)
+	b.maxFill.Store(int64(b.u.fill()))
 	return b, nil
 }
 
@@ -226,14 +268,70 @@ func (b *Bucket) AllowAt(ctx context.Context, now time.Time, req edgelimit.Reque
 	if err := checkKey(req.Key); err != nil {
 		return edgelimit.Decision{}, err
 	}
-	if b.closed {
+	u, err := b.unitsOf(req.Limits)
+	switch {
+	case err != nil:
+		return edgelimit.Decision{}, err
+	case u == nil:
 		return b.closedDecision(), nil
 	}
 	var d edgelimit.Decision
-	if err := b.do(ctx, now.UnixNano(), req.Key, req.Units(), opAllow, &d); err != nil {
+	if err := b.do(ctx, u, now.UnixNano(), req.Key, req.Units(), opAllow, op{}, &d); err != nil {
 		return edgelimit.Decision{}, err
 	}
 	return d, nil
+}
+
+// unitsOf returns the units a request with limits l is decided in: the
+// policy's own when l changes nothing, else l's in the policy's scale (see
+// units.scaled), with l's zero fields the policy's (a zero burst: the
+// policy's burst, else the limit in force). nil means a limit of 0: the
+// request is denied without a KV call.
+func (b *Bucket) unitsOf(l edgelimit.Limits) (*units, error) {
+	if l.IsZero() {
+		if b.closed {
+			return nil, nil
+		}
+		return &b.u, nil
+	}
+	p := Params{Limit: b.p.Limit, Window: b.p.Window}
+	if l.Limit > 0 {
+		p.Limit = l.Limit
+	}
+	if l.Window > 0 {
+		p.Window = l.Window
+	}
+	switch {
+	case l.Burst > 0:
+		p.Capacity = l.Burst
+	case b.burst > 0:
+		p.Capacity = b.burst
+	default:
+		p.Capacity = p.Limit
+	}
+	switch {
+	case p.Limit == 0:
+		return nil, nil
+	case !b.closed && p == b.p:
+		return &b.u, nil
+	}
+	if v, ok := b.scaled.Load(p); ok {
+		return v.(*units), nil
+	}
+	u, err := b.u.scaled(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w (policy %q, a request's limits)", err, b.prefix[:len(b.prefix)-1])
+	}
+	for f := int64(u.fill()); ; {
+		old := b.maxFill.Load()
+		if old >= f || b.maxFill.CompareAndSwap(old, f) {
+			break
+		}
+	}
+	if b.nScaled.Add(1) <= maxScaled {
+		b.scaled.Store(p, &u)
+	}
+	return &u, nil
 }
 
 // closedDecision is the denial of a policy with limit 0.
@@ -241,16 +339,22 @@ func (b *Bucket) closedDecision() edgelimit.Decision {
 	return edgelimit.Decision{Limit: 0, Window: b.p.Window, Reset: b.p.Window, RetryAfter: b.p.Window}
 }
 
-// Refund gives back exactly what d spent: d is the allowed Decision that
-// Allow (or AllowAt) of this Bucket returned for req, and its Receipt's
-// tokens go back into req.Key's bucket at req's instant (see Allow), never
-// beyond capacity. (For a token bucket that is the same as giving them back
-// at d.Receipt.At: refill adds the same, capped the same.) In the KV it is
-// an addition of minus those tokens to what this region spent, never more.
-// A decision that spent nothing (denied, or degraded by the engine)
-// refunds nothing. A receipt of another Bucket or key, or one that spent
-// nothing, is ErrBadReceipt and changes nothing. See RefundAt for where the
-// tokens go.
+// Refund gives back what d spent and refill has not brought back since: d
+// is the allowed Decision that Allow (or AllowAt) of this Bucket returned
+// for req (the same Limits), and of the c tokens of its Receipt, spent at
+// s, a refund at req's instant r (see Allow) gives back c less what the
+// bucket refilled in between, c − (r − s)·Limit/Window, never less than
+// nothing and never beyond capacity. At the decision's own instant (the
+// engine refunds as of the request's instant) that is all of it. A spend's
+// effect on what a bucket holds decays at most at the refill rate, so a
+// refund never gives back more than its decision took, whatever was spent
+// or refunded since: one of an admission whose tokens came back long ago
+// gives nothing. (Before, a refund gave back all c tokens at r: after the
+// bucket had refilled and been spent again, it gave the new spending's
+// tokens back.) In the KV it is an addition of minus those units to what
+// this region spent, never more. A decision that spent nothing (denied, or
+// degraded by the engine) refunds nothing. A receipt of another Bucket or
+// key, or one that spent nothing, is ErrReceipt and changes nothing.
 func (b *Bucket) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.Decision) error {
 	if err := checkKey(req.Key); err != nil {
 		return err
@@ -259,11 +363,23 @@ func (b *Bucket) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.
 		return nil
 	}
 	_, h := b.cache.shard(req.Key)
-	if d.Receipt.ID != b.receiptID(h) || d.Receipt.Slot < 1 || b.closed {
-		return fmt.Errorf("%w: policy %q: the decision was not spent by this bucket for this key", ErrBadReceipt, b.prefix[:len(b.prefix)-1])
+	u, err := b.unitsOf(req.Limits)
+	if err != nil {
+		return err
+	}
+	if d.Receipt.ID == b.grantReceiptID(h) {
+		return nil // a grant paid: its tokens are not given back
+	}
+	if d.Receipt.ID != b.receiptID(h) || d.Receipt.Slot < 1 || u == nil {
+		return fmt.Errorf("%w: policy %q: the decision was not spent by this bucket for this key", ErrReceipt, b.prefix[:len(b.prefix)-1])
+	}
+	n := b.instant(req).UnixNano()
+	back := u.owed(d.Receipt.At, n, d.Receipt.Slot)
+	if back.Sign() == 0 {
+		return nil
 	}
 	var none edgelimit.Decision
-	return b.do(ctx, b.instant(req).UnixNano(), req.Key, d.Receipt.Slot, opRefund, &none)
+	return b.do(ctx, u, n, req.Key, 0, opRefund, u.refundUnits(n, back), &none)
 }
 
 // RefundAt adds req.Units() tokens back to req.Key's bucket at now, never
@@ -277,11 +393,13 @@ func (b *Bucket) RefundAt(ctx context.Context, now time.Time, req edgelimit.Requ
 	if err := checkKey(req.Key); err != nil {
 		return err
 	}
-	if b.closed {
-		return nil
+	u, err := b.unitsOf(req.Limits)
+	if err != nil || u == nil {
+		return err
 	}
+	n := now.UnixNano()
 	var none edgelimit.Decision
-	return b.do(ctx, now.UnixNano(), req.Key, req.Units(), opRefund, &none)
+	return b.do(ctx, u, n, req.Key, 0, opRefund, u.refund(n, req.Units()), &none)
 }
 
 // Peek tells whether req would be allowed at its instant (see Allow), and
@@ -305,7 +423,11 @@ func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Reques
 	if err := checkKey(req.Key); err != nil {
 		return edgelimit.Decision{}, err
 	}
-	if b.closed {
+	u, err := b.unitsOf(req.Limits)
+	switch {
+	case err != nil:
+		return edgelimit.Decision{}, err
+	case u == nil:
 		return b.closedDecision(), nil
 	}
 	n, cost := now.UnixNano(), req.Units()
@@ -313,8 +435,11 @@ func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Reques
 	s.mu.Lock()
 	e := s.find(req.Key, h)
 	var d edgelimit.Decision
-	if e != nil && e.known && (e.syncing || b.degraded(e, n) || b.through(e, n) || b.shareValid(e, n)) {
-		b.peekLocal(e, n, cost, &d)
+	if e != nil && e.known && (e.syncing || b.degraded(e, n) || b.shareValid(e, n) || b.through(e, n) && !b.stale(e, n)) {
+		b.peekLocal(u, e, n, cost, &d)
+		if !b.degraded(e, n) {
+			withGrant(e.v.own, n, cost, &d)
+		}
 		s.stats.Local++
 		s.mu.Unlock()
 		return d, nil
@@ -343,18 +468,19 @@ func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Reques
 		// count it, as Allow would.
 		tat = b.withInflight(e, e.pend.apply(e.flight.apply(tat)), n)
 	}
-	b.u.peek(tat, n, cost, &d)
+	u.peek(tat, n, cost, &d)
+	withGrant(t.Own, n, cost, &d)
 	return d, nil
 }
 
 // peekLocal answers a peek from e's local state, as Allow would decide.
 // s.mu is held.
-func (b *Bucket) peekLocal(e *entry, n, cost int64, d *edgelimit.Decision) {
-	b.u.peek(b.local(e, n), n, cost, d)
+func (b *Bucket) peekLocal(u *units, e *entry, n, cost int64, d *edgelimit.Decision) {
+	u.peek(b.local(e, n), n, cost, d)
 	if d.Allowed && !b.degraded(e, n) && !b.through(e, n) && e.insts > 1 {
 		// The share limits this instance too.
 		var sd edgelimit.Decision
-		if !b.withinShare(e, n, cost, &sd) {
+		if !b.withinShare(u, e, n, cost, &sd) {
 			*d = sd
 		}
 	}
@@ -452,6 +578,7 @@ const (
 	opAllow  opKind = iota // decide, spending when allowed
 	opRefund               // give tokens back
 	opFlush                // write back what the KV does not know, then drop the entry
+	opCharge               // spend whether or not it fits
 )
 
 // degraded reports that a store call of e failed less than a sync interval
@@ -482,37 +609,38 @@ func (b *Bucket) shareValid(e *entry, n int64) bool {
 	return since < b.sync && since > -b.sync
 }
 
-// budget returns the units e's share allows in all at n, times insts:
-// grantR + (n − grantAt)·Limit.
-func (b *Bucket) budget(e *entry, n int64) Wide {
-	return e.grantR.Add(b.u.at(max(n-e.grantAt, 0)))
+// budget returns the units e's share allows in all at n under u, times
+// insts: R + (n − grantAt)·Limit, R being what the bucket held at the
+// grant (at least 0), read under u's capacity.
+func (b *Bucket) budget(u *units, e *entry, n int64) Wide {
+	return maxWide(u.avail(e.grantTAT, e.grantAt), Wide{}).Add(u.at(max(n-e.grantAt, 0)))
 }
 
 // withinShare reports whether cost more tokens at n fit e's share; when
 // they do not, it fills d with the denial (Remaining and the waits counted
 // in the share, bounded by when the next sync may renew it). s.mu is held.
-func (b *Bucket) withinShare(e *entry, n, cost int64, d *edgelimit.Decision) bool {
+func (b *Bucket) withinShare(u *units, e *entry, n, cost int64, d *edgelimit.Decision) bool {
 	if e.insts <= 1 {
 		return true
 	}
-	need := b.u.tokens(cost)
-	total := b.budget(e, n)
+	need := u.tokens(cost)
+	total := b.budget(u, e, n)
 	used := mulK(e.spent.Add(need), e.insts)
 	if !total.Less(used) {
 		return true
 	}
 	// left is this instance's share left, in units, times insts.
 	left := total.Sub(mulK(e.spent, e.insts))
-	d.Limit, d.Window = b.u.advQ, b.u.advW
+	d.Limit, d.Window = u.advQ, u.advW
 	d.Remaining = 0
 	var k int64
 	if left.Sign() > 0 {
-		k = left.div(b.u.w, false) / e.insts
-		d.Remaining = min(k, b.p.Capacity)
+		k = left.div(u.w, false) / e.insts
+		d.Remaining = min(k, u.p.Capacity)
 	}
 	// The share grows by Limit units a nanosecond, shared by insts.
-	nextTok := b.u.dur(mulK(b.u.tokens(k+1), e.insts).Sub(left))
-	fit := b.u.dur(used.Sub(total))
+	nextTok := u.dur(mulK(u.tokens(k+1), e.insts).Sub(left))
+	fit := u.dur(used.Sub(total))
 	untilSync := time.Duration(max(e.grantAt+b.sync-n, 1))
 	if e.syncing {
 		untilSync = time.Nanosecond
@@ -530,9 +658,9 @@ func mulK(w Wide, k int64) Wide {
 	return w.mulSmall(k)
 }
 
-// do decides (or refunds, or flushes) cost units of key at n, into d
-// (which is zero). On an error d is to be ignored.
-func (b *Bucket) do(ctx context.Context, n int64, key string, cost int64, o opKind, d *edgelimit.Decision) error {
+// do decides cost tokens of key at n under u (opAllow), into d (which is
+// zero), or gives back rf (opRefund). On an error d is to be ignored.
+func (b *Bucket) do(ctx context.Context, u *units, n int64, key string, cost int64, o opKind, rf op, d *edgelimit.Decision) error {
 	s, h := b.cache.shard(key)
 	var victim *entry
 	defer func() {
@@ -574,9 +702,11 @@ func (b *Bucket) do(ctx context.Context, n int64, key string, cost int64, o opKi
 		var err error
 		switch o {
 		case opRefund:
-			return b.refund(ctx, s, e, n, cost)
+			return b.refund(ctx, u, s, e, n, rf)
+		case opCharge:
+			return b.charge(ctx, u, s, e, n, cost, d)
 		default:
-			w, err = b.allow(ctx, s, e, n, cost, d)
+			w, err = b.allow(ctx, u, s, e, n, cost, d)
 		}
 		if w == nil {
 			return err
@@ -613,31 +743,102 @@ func (b *Bucket) firstRead(ctx context.Context, s *shard, e *entry, n int64) err
 	}
 	e.known, e.firstAt, e.syncedAt = true, n, n
 	e.rid = b.receiptID(e.hash)
-	b.learn(e, t)
+	b.learn(e, t, n)
 	return nil
 }
 
-// learn takes what the KV answered into e's view (the later state of each
-// part wins; see view.learn). s.mu is held.
-func (b *Bucket) learn(e *entry, t Tally) {
+// learn takes what the KV answered at n into e's view (the later state of
+// each part wins; see view.learn). s.mu is held.
+func (b *Bucket) learn(e *entry, t Tally, n int64) {
 	e.v.learn(&b.u, t)
 	e.tat = e.v.tat(&b.u)
+	e.learnedAt = max(e.learnedAt, n)
+	e.grantEnd = 0
+	if e.v.own.GrantLeft > 0 {
+		e.grantEnd = e.v.own.GrantUntil
+	}
+}
+
+// stale reports that what e knows of the KV is a sync interval old or more
+// at n: a denial it proves may have been undone since, by another
+// instance's Reset or Grant, so it is checked with a read first.
+func (b *Bucket) stale(e *entry, n int64) bool {
+	return n-e.learnedAt >= b.sync || e.learnedAt-n > b.sync
+}
+
+// refreshed is the channel allow returns after a refresh: closed, so that
+// the request is decided again at once, from what was read.
+var refreshed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// refresh reads e's state (strongly consistent) because a denial its
+// local state proves is stale, and takes it in. On a failed read the
+// denial stands (in d) and the key is not read again for a sync interval.
+// s.mu is held on entry and released on return; it reports whether the
+// read succeeded.
+func (b *Bucket) refresh(ctx context.Context, s *shard, e *entry, n int64) bool {
+	e.refreshing = true
+	s.stats.Synced++
+	s.stats.Reads++
+	s.mu.Unlock()
+	t, err := b.kv.Get(ctx, b.prefix+e.key, Strong)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.refreshing = false
+	// Counted from n, not the latest instant: a clock behind the one that
+	// learned last (more than a sync interval) would otherwise read again
+	// for ever.
+	e.learnedAt = n
+	if err != nil {
+		s.stats.Errors++
+		return false
+	}
+	b.learn(e, t, n)
+	e.learnedAt = n
+	return true
 }
 
 // allow decides a request of cost at n for the known entry e. s.mu is held
 // on entry and released on return. A non-nil channel means the request
 // must wait for the write-through in flight to end, then be decided again.
-func (b *Bucket) allow(ctx context.Context, s *shard, e *entry, n, cost int64, d *edgelimit.Decision) (chan struct{}, error) {
+func (b *Bucket) allow(ctx context.Context, u *units, s *shard, e *entry, n, cost int64, d *edgelimit.Decision) (chan struct{}, error) {
 	// What is in flight counts as spent until its answer comes.
 	tat := b.local(e, n)
-	if !b.u.decide(tat, n, cost, d) {
-		// The local state can only overstate what the bucket holds: the KV
+	if !u.decide(tat, n, cost, d) {
+		// The local state can only overstate what the bucket holds (but
+		// for an operator's Reset or Grant since it was learned): the KV
 		// would deny too. Unwritten changes still go out once a sync is
-		// due, and a state from a clock far ahead is repaired.
+		// due, a state from a clock far ahead is repaired, and a state a
+		// sync interval old is read again before it denies.
 		ready := !e.syncing && e.inflight.Sign() == 0 && !b.degraded(e, n) && !b.shareValid(e, n)
-		if insane := b.insane(e, n); ready && (e.pend.has || insane) {
+		if insane := b.insane(u, e, n); ready && (e.pend.has || insane) {
+			// The write's answer is the bucket's fresh state (with an
+			// operator's Reset or Grant in it): the request is decided
+			// again from it.
 			*d = edgelimit.Decision{}
-			return nil, b.syncKey(ctx, s, e, n, 0, cost, insane, d)
+			if err := b.syncKey(ctx, u, s, e, n, 0, cost, insane, d); err != nil {
+				return nil, err
+			}
+			if !d.Allowed {
+				s.mu.Lock()
+				usable := b.grantUsable(e, n, cost)
+				s.mu.Unlock()
+				if !usable {
+					return nil, nil
+				}
+			}
+			return refreshed, nil
+		}
+		if ready && !e.refreshing && b.stale(e, n) {
+			if b.refresh(ctx, s, e, n) {
+				return refreshed, nil
+			}
+			return nil, nil // the read failed: the local denial stands
+		}
+		if !b.degraded(e, n) && b.grantUsable(e, n, cost) {
+			// Beyond the bucket, an operator's grant pays: one
+			// conditional write per request, so that no token of it is
+			// spent twice.
+			return nil, b.spendGrant(ctx, u, s, e, n, cost, d)
 		}
 		s.stats.Local++
 		s.mu.Unlock()
@@ -647,11 +848,11 @@ func (b *Bucket) allow(ctx context.Context, s *shard, e *entry, n, cost int64, d
 	case b.degraded(e, n):
 		// The KV failed a moment ago: decide as if alone until the next
 		// attempt is due.
-		b.spendLocal(e, n, cost, d)
+		b.spendLocal(u, e, n, cost, d)
 	case b.through(e, n) || !b.shareValid(e, n) && e.syncing:
 		*d = edgelimit.Decision{}
 		if e.pend.has && !e.syncing {
-			return nil, b.syncKey(ctx, s, e, n, cost, cost, false, d)
+			return nil, b.syncKey(ctx, u, s, e, n, cost, cost, false, d)
 		}
 		if w := e.writing; w != nil {
 			// One write-through at a time per key: a cold burst at one
@@ -660,17 +861,17 @@ func (b *Bucket) allow(ctx context.Context, s *shard, e *entry, n, cost int64, d
 			s.mu.Unlock()
 			return w, nil
 		}
-		return nil, b.writeThrough(ctx, s, e, n, cost, d)
+		return nil, b.writeThrough(ctx, u, s, e, n, cost, d)
 	case b.shareValid(e, n):
 		var sd edgelimit.Decision
-		if !b.withinShare(e, n, cost, &sd) {
+		if !b.withinShare(u, e, n, cost, &sd) {
 			*d = sd
 			break
 		}
-		b.spendLocal(e, n, cost, d)
+		b.spendLocal(u, e, n, cost, d)
 	default:
 		*d = edgelimit.Decision{}
-		return nil, b.syncKey(ctx, s, e, n, cost, cost, false, d)
+		return nil, b.syncKey(ctx, u, s, e, n, cost, cost, false, d)
 	}
 	s.stats.Local++
 	s.mu.Unlock()
@@ -679,9 +880,9 @@ func (b *Bucket) allow(ctx context.Context, s *shard, e *entry, n, cost int64, d
 
 // spendLocal spends cost at n from e's local state (which allows it) into
 // d. s.mu is held.
-func (b *Bucket) spendLocal(e *entry, n, cost int64, d *edgelimit.Decision) {
-	w := b.u.tokens(cost)
-	e.pend.thenSpend(b.u.at(n), w, cost)
+func (b *Bucket) spendLocal(u *units, e *entry, n, cost int64, d *edgelimit.Decision) {
+	w := u.tokens(cost)
+	e.pend.thenSpend(u.at(n), w, u.spentOf(cost))
 	if e.syncing {
 		e.spentFlight = e.spentFlight.Add(w)
 	}
@@ -689,36 +890,43 @@ func (b *Bucket) spendLocal(e *entry, n, cost int64, d *edgelimit.Decision) {
 	if e.insts > 1 && !b.degraded(e, n) {
 		// Remaining counts in the share as well as in the bucket.
 		var sd edgelimit.Decision
-		if !b.withinShare(e, n, d.Remaining+1, &sd) && sd.Remaining < d.Remaining {
+		if !b.withinShare(u, e, n, d.Remaining+1, &sd) && sd.Remaining < d.Remaining {
 			d.Remaining, d.Reset = sd.Remaining, sd.Reset
 		}
 	}
 	d.Receipt = edgelimit.Receipt{At: n, Slot: cost, ID: e.rid}
+	if e.grantEnd > n {
+		countGrant(e.v.own, d)
+	}
 }
 
 // insane reports that this region's part of e is far ahead of n (more
-// than MaxClockSkew beyond a bucket spent empty twice over): written by a
-// clock far ahead, it is repaired (set to an empty bucket at n) rather than
-// waited out. s.mu is held.
-func (b *Bucket) insane(e *entry, n int64) bool {
+// than MaxClockSkew beyond a bucket spent empty twice over, the bucket
+// being the deepest of the limits this Bucket decided under: a TAT written
+// under a tier with more room is a debt under one with less, not a clock
+// ahead): written by a clock far ahead, it is repaired (set to an empty
+// bucket at n) rather than waited out. s.mu is held.
+func (b *Bucket) insane(u *units, e *entry, n int64) bool {
 	if !e.v.own.Has {
 		return false
 	}
-	own := e.v.own.TAT.Add(b.u.tokens(e.v.so))
-	return b.u.limit(n).Add(b.u.bw).Add(b.u.at(int64(MaxClockSkew))).Less(own)
+	own := e.v.own.TAT.Add(u.spentUnits(e.v.so))
+	deepest := maxWide(u.bw, u.at(b.maxFill.Load()))
+	return u.limit(n).Add(deepest).Add(u.at(int64(MaxClockSkew))).Less(own)
 }
 
 // ttl is how long the KV must keep a part after an update at n that leaves
 // the bucket at tat: until it has drained, then a full refill more (for
-// what other instances spent meanwhile), and a second for clock skew.
-func (b *Bucket) ttl(tat Wide, n int64) time.Duration {
-	return satAdd(satAdd(b.u.dur(tat.Sub(b.u.at(n))), b.u.fill()), time.Second)
+// what other instances spent meanwhile: the longer of u's and the
+// policy's), and a second for clock skew.
+func (b *Bucket) ttl(u *units, tat Wide, n int64) time.Duration {
+	return satAdd(satAdd(u.dur(tat.Sub(u.at(n))), max(u.fill(), b.u.fill())), time.Second)
 }
 
 // update completes an Update of e's view with this instance's registration
 // and the part's lifetime. s.mu is held.
-func (b *Bucket) update(e *entry, o op, n int64, conditional bool) Update {
-	up := e.v.update(&b.u, o, n, conditional)
+func (b *Bucket) update(u *units, e *entry, o op, n int64, conditional bool) Update {
+	up := e.v.update(u, o, n, conditional)
 	if e.granted && e.insts > 1 && n-e.grantAt < 2*b.sync {
 		// Others spent this key a sync interval ago: a view that has
 		// refilled since is most likely behind their spending, so the add
@@ -728,7 +936,7 @@ func (b *Bucket) update(e *entry, o op, n int64, conditional bool) Update {
 	up.Writer = b.writer
 	up.Epoch = epochOf(n, b.sync)
 	up.Stale = e.v.stale(up.Epoch)
-	up.TTL = b.ttl(o.apply(e.tat), n)
+	up.TTL = b.ttl(u, o.apply(e.tat), n)
 	return up
 }
 
@@ -736,16 +944,16 @@ func (b *Bucket) update(e *entry, o op, n int64, conditional bool) Update {
 // that lands only if it fits, and decides from the answer. Several may be
 // in flight for one key; each counts what the others reserve. s.mu is held
 // on entry and released on return.
-func (b *Bucket) writeThrough(ctx context.Context, s *shard, e *entry, n, cost int64, d *edgelimit.Decision) error {
-	sp := b.u.spend(n, cost)
-	if !b.u.decide(b.local(e, n), n, cost, d) {
+func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry, n, cost int64, d *edgelimit.Decision) error {
+	sp := u.spend(n, cost)
+	if !u.decide(b.local(e, n), n, cost, d) {
 		// What is in flight already holds the rest of the bucket.
 		s.stats.Local++
 		s.mu.Unlock()
 		return nil
 	}
 	*d = edgelimit.Decision{}
-	up := b.update(e, sp, n, true)
+	up := b.update(u, e, sp, n, true)
 	e.inflight = e.inflight.Add(sp.p)
 	e.setBusy()
 	e.writing = make(chan struct{})
@@ -764,17 +972,20 @@ func (b *Bucket) writeThrough(ctx context.Context, s *shard, e *entry, n, cost i
 		e.degradedUntil = n + b.sync
 		return err
 	}
-	b.learn(e, t)
+	b.learn(e, t, n)
 	after := b.local(e, n)
 	if t.Applied {
 		s.stats.Writes++
-		b.u.report(b.u.avail(after, n), d)
+		u.report(u.avail(after, n), d)
 		d.Allowed = true
 		d.Receipt = b.receipt(n, cost, e.hash)
+		if e.grantEnd > n {
+			countGrant(e.v.own, d)
+		}
 		return nil
 	}
 	s.stats.Rejected++
-	if b.u.decide(after, n, cost, d) {
+	if u.decide(after, n, cost, d) {
 		// The KV saw less than this answer shows (another write landed in
 		// between): its word is final.
 		d.Allowed = false
@@ -789,13 +1000,14 @@ func (b *Bucket) writeThrough(ctx context.Context, s *shard, e *entry, n, cost i
 // with the next write when it did not fit) and, after probation, grants
 // this instance its share until the next sync. With cost 0 it only writes,
 // and reports a denial of a request of report tokens (when report > 0):
-// the one whose local denial found changes to write. With repair it also
+// the one whose local denial found changes to write (allowed, with nothing
+// spent, when the answer holds room for it after all). With repair it also
 // lowers this region's part from a clock far ahead. s.mu is held on entry
 // and released on return.
-func (b *Bucket) syncKey(ctx context.Context, s *shard, e *entry, n, cost, report int64, repair bool, d *edgelimit.Decision) error {
+func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, cost, report int64, repair bool, d *edgelimit.Decision) error {
 	o := e.pend
 	if cost > 0 {
-		o = o.then(b.u.spend(n, cost))
+		o = o.then(u.spend(n, cost))
 	}
 	snap := e.pend
 	e.pend = op{}
@@ -804,10 +1016,10 @@ func (b *Bucket) syncKey(ctx context.Context, s *shard, e *entry, n, cost, repor
 	e.syncing = true
 	e.syncedAt = n
 	e.spentFlight = Wide{}
-	up := b.update(e, o, n, false)
+	up := b.update(u, e, o, n, false)
 	if repair {
 		up.HasCap = true
-		up.Cap = e.v.floorOf(&b.u, b.u.limit(n))
+		up.Cap = e.v.floorOf(u, u.limit(n))
 	}
 	s.stats.Synced++
 	s.mu.Unlock()
@@ -825,22 +1037,22 @@ func (b *Bucket) syncKey(ctx context.Context, s *shard, e *entry, n, cost, repor
 		return err
 	}
 	s.stats.Writes++
-	b.learn(e, t)
+	b.learn(e, t, n)
 	// Whether the request fit is the answer's own word: the view may
 	// already hold a later state (a write-through that landed after it).
 	ans := e.v
 	ans.own = t.Own
-	fits := cost > 0 && !b.u.limit(n).Less(ans.tat(&b.u))
+	fits := cost > 0 && !u.limit(n).Less(ans.tat(u))
 	fresh := b.withInflight(e, e.tat, n) // the bucket now, this request's reservation undone
 	if cost > 0 && !fits {
-		u := b.u.undo(cost)
-		e.pend = u.then(e.pend)
-		fresh = u.apply(fresh)
+		un := u.undo(cost)
+		e.pend = un.then(e.pend)
+		fresh = un.apply(fresh)
 	}
 	if !b.through(e, n) {
 		e.granted = true
 		e.grantAt = n
-		e.grantR = maxWide(b.u.avail(fresh, n), Wide{})
+		e.grantTAT = fresh
 		e.insts = max(1, instances(epochOf(n, b.sync), t.Own.Writers, writersOf(t.Others)))
 		// What was spent locally while the sync was in flight counts
 		// against the new share.
@@ -849,23 +1061,29 @@ func (b *Bucket) syncKey(ctx context.Context, s *shard, e *entry, n, cost, repor
 	}
 	switch {
 	case fits:
-		b.u.report(b.u.avail(fresh, n), d)
+		u.report(u.avail(fresh, n), d)
 		d.Allowed = true
 		d.Receipt = b.receipt(n, cost, e.hash)
+		if e.grantEnd > n {
+			defer countGrant(e.v.own, d)
+		}
 		if e.granted && e.insts > 1 {
 			// Remaining counts in the new share as well as in the bucket.
 			var sd edgelimit.Decision
-			if !b.withinShare(e, n, d.Remaining+1, &sd) && sd.Remaining < d.Remaining {
+			if !b.withinShare(u, e, n, d.Remaining+1, &sd) && sd.Remaining < d.Remaining {
 				d.Remaining, d.Reset = sd.Remaining, sd.Reset
 			}
 		}
 	case report > 0:
-		if b.u.decide(b.local(e, n), n, report, d) {
-			// The KV's answer is final: a reservation that did not fit, or
-			// a write-back that found the bucket as empty as it was.
+		if u.decide(b.local(e, n), n, report, d) && cost > 0 {
+			// The KV's answer is final: a reservation that did not fit.
 			d.Allowed = false
 			d.RetryAfter = max(d.Reset, time.Nanosecond)
 		}
+		// A write-back (cost 0) whose answer holds room for the request
+		// (an operator's Reset or Grant since the key was learned) leaves
+		// d allowed, spending nothing: the caller decides the request
+		// again from the fresh state.
 	}
 	return nil
 }
@@ -881,8 +1099,7 @@ func writersOf(parts []Part) []Writer {
 // refund gives cost tokens back at n: locally when e holds a share (the
 // next sync writes it), else written at once. s.mu is held on entry and
 // released on return.
-func (b *Bucket) refund(ctx context.Context, s *shard, e *entry, n, cost int64) error {
-	rf := b.u.refund(n, cost)
+func (b *Bucket) refund(ctx context.Context, u *units, s *shard, e *entry, n int64, rf op) error {
 	if b.shareValid(e, n) || b.degraded(e, n) || e.syncing || e.inflight.Sign() != 0 {
 		e.pend = e.pend.then(rf)
 		e.spent = e.spent.Add(rf.p)
@@ -895,7 +1112,7 @@ func (b *Bucket) refund(ctx context.Context, s *shard, e *entry, n, cost int64) 
 	}
 	e.pend = e.pend.then(rf)
 	var none edgelimit.Decision
-	return b.syncKey(ctx, s, e, n, 0, 0, false, &none)
+	return b.syncKey(ctx, u, s, e, n, 0, 0, false, &none)
 }
 
 // flush writes back what the KV does not know of victim (marked syncing by
@@ -908,7 +1125,7 @@ func (b *Bucket) flush(ctx context.Context, s *shard, victim *entry, n int64) {
 	victim.pend = op{}
 	victim.flight = o
 	victim.setBusy()
-	up := b.update(victim, o, n, false)
+	up := b.update(&b.u, victim, o, n, false)
 	up.Writer = 0 // a write-back holds no share: it registers nobody
 	s.mu.Unlock()
 	t, err := b.kv.Update(ctx, b.prefix+victim.key, up)
@@ -925,7 +1142,7 @@ func (b *Bucket) flush(ctx context.Context, s *shard, victim *entry, n int64) {
 	}
 	s.stats.Writes++
 	s.stats.Flushed++
-	b.learn(victim, t)
+	b.learn(victim, t, n)
 	if !victim.pend.has && victim.inflight.Sign() == 0 {
 		// (A write-through in flight must land in this entry: a new one
 		// for the key could read the KV before it lands.)

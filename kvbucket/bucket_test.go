@@ -98,8 +98,8 @@ func TestNewValidates(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.cfg)
-			if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("New() = %v, want ErrBadConfig mentioning %q", err, tc.want)
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New() = %v, want ErrConfig mentioning %q", err, tc.want)
 			}
 		})
 	}

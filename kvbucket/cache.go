@@ -29,6 +29,9 @@ type entry struct {
 	// degradedUntil, after a failed store call, when the key may call the
 	// store again.
 	firstAt, grantAt, degradedUntil int64
+	// grantEnd is when the operator's grant e knows of ends (0: none, or
+	// none left): a copy of v's, read on the hot path.
+	grantEnd int64
 	// insts are the instances counted at the grant (1: this one alone,
 	// which then decides from the whole bucket).
 	insts int64
@@ -49,12 +52,17 @@ type entry struct {
 	// inflight are the units reserved by the write-through in flight.
 	inflight Wide
 	// spentFlight are the units spent locally while the sync that grants
-	// the next share is in flight; grantR what the bucket held at the grant
-	// (units, at least 0): the share at n is
-	// (grantR + (n − grantAt)·Limit) / insts.
-	spentFlight, grantR Wide
-	// syncedAt is when the last periodic sync started.
-	syncedAt int64
+	// the next share is in flight; grantTAT the bucket's TAT at the grant:
+	// with R what it held then (at least 0, under the limits of the
+	// request asking), the share at n is (R + (n − grantAt)·Limit) / insts.
+	spentFlight, grantTAT Wide
+	// syncedAt is when the last periodic sync started; learnedAt when the
+	// KV last answered for the key (a local denial older than a sync
+	// interval is read again: an operator's Reset or Grant elsewhere
+	// reaches this instance within one).
+	syncedAt, learnedAt int64
+	// refreshing: the read of a stale denial is in flight.
+	refreshing bool
 
 	key string
 	// v is the shared state as last learned.

@@ -40,23 +40,86 @@
 //     with RetryAfter one Window.
 //
 // An allowed Decision carries a Receipt of what it spent (the instant, the
-// tokens, and this Bucket and key): [Bucket.Refund] gives back exactly those
-// tokens, never beyond capacity (in the KV, minus those tokens added to
-// what this instance's region spent, never more), and refuses a receipt
-// that is not its own ([ErrBadReceipt]). [Bucket.Peek] answers whether a
+// tokens, and this Bucket and key): [Bucket.Refund] gives back what of
+// those tokens refill has not brought back since, c − (r − s)·Limit/Window
+// for c tokens spent at s and refunded at r (all of them at the spend's own
+// instant, which is when the engine refunds; nothing once they have come
+// back), never beyond capacity (in the KV, minus those units added to what
+// this instance's region spent), and refuses a receipt that is not its own
+// ([ErrReceipt]). A spend's effect on what a bucket holds decays at most at
+// the refill rate, so a refund never gives back more than its decision
+// took, whatever happened since (limitertest.TokenBucket's refund, which
+// kv's conformance test runs). [Bucket.Peek] answers whether a
 // request would be allowed, and the state, without spending or writing:
 // from the local state when Allow would decide from it, else from one KV
 // read. Allow, Refund and Peek decide at [edgelimit.Request.At] unless the
 // Bucket has its own clock (Config.Now), and at time.Now when neither is
 // set.
 //
+// # A request's own limits: tiers and overrides
+//
+// A Request whose Limits are set (the tier its plan chose, an override an
+// operator set for its key) is decided under them instead of the policy's:
+// Limit, Window and Burst where they are set, the policy's where they are
+// zero (a zero Burst: the policy's burst, else the limit in force), and
+// the Decision tells the client their quota (q, w). The bucket is the
+// same: a change of limits under live state keeps its TAT, the instant it
+// is full again, and reads it under the request's rate and capacity. Under
+// (L', W', B') at n the bucket holds
+//
+//	B' − (TAT − n)·L'/W'   tokens, at most B'
+//
+// so a key spent halfway under 10 a minute (30s to full) holds half of a
+// tier of 100 a minute whose bucket also fills in a minute, and a key
+// lowered to a bucket that fills faster than its debt waits that debt out
+// (it is full again at the same instant). It is the one choice that needs
+// no conversion write: instances that see a change at different moments
+// (an override reaches each within its staleness) keep adding to the same
+// TAT, commutatively. Other choices (bucket4j's: keep the tokens, scale
+// them, reset them) would each need a read-modify-write of the shared
+// state at the change, raced by the others' additions. The TAT is kept in
+// the policy's scale (an instant is n·Limit units); a token of other
+// limits is ⌈W'·Limit/L'⌉ units, exact when L' divides W'·Limit and at
+// most one unit (1/Limit ns of refill) more otherwise. Limits whose token
+// is beyond 2^63 units, or outside Params.Validate's range, are an
+// ErrConfig error. A policy of limit 0 admits only requests whose limits
+// give a limit.
+//
+// # Operators: Reset, Grant and Charge
+//
+// [Bucket.Reset] makes a key's bucket full again from the request's instant
+// for every instance that reads it afterwards: it lowers this region's part
+// (its TAT, and across regions what it counts as spent) so that no term of
+// the bucket's TAT passes the instant. Everything written after it counts;
+// this instance's unwritten spending from before is forgotten. Another
+// instance learns of it within one sync interval (its share ends; a denial
+// whose knowledge of the KV is a sync interval old is read again first), and
+// the spending it had not written yet, at most one sync interval's, counts
+// against the full bucket; so does another region's spending still
+// replicating.
+//
+// [Bucket.Grant] gives a key tokens beyond its capacity until an end (by
+// default one fill time). The grant is two fields of this region's part,
+// read with the key's state; each request it pays for (once the bucket
+// cannot) is a conditional update that takes its cost only if the grant
+// still holds it, so no token of a grant is spent twice across instances.
+// The granting instance honours it at once, others within a sync interval;
+// a grant is spent only in the region that made it.
+//
+// [Bucket.Charge] spends a cost known after the response whether or not it
+// fits: the bucket may go into debt, by at most one bucket (a TAT further
+// ahead would be taken for a clock far ahead), and requests are denied
+// until refill repays it. It is spent as an admission is: approximate
+// across instances like every kv spend.
+//
 // # The store: merge instead of overwrite
 //
 // A [KV] holds the TAT of a bucket and changes it only by commutative
 // updates ([Update]): raise it to a floor (when it is below: the bucket had
 // refilled completely) and add to it. Concurrent instances' spending adds
-// up instead of the last writer's copy replacing the others'. On [DynamoDB]
-// an update is one UpdateItem: an ADD, which needs no condition, in the
+// up instead of the last writer's copy replacing the others'. On DynamoDB
+// (package kvbucket/dynamostore, which holds the AWS SDK: this package
+// links none of it) an update is one UpdateItem: an ADD, which needs no condition, in the
 // common case; after an idle period a SET of the TAT to its floor under the
 // condition that it is below it; the item's answer (ReturnValues ALL_NEW)
 // is the bucket's fresh state, written by everyone, so a sync needs no
@@ -68,7 +131,7 @@
 //
 // Across regions (a DynamoDB Global Table, replicated last writer wins per
 // item), each region writes only its own part of a bucket
-// (DynamoDBConfig.Region: an item "…@<region>") and reads the others' parts
+// (dynamostore.Config.Region: an item "…@<region>") and reads the others' parts
 // from its replica: the bucket's TAT is
 //
 //	max over regions q of (TAT_q + Window·(tokens spent by every region but q))
@@ -115,7 +178,14 @@
 //
 // The local state can only overstate what the bucket holds (other
 // instances only add to it), so a denial it proves is one the KV would give:
-// it costs no call. What is in flight (a reservation, a sync's own write)
+// it costs no call. The exception is an operator's [Bucket.Reset] or
+// [Bucket.Grant] on another instance, which gives the bucket tokens this
+// instance does not know of: a denial whose knowledge of the KV (the last
+// answer for the key) is a sync interval old or more is read again first
+// (one strong read), and the fresh state decides. So a denied key costs at
+// most one read per S per instance, and a Reset or Grant anywhere reaches
+// every instance within S; a failed re-read keeps the denial and is not
+// tried again for S. What is in flight (a reservation, a sync's own write)
 // counts as spent locally until its answer comes; answers of concurrent
 // calls are ordered by the part's version ([Part.Version]).
 //
@@ -186,8 +256,8 @@
 // # Failure modes
 //
 // The engine sets the time budget of a decision in ctx (store_timeout,
-// default 100ms); ctx goes straight to the SDK. [DynamoDB] caps the SDK's
-// back-off between retries (DynamoDBConfig.RetryBackoff, default 10 ms, as
+// default 100ms); ctx goes straight to the SDK. dynamostore caps the SDK's
+// back-off between retries (its Config.RetryBackoff, default 10 ms, as
 // durablecounter does), so that a throttled call gives up after the
 // client's attempts (4 for DynamoDB by default: 3 back-offs, 30 ms) well
 // inside the budget, instead of waiting it out. A KV error is returned
@@ -205,6 +275,6 @@
 // the tokens that instance had left); this region's part more than
 // [MaxClockSkew] beyond a bucket spent empty twice over is repaired to an
 // empty bucket at the reader's instant, so one bad clock cannot freeze a
-// bucket. Sentinel errors: [ErrBadConfig], [ErrBadKey], [ErrBadItem],
-// [ErrBadReceipt], [ErrThrottled].
+// bucket. Sentinel errors: [ErrConfig], [ErrBadKey], [ErrBadItem],
+// [ErrReceipt], [ErrThrottled], [ErrGrant].
 package kvbucket

@@ -176,7 +176,7 @@ func TestEvictionKeepsSpendingServers(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, srv ddbtest.Server) {
 		t.Parallel()
 		clk := newClock(t0)
-		kv, _, _, _ := dynamoKV(t, srv, clk.Now)
+		kv, _ := dynamoKV(t, srv, clk.Now)
 		evictionScenario(t, kv, clk, "evict", 1_500)
 	})
 }
@@ -252,7 +252,7 @@ func TestEvictionUnderConcurrencyServers(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, srv ddbtest.Server) {
 		t.Parallel()
 		clk := newClock(t0)
-		kv, _, _, _ := dynamoKV(t, srv, clk.Now)
+		kv, _ := dynamoKV(t, srv, clk.Now)
 		evictionUnderConcurrency(t, kv, clk, "conc", 48, 16, 60, 6)
 	})
 }

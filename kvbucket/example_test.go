@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	"github.com/edgelimit/edgelimit"
-	"github.com/edgelimit/edgelimit/internal/ddb"
 	"github.com/edgelimit/edgelimit/kvbucket"
 )
 
@@ -105,29 +103,4 @@ func ExampleParams_TakeAt() {
 	// t0+500ms cost 1: allowed=false remaining=0 retry-after=500ms
 	// t0+1s cost 1: allowed=true remaining=0 retry-after=0s
 	// t0+10s cost 2: allowed=true remaining=0 retry-after=0s
-}
-
-// On AWS: one table shared with the durable strategy, one Bucket per kv
-// policy, built once outside the Lambda handler.
-func ExampleNewDynamoDB() {
-	ctx := context.Background()
-	client, err := ddb.NewClient(ctx, ddb.ClientOptions{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	kv, err := kvbucket.NewDynamoDB(kvbucket.DynamoDBConfig{Client: client, Table: os.Getenv("EDGELIMIT_TABLE")})
-	if err != nil {
-		log.Fatal(err)
-	}
-	policies, err := edgelimit.LoadPolicies("policies.yaml")
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, p := range policies.Policies {
-		if p.Strategy == kvbucket.Strategy {
-			if _, err := kvbucket.New(kvbucket.Config{Policy: p, KV: kv}); err != nil {
-				log.Fatal(err)
-			}
-		}
-	}
 }

@@ -1,6 +1,7 @@
 package kvbucket
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -18,9 +19,16 @@ import (
 // and a spend of c tokens at n is TAT ← max(TAT, n·L) + c·W, allowed when
 // avail(n) ≥ c·W. A TAT in the past is a full bucket: refill is computed,
 // never written, and concurrent spends commute (they only add).
+//
+// The scale is the policy's: an instant is n×Limit units whatever limits
+// a request carries. A request whose limits are not the policy's (a tier,
+// an override: edgelimit.Request.Limits) reads the same TAT with its own
+// token, W'·L/L' units (see scaled): the TAT, an instant, is kept; what the
+// bucket holds at it is re-read under the request's rate and capacity.
 type units struct {
 	p      Params
-	l, w   int64 // Limit, Window in ns
+	l, w   int64 // units a nanosecond (the policy's Limit); units a token
+	sw     int64 // units a token of Part.Spent (the policy's Window in ns)
 	bw     Wide  // capacity in units
 	emit   time.Duration
 	advQ   int64
@@ -29,7 +37,7 @@ type units struct {
 }
 
 func newUnits(p Params) units {
-	u := units{p: p, l: p.Limit, w: int64(p.Window), window: p.Window}
+	u := units{p: p, l: p.Limit, w: int64(p.Window), sw: int64(p.Window), window: p.Window}
 	u.bw = mulWide(p.Capacity, u.w)
 	u.emit = time.Duration(WideOf(u.w).div(u.l, true))
 	u.advQ, u.advW = p.Limit, p.Window
@@ -38,6 +46,44 @@ func newUnits(p Params) units {
 	}
 	return u
 }
+
+// scaled returns the units of a bucket of p (a request's own limits) in
+// u's scale: an instant is still n×u.l units, and a token of p, which
+// refills in p.Window/p.Limit, is ⌈p.Window·u.l/p.Limit⌉ units: exact when
+// p.Limit divides p.Window·u.l (a tier of 100 a minute on a policy of 10 a
+// minute is 6·10^9 units a token), else at most one unit (1/u.l ns of
+// refill) more. It fails for p outside Params.Validate's range, or for a
+// token too long for the scale (beyond 2^63 units).
+func (u *units) scaled(p Params) (units, error) {
+	if err := p.Validate(); err != nil {
+		return units{}, err
+	}
+	w := mulWide(int64(p.Window), u.l).div(p.Limit, true)
+	if w == math.MaxInt64 {
+		return units{}, fmt.Errorf("%w: a token of %d per %s is beyond the policy's scale (its limit %d)", ErrConfig, p.Limit, p.Window, u.l)
+	}
+	t := units{p: p, l: u.l, w: w, sw: u.sw, window: p.Window}
+	t.bw = mulWide(p.Capacity, w)
+	t.emit = time.Duration(WideOf(w).div(t.l, true))
+	t.advQ, t.advW = p.Limit, p.Window
+	if p.Capacity != p.Limit {
+		t.advQ, t.advW = p.Advertised()
+	}
+	return t, nil
+}
+
+// spentOf returns c of u's tokens as Part.Spent counts them (tokens of the
+// policy's size), rounded up: a spend under other limits is counted no
+// smaller than it is.
+func (u *units) spentOf(c int64) int64 {
+	if u.w == u.sw {
+		return c
+	}
+	return mulWide(c, u.w).div(u.sw, true)
+}
+
+// spentUnits returns s tokens of Part.Spent in units.
+func (u *units) spentUnits(s int64) Wide { return mulWide(s, u.sw) }
 
 // at returns the instant n in units.
 func (u *units) at(n int64) Wide { return mulWide(n, u.l) }
@@ -143,24 +189,47 @@ type op struct {
 
 // spend is a request of c tokens allowed at n.
 func (u *units) spend(n, c int64) op {
-	return op{f: u.at(n), p: u.tokens(c), spent: c, hasFloor: true, has: true}
+	return op{f: u.at(n), p: u.tokens(c), spent: u.spentOf(c), hasFloor: true, has: true}
 }
 
 // refund gives c tokens back at n, never beyond capacity:
 // tat ← max(tat − c·W, n·L) = max(tat, n·L + c·W) − c·W.
-func (u *units) refund(n, c int64) op {
+func (u *units) refund(n, c int64) op { return u.refundUnits(n, u.tokens(c)) }
+
+// refundUnits gives w units back at n, never beyond capacity:
+// tat ← max(tat − w, n·L). Part.Spent loses the whole tokens of w (a
+// region's spending is never counted smaller than it is).
+func (u *units) refundUnits(n int64, w Wide) op {
+	return op{f: u.at(n).Add(w), p: w.neg(), spent: -w.div(u.sw, false), hasFloor: true, has: true}
+}
+
+// owed returns the units of a spend of c tokens at `at` that refill has
+// not brought back by n: c·W less what the bucket refilled since,
+// min(c·W, at·L + c·W − n·L), and nothing once that is not positive. A
+// spend's effect on what a bucket holds decays at most at the refill rate
+// (the spends after it are the same with or without it; without it, the
+// bucket only reaches full sooner), so giving back this much never gives
+// back more than the spend took, whatever was spent or given back since.
+func (u *units) owed(at, n, c int64) Wide {
 	w := u.tokens(c)
-	return op{f: u.at(n).Add(w), p: w.neg(), spent: -c, hasFloor: true, has: true}
+	if n <= at {
+		return w
+	}
+	left := w.Sub(u.at(n - at))
+	if left.Sign() < 0 {
+		return Wide{}
+	}
+	return left
 }
 
 // undo takes back a reservation of c tokens that did not fit.
 func (u *units) undo(c int64) op {
-	return op{f: negInf, p: u.tokens(c).neg(), spent: -c, has: true}
+	return op{f: negInf, p: u.tokens(c).neg(), spent: -u.spentOf(c), has: true}
 }
 
-// thenSpend makes o the op o followed by a spend of c tokens whose floor
-// is f and units w (u.spend(n, c) is f = n·L, w = c·W), in place: the hot
-// path of a cached decision.
+// thenSpend makes o the op o followed by a spend whose floor is f, units
+// w and Part.Spent tokens c (u.spend(n, c) is f = n·L, w = c·W, c), in
+// place: the hot path of a cached decision.
 func (o *op) thenSpend(f, w Wide, c int64) {
 	if !o.has {
 		*o = op{f: f, p: w, spent: c, hasFloor: true, has: true}
@@ -240,7 +309,7 @@ func (v *view) setOthers(u *units, others []Part) {
 	for _, p := range others {
 		v.so += p.Spent
 		if p.Has {
-			x := p.TAT.Sub(u.tokens(p.Spent))
+			x := p.TAT.Sub(u.spentUnits(p.Spent))
 			if !v.xoOK || v.xo.Less(x) {
 				v.xo, v.xoOK = x, true
 			}
@@ -252,17 +321,17 @@ func (v *view) setOthers(u *units, others []Part) {
 func (v *view) tat(u *units) Wide {
 	t := negInf
 	if v.own.Has {
-		t = v.own.TAT.Add(u.tokens(v.so))
+		t = v.own.TAT.Add(u.spentUnits(v.so))
 	}
 	if v.xoOK {
-		t = maxWide(t, v.xo.Add(u.tokens(v.own.Spent+v.so)))
+		t = maxWide(t, v.xo.Add(u.spentUnits(v.own.Spent+v.so)))
 	}
 	return t
 }
 
 // floorOf returns the own part's floor for an op of floor f: raising
 // TAT_own to f − W·so makes this region's term of the bucket's TAT f.
-func (v *view) floorOf(u *units, f Wide) Wide { return f.Sub(u.tokens(v.so)) }
+func (v *view) floorOf(u *units, f Wide) Wide { return f.Sub(u.spentUnits(v.so)) }
 
 // update returns the Update that applies o to this region's part at n:
 // unconditional, or (conditional) only if a request of cost fits at n.
@@ -276,10 +345,10 @@ func (v *view) update(u *units, o op, n int64, conditional bool) Update {
 		// The bucket's TAT after o must stay within the limit: for this
 		// region's term TAT_own + W·so + p ≤ limit, for the others'
 		// xo + W·(spent_own + so) + p ≤ limit.
-		room := u.limit(n).Sub(o.p).Sub(u.tokens(v.so))
+		room := u.limit(n).Sub(o.p).Sub(u.spentUnits(v.so))
 		up.Conditional, up.MaxTAT = true, room
 		if v.xoOK {
-			up.MaxSpent, up.HasMaxSpent = room.Sub(v.xo).div(u.w, false), true
+			up.MaxSpent, up.HasMaxSpent = room.Sub(v.xo).div(u.sw, false), true
 		}
 	}
 	return up

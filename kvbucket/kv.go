@@ -50,6 +50,12 @@ type Part struct {
 	// Writers are the instances that wrote the part in the current and the
 	// previous epoch: how the bucket counts the instances sharing a key.
 	Writers []Writer
+	// GrantLeft are the tokens an operator's grant (Bucket.Grant) still
+	// gives the key beyond its bucket, until GrantUntil (Unix
+	// nanoseconds; 0: no grant). A grant lives in the part of the region
+	// that made it and is spent only there, each token by a conditional
+	// update, so that no two instances spend one token.
+	GrantLeft, GrantUntil int64
 	// Version orders the states of the part: it starts at the creating
 	// writer's clock (Unix nanoseconds) and every update adds one, so of
 	// two answers about a part, the one with the higher version is the
@@ -83,6 +89,9 @@ type Tally struct {
 //	if HasFloor and TAT < Floor:  TAT = Floor + Add        (a raise: the bucket had refilled)
 //	else:                         TAT = TAT + Add
 //	Spent += Spent;  Version += 1 (from now if new);  Writers += {Writer in Epoch};  drop writer sets before Epoch−1
+//	if Grant > 0:  GrantLeft = Grant, GrantUntil = GrantUntil           when GrantUntil ≤ GrantAt (none in force)
+//	               GrantLeft += Grant, GrantUntil = max(both)            otherwise
+//	if GrantSpend > 0:  GrantLeft −= GrantSpend, only if GrantUntil > GrantAt and GrantLeft ≥ GrantSpend
 //	keep the part until TTL has passed
 //
 // where a missing TAT is below every floor and fits means: (TAT is missing
@@ -118,14 +127,26 @@ type Update struct {
 	// Stale are epochs whose writer sets the caller saw and are now older
 	// than Epoch−1: the KV drops them (it drops Epoch−2 in any case).
 	Stale []int64
+	// Grant adds an operator's grant of that many tokens lasting until
+	// GrantUntil (Unix nanoseconds), as of the instant GrantAt (see above).
+	Grant, GrantUntil, GrantAt int64
+	// GrantSpend spends that many tokens of the grant in force at GrantAt;
+	// the update applies only if the grant holds them (see Fits).
+	GrantSpend int64
 	// TTL is how long the part must be kept at least: after it the bucket
 	// is full again whatever the other instances spent meanwhile, and a
 	// missing part reads as full.
 	TTL time.Duration
 }
 
-// fits reports whether a conditional u applies to p.
-func (u *Update) fits(p Part) bool {
+// Fits reports whether u applies to p: always for an unconditional update
+// but a spend of a grant (which needs the grant to hold it); for a
+// conditional one, whether it fits (see Update). A KV decides with
+// it which state failed a condition.
+func (u *Update) Fits(p Part) bool {
+	if u.GrantSpend > 0 && (p.GrantUntil <= u.GrantAt || p.GrantLeft < u.GrantSpend) {
+		return false
+	}
 	if !u.Conditional {
 		return true
 	}

@@ -94,7 +94,7 @@ func (m *Memory) Update(ctx context.Context, key string, u Update) (Tally, error
 			it.p.TAT, it.p.Version = p.TAT, p.Version
 		}
 	}
-	if !u.fits(p) {
+	if !u.Fits(p) {
 		return Tally{Own: clonePart(p)}, nil
 	}
 	switch {
@@ -110,6 +110,14 @@ func (m *Memory) Update(ctx context.Context, key string, u Update) (Tally, error
 	}
 	p.Has = true
 	p.Spent += u.Spent
+	switch {
+	case u.Grant > 0 && p.GrantUntil <= u.GrantAt:
+		p.GrantLeft, p.GrantUntil = u.Grant, u.GrantUntil
+	case u.Grant > 0:
+		p.GrantLeft += u.Grant
+		p.GrantUntil = max(p.GrantUntil, u.GrantUntil)
+	}
+	p.GrantLeft -= u.GrantSpend
 	p.Version++
 	p.Writers = register(p.Writers, u.Writer, u.Epoch)
 	if it == nil {
@@ -127,6 +135,11 @@ func (m *Memory) Update(ctx context.Context, key string, u Update) (Tally, error
 	it.expires = n + int64(max(u.TTL, 0))
 	if it.expires < n { // overflow: keep it as long as possible
 		it.expires = int64(^uint64(0) >> 1)
+	}
+	if p.GrantLeft > 0 {
+		// A grant in force outlives what an update that did not know of
+		// it asked for.
+		it.expires = max(it.expires, p.GrantUntil)
 	}
 	return Tally{Own: clonePart(p), Applied: true}, nil
 }

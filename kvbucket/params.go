@@ -57,11 +57,11 @@ type Params struct {
 func (p Params) Validate() error {
 	switch {
 	case p.Capacity < 1 || p.Capacity > MaxTokens:
-		return fmt.Errorf("%w: capacity %d is not between 1 and %d", ErrBadConfig, p.Capacity, MaxTokens)
+		return fmt.Errorf("%w: capacity %d is not between 1 and %d", ErrConfig, p.Capacity, MaxTokens)
 	case p.Limit < 1 || p.Limit > MaxTokens:
-		return fmt.Errorf("%w: limit %d is not between 1 and %d", ErrBadConfig, p.Limit, MaxTokens)
+		return fmt.Errorf("%w: limit %d is not between 1 and %d", ErrConfig, p.Limit, MaxTokens)
 	case p.Window <= 0:
-		return fmt.Errorf("%w: window %s is not positive", ErrBadConfig, p.Window)
+		return fmt.Errorf("%w: window %s is not positive", ErrConfig, p.Window)
 	}
 	return nil
 }

@@ -296,8 +296,8 @@ func TestParamsValidate(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("%+v.Validate() = %v, want ok %v", tc.p, err, tc.ok)
 		}
-		if err != nil && !errors.Is(err, ErrBadConfig) {
-			t.Errorf("%+v.Validate() = %v, want it to wrap ErrBadConfig", tc.p, err)
+		if err != nil && !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v.Validate() = %v, want it to wrap ErrConfig", tc.p, err)
 		}
 	}
 }

@@ -84,7 +84,7 @@ func (m *Memory) putPart(key string, p Part, expires int64) {
 }
 
 // replicaKV is one region's KV over a replicated table, with the item
-// layout of DynamoDBConfig.Regions: its own part "key@region", the others'
+// layout of dynamostore.Config.Regions: its own part "key@region", the others'
 // read from its replica.
 type replicaKV struct {
 	t      *replicated

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/powgate"
 )
 
 // Options are a kv policy's own fields. A Bucket takes them from
@@ -17,6 +18,23 @@ type Options struct {
 	// SyncInterval is how often a hot key's local state is written back
 	// (and the KV read); default (0) DefaultSyncInterval.
 	SyncInterval time.Duration
+	// CacheSize bounds the keys whose state each process keeps for the
+	// policy (policy field cache_size); default (0) Config.CacheSize, else
+	// DefaultCacheSize.
+	CacheSize int
+	// ProofOfWork, if set, asks for a proof of work above a soft
+	// threshold and denies only at the limit (proof_of_work: {above, bits,
+	// ttl}; package powgate, which setup applies), as durable's does.
+	ProofOfWork *powgate.Options
+}
+
+// ProofOfWorkOptions returns the policy's proof_of_work, for powgate:
+// setup gates every policy for which powgate.OptionsOf reports options.
+func (o *Options) ProofOfWorkOptions() *powgate.Options {
+	if o == nil {
+		return nil
+	}
+	return o.ProofOfWork
 }
 
 // String describes the options, as `edgelimit check` lists them.
@@ -28,20 +46,27 @@ func (o Options) String() string {
 	if o.SyncInterval > 0 {
 		s += " sync=" + o.SyncInterval.String()
 	}
+	if o.CacheSize > 0 {
+		s += " cache=" + strconv.Itoa(o.CacheSize)
+	}
+	if o.ProofOfWork != nil {
+		s += " " + o.ProofOfWork.String()
+	}
 	return s
 }
 
 // Strategy is the kv strategy, as policy files name it: strategy: kv, with
-// the fields burst and sync_interval (and algorithm, which can only be
-// token-bucket). It fails open by default: a soft limit lets requests
+// the fields burst, sync_interval, cache_size and proof_of_work (and
+// algorithm, which can only be token-bucket). It fails open by default: a soft limit lets requests
 // through rather than lose them while its store is down. Importing the
 // package registers it.
 var Strategy = &edgelimit.Strategy{
 	Name:         "kv",
 	Package:      "github.com/edgelimit/edgelimit/kvbucket",
-	Fields:       []string{"algorithm", "burst", "sync_interval"},
+	Fields:       []string{"algorithm", "burst", "sync_interval", "cache_size", powgate.Field},
 	Parse:        parseOptions,
 	OnStoreError: edgelimit.FailOpen,
+	Limits:       true,
 }
 
 func init() { edgelimit.Register(Strategy) }
@@ -62,6 +87,12 @@ func parseOptions(f *edgelimit.Fields) any {
 	if d, ok := f.Duration("sync_interval"); ok {
 		o.SyncInterval = d
 	}
+	if n, ok := f.Int("cache_size"); ok {
+		if n < 1 || n > 1<<30 {
+			f.Errorf("cache_size", "cache_size %d must be between 1 and %d", n, 1<<30)
+		}
+		o.CacheSize = int(n)
+	}
 	capacity, what := p.Limit, "limit"
 	if o.Burst > 0 {
 		capacity, what = o.Burst, "burst"
@@ -69,6 +100,7 @@ func parseOptions(f *edgelimit.Fields) any {
 	if p.Limit > 0 && p.Cost > capacity {
 		f.Errorf("cost", "cost %d is more than the %s %d: every request would be denied", p.Cost, what, capacity)
 	}
+	o.ProofOfWork = powgate.Parse(f, powgate.Field, capacity)
 	return o
 }
 
@@ -82,7 +114,7 @@ func options(cfg Config) (Options, error) {
 	}
 	o, ok := cfg.Policy.Options.(*Options)
 	if !ok {
-		return Options{}, fmt.Errorf("%w: policy %q: options are a %T, not *kvbucket.Options (is it a kv policy?)", ErrBadConfig, cfg.Policy.Name, cfg.Policy.Options)
+		return Options{}, fmt.Errorf("%w: policy %q: options are a %T, not *kvbucket.Options (is it a kv policy?)", ErrConfig, cfg.Policy.Name, cfg.Policy.Options)
 	}
 	return *o, nil
 }

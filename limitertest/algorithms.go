@@ -187,7 +187,7 @@ func (s *suite) testNoBoundaryBurst(t *testing.T) {
 func (s *suite) testModel(t *testing.T) {
 	e := s.env(t)
 	lims := []*lim{e.limiter("model-a", 7, 10*time.Second), e.limiter("model-b", 3, 1500*time.Millisecond)}
-	if s.opts.Algorithm == GCRA {
+	if bucket(s.opts.Algorithm) {
 		lims = append(lims, e.limiterBurst("model-c", 4, 2*time.Second, 6))
 	}
 	keys := []string{"k1", "k2", "k3"}

@@ -196,9 +196,10 @@ func (s *suite) testRefundByReceipt(t *testing.T) {
 		if got := l.allow("k", 2); !got.Allowed || got.Remaining != 0 {
 			t.Errorf("Allow(cost 2) once the only unit left has left = %+v, want allowed with Remaining 0", got)
 		}
-	case GCRA:
+	case GCRA, TokenBucket:
 		// 2 per 2 s, burst 2: one unit a second. A refund gives back what
-		// of its slot is still to come, and nothing of a later period.
+		// of its slot is still to come, and nothing of a later period
+		// (token-bucket: what of its units refill has not brought back).
 		l := e.limiterBurst("receipt", 2, 2*time.Second, 2)
 		e.clock.Set(ws)
 		a := l.allow("k", 1) // the slot [ws, ws+1s)

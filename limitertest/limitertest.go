@@ -1,7 +1,10 @@
 // Package limitertest is the conformance suite every exact edgelimit
 // backend runs: the same step tables, boundary cases, refunds, atomic
 // batches and concurrency claims, against the in-memory store and against
-// real DynamoDB-API servers alike, for each algorithm of strategy durable.
+// real DynamoDB-API servers alike, for each algorithm of strategy durable,
+// and for strategy kv's token bucket on one instance (a soft limiter is
+// exact for one instance: what the suite holds it to; what several
+// instances admit is kv's own bound, tested in kvbucket).
 //
 //	func TestConformance(t *testing.T) {
 //		limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
@@ -41,6 +44,13 @@
 //     Remaining = floor((t + B*T - max(TAT, t)) / T); Reset = until the next
 //     unit comes back (one interval T for a full bucket); RetryAfter =
 //     max(TAT, t) - t - (B-c)*T.
+//   - token-bucket (strategy kv, one instance): gcra's bucket at the exact
+//     rate L/W: the bucket at t holds a = min(B, B - (TAT - t)*L/W) tokens
+//     (TAT in exact units, not rounded to a nanosecond per unit), a request
+//     is admitted if a >= c, then TAT = max(TAT, t) + c*W/L. Remaining =
+//     floor(a); Reset = until a reaches floor(a) + 1 (ceil(W/L) for a full
+//     bucket); RetryAfter = until a reaches c. t is the request's own
+//     instant.
 //
 // Reset is draft-ietf-httpapi-ratelimit-headers-11's effective window t:
 // the time within which the client can use no more than Remaining. A
@@ -62,8 +72,14 @@
 // below zero: in the decision's window (fixed window: nothing once that
 // window has ended; sliding window: that window's count, while it weighs),
 // from the millisecond its units were stamped with (sliding log, while it
-// is in the window), or by removing what is still to come of its slot of
-// the emission schedule (gcra: all of it as of the decision's instant).
+// is in the window), by removing what is still to come of its slot of
+// the emission schedule (gcra: all of it as of the decision's instant),
+// or (token-bucket) by giving back what of its units refill has not
+// brought back since it was spent: c units spent at s, refunded at r, give
+// back c - (r - s)*L/W, never less than nothing, never beyond a full
+// bucket (a spend's effect on a bucket decays at most at the refill rate,
+// so this never gives back more than the spend took; at the spend's own
+// instant it gives back all of it).
 // A decision without a Receipt spent nothing and refunds nothing. A peek
 // (edgelimit.Peeker) reports what a request would get, allowed with the
 // quota left without it or the denial, and spends nothing.
@@ -73,7 +89,7 @@
 // policy's Quota, 0 <= Remaining <= Limit, an allowed decision has
 // RetryAfter 0 and Remaining <= capacity-cost, a denied one has
 // RetryAfter >= Reset and Remaining < cost, Reset > 0 and within the
-// window (two for the sliding window, one interval for gcra), and allowed
+// window (two for the sliding window, one interval for a bucket), and allowed
 // decisions of Allow carry a Receipt, denials and peeks none.
 package limitertest
 
@@ -95,15 +111,22 @@ const (
 	SlidingWindow = "sliding-window"
 	SlidingLog    = "sliding-log"
 	GCRA          = "gcra"
+	// TokenBucket is strategy kv's algorithm: gcra's bucket with the exact
+	// rate (no emission interval rounded to a nanosecond) and a refund that
+	// gives back what of a spend has not come back by refill (see the
+	// package documentation). A soft backend claims it for one instance:
+	// what the suite checks is one instance's exactness.
+	TokenBucket = "token-bucket"
 )
 
 // Spec is a policy under test: the fields every policy has, and what the
 // backend must implement for it.
 type Spec struct {
 	*edgelimit.Policy
-	// Algorithm is one of FixedWindow, SlidingWindow, SlidingLog and GCRA.
+	// Algorithm is one of FixedWindow, SlidingWindow, SlidingLog, GCRA and
+	// TokenBucket.
 	Algorithm string
-	// Burst is gcra's bucket capacity; 0 means the limit.
+	// Burst is a bucket's capacity (gcra, token-bucket); 0 means the limit.
 	Burst int64
 	// DenyCache: turn on the backend's deny cache, which must change no
 	// decision.
@@ -169,7 +192,9 @@ func Run(t *testing.T, backend Backend, opts Options) {
 	case SlidingLog:
 		t.Run("SlidingLog/Steps", s.testSlidingLogSteps)
 		t.Run("SlidingLog/NoBoundaryBurst", s.testNoBoundaryBurst)
-	case GCRA:
+	case GCRA, TokenBucket:
+		// The step tables' rates divide a nanosecond: both algorithms
+		// answer them alike.
 		t.Run("GCRA/Steps", s.testGCRASteps)
 		t.Run("GCRA/Burst", s.testGCRABurst)
 		t.Run("GCRA/NoBoundaryBurst", s.testNoBoundaryBurst)
@@ -451,7 +476,7 @@ func checkDecision(p *Spec, cost int64, d edgelimit.Decision) string {
 		return "Reset is beyond two windows"
 	case p.Algorithm == SlidingLog && d.Reset > p.Window:
 		return "Reset is beyond the window"
-	case p.Algorithm == GCRA && p.Limit > 0 && d.Reset > interval(p):
+	case bucket(p.Algorithm) && p.Limit > 0 && d.Reset > interval(p):
 		return "Reset is beyond one emission interval"
 	}
 	return ""

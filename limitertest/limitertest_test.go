@@ -79,7 +79,7 @@ func (l *refLimiter) AllowBatch(_ context.Context, items []edgelimit.BatchItem) 
 }
 
 func TestReference(t *testing.T) {
-	for _, alg := range []string{FixedWindow, SlidingWindow, SlidingLog, GCRA} {
+	for _, alg := range []string{FixedWindow, SlidingWindow, SlidingLog, GCRA, TokenBucket} {
 		t.Run(alg, func(t *testing.T) {
 			t.Parallel()
 			Run(t, func(t *testing.T) NewLimiter {
@@ -184,6 +184,8 @@ func TestQuota(t *testing.T) {
 		{GCRA, 10, 0, time.Second, 10, time.Second},
 		{GCRA, 10, 10, time.Second, 10, time.Second},
 		{GCRA, 10, 3, 10 * time.Second, 3, 3 * time.Second},
+		{TokenBucket, 10, 20, time.Second, 20, 2 * time.Second},
+		{TokenBucket, 10, 0, time.Second, 10, time.Second},
 		{FixedWindow, 10, 20, time.Minute, 10, time.Minute},
 	} {
 		p := &Spec{Policy: &edgelimit.Policy{Limit: tc.limit, Window: tc.window}, Algorithm: tc.alg, Burst: tc.burst}

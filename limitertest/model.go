@@ -36,6 +36,8 @@ func newModel(alg string) model {
 		return &logModel{m: map[pk][]logEntry{}}
 	case GCRA:
 		return &gcraModel{m: map[pk]*gcraState{}}
+	case TokenBucket:
+		return &tokenBucketModel{m: map[pk]*big.Int{}}
 	}
 	return &fixedModel{counts: map[modelKey]int64{}}
 }
@@ -44,26 +46,30 @@ func newModel(alg string) model {
 type pk struct{ policy, key string }
 
 // Capacity is the most units one request of p can spend: the burst for
-// gcra, else the limit.
+// a bucket (gcra, token-bucket), else the limit.
 func Capacity(p *Spec) int64 {
-	if p.Algorithm == GCRA && p.Burst > 0 {
+	if bucket(p.Algorithm) && p.Burst > 0 {
 		return p.Burst
 	}
 	return p.Limit
 }
 
 // Quota is what a decision of p tells the client in RateLimit-Policy
-// (Decision.Limit and Window, q and w): the limit and window, or for gcra
-// with a burst other than the limit, the burst over the time the bucket
+// (Decision.Limit and Window, q and w): the limit and window, or for a
+// bucket with a burst other than the limit, the burst over the time the bucket
 // takes to fill (10/s with burst 20 is q=20, w=2s), so that Remaining never
 // exceeds Limit. The engine has always announced a bucket this way.
 func Quota(p *Spec) (int64, time.Duration) {
 	c := Capacity(p)
-	if p.Algorithm != GCRA || p.Limit <= 0 || c == p.Limit {
+	if !bucket(p.Algorithm) || p.Limit <= 0 || c == p.Limit {
 		return p.Limit, p.Window
 	}
 	return c, time.Duration(float64(p.Window) * float64(c) / float64(p.Limit))
 }
+
+// bucket reports whether alg is a token bucket (gcra, token-bucket): a
+// burst, and Reset within one emission interval.
+func bucket(alg string) bool { return alg == GCRA || alg == TokenBucket }
 
 // decision returns a decision of p with its quota filled in.
 func decision(p *Spec, allowed bool) edgelimit.Decision {

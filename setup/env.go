@@ -38,6 +38,13 @@ const (
 	// EnvTable is the DynamoDB table of the durable and kv strategies.
 	// Required when a policy uses one of them.
 	EnvTable = "EDGELIMIT_TABLE"
+	// EnvKVRegions lists the regions of a kv table replicated over regions
+	// (a DynamoDB Global Table), comma separated, this one (AWS_REGION)
+	// included, like "eu-west-1,eu-central-1": each region writes only its
+	// own part of a bucket and reads the others' (see
+	// kvbucket/dynamostore.Config.Regions). Empty (the default): one
+	// region, one item per bucket. Read by setup/dynamodb/kv only.
+	EnvKVRegions = "EDGELIMIT_KV_REGIONS"
 	// EnvEndpoint overrides the DynamoDB endpoint: a local server
 	// (http://127.0.0.1:8000) or a FIPS or VPC endpoint. Default: the SDK's.
 	EnvEndpoint = "EDGELIMIT_DYNAMODB_ENDPOINT"
@@ -64,7 +71,7 @@ const (
 
 // EnvVars lists every variable FromEnv reads that the deployment sets.
 var EnvVars = []string{
-	EnvPolicyFile, EnvOverrides, EnvShadow, EnvTable, EnvEndpoint, EnvHashKey, EnvSecrets,
+	EnvPolicyFile, EnvOverrides, EnvShadow, EnvTable, EnvEndpoint, EnvKVRegions, EnvHashKey, EnvSecrets,
 	EnvSecretID, EnvTokenSecretID, EnvLogLevel, EnvMetricsNamespace,
 }
 

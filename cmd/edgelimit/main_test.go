@@ -17,6 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
@@ -397,4 +401,40 @@ func TestPolicyFileMessages(t *testing.T) {
 	if code := run(context.Background(), []string{"serve", "--policies", "sub/dir/x.yaml"}, &stdout, &stderr); code != 1 || stderr.String() != "edgelimit serve: "+problem+"\n" {
 		t.Errorf("serve: exit %d, stderr %q; want 1 and %q", code, stderr.String(), "edgelimit serve: "+problem+"\n")
 	}
+}
+
+// TestServeKVRegions: --kv-regions puts kv policies on a table replicated
+// over regions, as EDGELIMIT_KV_REGIONS does on Lambda: a decision writes
+// this region's part of the bucket ("…@<region>", the client's region),
+// and a list without this region is a clear error.
+func TestServeKVRegions(t *testing.T) {
+	t.Setenv("AWS_REGION", "us-east-1")
+	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
+		table := fmt.Sprintf("serve-kv-%d", time.Now().UnixNano())
+		policies := writePolicies(t, demoPolicies)
+		url := startServe(t, "--policies", policies, "--store", "dynamodb",
+			"--dynamodb-endpoint", s.Endpoint, "--table", table, "--create-table", "--kv-regions", "us-east-1,eu-west-1")
+		burst(t, url+"/contact", 5, 4, nil, "contact")
+		client, _ := ddbtest.Client(t, s)
+		out, err := client.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var parts []string
+		for _, it := range out.Items {
+			if pk, ok := it["pk"].(*types.AttributeValueMemberS); ok && strings.HasPrefix(pk.Value, "kv#contact#") {
+				parts = append(parts, pk.Value)
+			}
+		}
+		if len(parts) != 1 || !strings.HasSuffix(parts[0], "@us-east-1") {
+			t.Errorf("kv items %q; want one, this region's part (…@us-east-1)", parts)
+		}
+
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--policies", policies, "--store", "dynamodb",
+			"--dynamodb-endpoint", s.Endpoint, "--table", table, "--kv-regions", "eu-west-1,eu-central-1"}, &stdout, &stderr)
+		if want := `does not name this region, us-east-1`; code != 1 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("--kv-regions without this region: exit %d, stderr %q; want 1 and %q", code, stderr.String(), want)
+		}
+	})
 }

@@ -36,6 +36,7 @@ type serveFlags struct {
 	store       string
 	endpoint    string
 	table       string
+	kvRegions   string
 	createTable bool
 	logFormat   string
 	// exitWithParent: stop when the parent process exits (make run).
@@ -55,6 +56,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fs.StringVar(&f.endpoint, "dynamodb-endpoint", os.Getenv(setup.EnvEndpoint), "DynamoDB endpoint URL for a local server, e.g. http://127.0.0.1:8000 (default: EDGELIMIT_DYNAMODB_ENDPOINT, else AWS)")
 	fs.StringVar(&f.table, "table", table, "DynamoDB table, with --store dynamodb (default: EDGELIMIT_TABLE, else edgelimit)")
+	fs.StringVar(&f.kvRegions, "kv-regions", "", "with --store dynamodb: the regions of a kv table replicated over regions (a Global Table), comma separated, this one included (the client's region, AWS_REGION); each region writes only its own part of a bucket (default: "+setup.EnvKVRegions+", else one region)")
 	fs.BoolVar(&f.createTable, "create-table", false, "create the DynamoDB table if it does not exist")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&f.exitWithParent, "exit-with-parent", false, "stop when the process that started serve exits (make run sets it, so that stopping make stops the server)")
@@ -140,6 +142,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 		return nil, err
 	}
 	var backends []setup.Backend
+	getenv := os.Getenv
 	if usesStrategy(pf, signedwindow.Strategy) {
 		keys, err := keyRing(stderr)
 		if err != nil {
@@ -160,6 +163,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 		}
 		cfg := dynamodb.Config{Client: client, Table: f.table}
 		backends = append(backends, durable.Backend(cfg), kv.Backend(cfg), inflight.Backend(cfg))
+		getenv = kvRegionsEnv(getenv, f.kvRegions, client.Options().Region)
 	default:
 		return nil, fmt.Errorf("--store %q is not one of memory, dynamodb", f.store)
 	}
@@ -167,7 +171,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	if err != nil {
 		return nil, err
 	}
-	benv := setup.BackendEnv{Getenv: os.Getenv, Logger: log}
+	benv := setup.BackendEnv{Getenv: getenv, Logger: log}
 	factory, err := setup.Limiters(pf, backends, benv)
 	if err != nil {
 		return nil, err
@@ -196,6 +200,23 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 		mux.Handle("GET /pow.js", pow.ScriptHandler())
 	}
 	return &server{policies: pf, mux: mux}, nil
+}
+
+// kvRegionsEnv is getenv with --kv-regions, when given, as
+// EDGELIMIT_KV_REGIONS, and the client's region as AWS_REGION when the
+// environment sets none (the SDK found it in the shared config): what the
+// kv backend reads to name this region's part of a bucket.
+func kvRegionsEnv(getenv func(string) string, regions, clientRegion string) func(string) string {
+	return func(k string) string {
+		switch v := getenv(k); {
+		case k == setup.EnvKVRegions && regions != "":
+			return regions
+		case k == "AWS_REGION" && v == "" && getenv("AWS_DEFAULT_REGION") == "":
+			return clientRegion
+		default:
+			return v
+		}
+	}
 }
 
 func usesStrategy(pf *edgelimit.PolicyFile, strategy *edgelimit.Strategy) bool {

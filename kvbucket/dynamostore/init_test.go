@@ -1,4 +1,4 @@
-package kvbucket
+package dynamostore
 
 import (
 	"regexp"
