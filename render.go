@@ -167,8 +167,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 			hard = true
 		}
 	}
-	lifted := func(s *slot) bool { return hard && s.o == denied && s.d.RetryAfter == 0 && s.d.Response != nil }
-	addDecisionFields(v, rs, slots, want, lifted)
+	addDecisionFields(v, rs, slots, want, hard)
 	if !blocked {
 		v.Allowed = true
 		return
@@ -198,7 +197,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	for _, c := range rs.policies {
 		if s := &slots[c.slot]; !c.Shadow && s.o == denied {
 			names = append(names, c.Name)
-			if r := s.d.Response; r != nil && r.Extension != "" && !lifted(s) {
+			if r := s.d.Response; r != nil && r.Extension != "" && !lifted(hard, s) {
 				ext = append(ext, r.Extension)
 			}
 		}
@@ -210,7 +209,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	d = append(d, '.')
 	for _, c := range rs.policies {
 		s := &slots[c.slot]
-		if r := s.d.Response; !c.Shadow && s.o == denied && r != nil && r.Detail != "" && !lifted(s) && !bytes.Contains(d, []byte(r.Detail)) {
+		if r := s.d.Response; !c.Shadow && s.o == denied && r != nil && r.Detail != "" && !lifted(hard, s) && !bytes.Contains(d, []byte(r.Detail)) {
 			d = append(d, ' ')
 			d = append(d, r.Detail...)
 		}
@@ -219,13 +218,26 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		ViolatedPolicies: names, RetryAfter: secs}, d, ext)
 }
 
+// lifted reports a denial that work lifts (a challenge, no wait of its
+// own) beside a hard one (hard: a denial only time lifts, or a store that
+// failed closed): its fields and problem members are left out.
+//
+// It is a plain function, not a closure handed to addDecisionFields: a
+// func-typed parameter called with a pointer into slots made the escape
+// analysis move the request's slots (Engine.Decide's stack buffer) to the
+// heap, about 5 KB a request.
+func lifted(hard bool, s *slot) bool {
+	return hard && s.o == denied && s.d.RetryAfter == 0 && s.d.Response != nil
+}
+
 // addDecisionFields adds the header fields of the listed decisions whose
-// outcome is want, except those skip drops; fields of one name from several policies are joined
-// into one list value, in policy order.
-func addDecisionFields(v *Verdict, rs *routeSet, slots []slot, want outcome, skip func(*slot) bool) {
+// outcome is want, except those lifted beside a hard denial; fields of one
+// name from several policies are joined into one list value, in policy
+// order.
+func addDecisionFields(v *Verdict, rs *routeSet, slots []slot, want outcome, hard bool) {
 	field := func(c member) Field {
 		s := &slots[c.slot]
-		if c.Shadow || s.o != want || s.d.Response == nil || skip(s) {
+		if c.Shadow || s.o != want || s.d.Response == nil || lifted(hard, s) {
 			return Field{}
 		}
 		return s.d.Response.Field

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -270,9 +269,6 @@ func TestMuxRoutesToEachFunction(t *testing.T) {
 	}
 }
 
-// missingPiece matches the errors of a strategy or algorithm that has not
-// landed in this tree yet.
-var missingPiece = regexp.MustCompile(`not available in this build|not implemented yet`)
 
 // TestFunctionsBehindTheMiddleware runs each function's handler behind its
 // own policies on in-memory stores, as `edgelimit serve` does: allowed up to
@@ -292,19 +288,8 @@ func TestFunctionsBehindTheMiddleware(t *testing.T) {
 			continue // tts: a proof of work first; see e2e.TestTTSFunction
 		}
 		t.Run(f.Name, func(t *testing.T) {
+			engine := memoryEngine(t, f, now)
 			pf, err := edgelimit.ParsePolicies(f.PolicyFile, f.Policies)
-			if err != nil {
-				t.Fatal(err)
-			}
-			factory, err := setup.Limiters(pf, []setup.Backend{memory.Durable(), memory.KV(), signed.WithKeys(signedwindow.EphemeralKeyRing())},
-				setup.BackendEnv{Now: now})
-			if err != nil {
-				t.Fatal(err)
-			}
-			engine, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, Now: now})
-			if err != nil && missingPiece.MatchString(err.Error()) {
-				t.Skipf("functions/%s cannot start in this tree yet: %v", f.Name, err)
-			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -391,12 +376,16 @@ func memoryEngine(t *testing.T, f handlers.Function, now func() time.Time) *edge
 	if err != nil {
 		t.Fatal(err)
 	}
-	factory, err := setup.Limiters(pf, []setup.Backend{memory.Durable(), memory.KV(), memory.InFlight(), signed.WithKeys(signedwindow.EphemeralKeyRing())},
-		setup.BackendEnv{Now: now})
+	backends := []setup.Backend{memory.Durable(), memory.KV(), memory.InFlight(), signed.WithKeys(signedwindow.EphemeralKeyRing())}
+	factory, err := setup.Limiters(pf, backends, setup.BackendEnv{Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, Now: now})
+	overrides, err := setup.Overrides(pf, backends, setup.BackendEnv{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, Now: now, Overrides: overrides})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,3 +15,8 @@ func (durable) OpenOverrides(env *setup.BackendEnv) (edgelimit.OverrideStore, er
 func (kv) OpenOverrides(env *setup.BackendEnv) (edgelimit.OverrideStore, error) {
 	return overrides.NewMemory(env.Now), nil
 }
+
+// OpenOverrides keeps the operators' per-key overrides in this process.
+func (inFlight) OpenOverrides(env *setup.BackendEnv) (edgelimit.OverrideStore, error) {
+	return overrides.NewMemory(env.Now), nil
+}
