@@ -269,7 +269,6 @@ func TestMuxRoutesToEachFunction(t *testing.T) {
 	}
 }
 
-
 // TestFunctionsBehindTheMiddleware runs each function's handler behind its
 // own policies on in-memory stores, as `edgelimit serve` does: allowed up to
 // the limit, then the middleware's 429 and the handler no longer runs.
