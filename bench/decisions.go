@@ -20,9 +20,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/edgelimit/edgelimit"
-	"github.com/edgelimit/edgelimit/durablecounter"
-	"github.com/edgelimit/edgelimit/kvbucket"
-	"github.com/edgelimit/edgelimit/middleware"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
@@ -191,7 +188,7 @@ func measure(ctx context.Context, l microLimiter, parallel bool, count int) *Ben
 // policy parses one policy of a generated policy file, so that every field
 // gets the defaults a real policies.yaml gives it.
 func policy(yaml string) (*edgelimit.Policy, error) {
-	pf, err := edgelimit.ParsePolicies("bench.yaml", []byte("version: 1\npolicies:\n"+yaml))
+	pf, err := parsePolicies("version: 1\npolicies:\n" + yaml)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +235,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 			add(microLimiter{name: name, group: "edgelimit", unavailable: "policy: " + err.Error()})
 			continue
 		}
-		c, err := durablecounter.New(durablecounter.Config{Policy: p, Store: durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})})
+		c, err := memoryCounters()(p)
 		if err != nil {
 			add(microLimiter{name: name, group: "edgelimit", unavailable: err.Error()})
 			continue
@@ -265,10 +262,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		if err != nil {
 			return nil, err
 		}
-		b, err := kvbucket.New(kvbucket.Config{
-			Policy: p, KV: kvbucket.NewMemory(kvbucket.MemoryConfig{MaxKeys: 2 * numKeys}),
-			CacheSize: 2 * numKeys, NoCache: noCache,
-		})
+		b, err := memoryBuckets(memoryKV(2*numKeys), 2*numKeys, noCache)(p)
 		if err != nil {
 			add(microLimiter{name: name, group: "edgelimit", unavailable: err.Error()})
 			continue
@@ -298,13 +292,15 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		if err != nil {
 			add(microLimiter{name: name, group: "edgelimit", unavailable: err.Error()})
 		} else {
-			tokens := make([]string, numKeys)
+			tokens := make([]tokenHeader, numKeys)
 			add(microLimiter{
 				name: name, group: "edgelimit",
 				setup: "signedwindow.Limiter, HS256 tokens, replay cache of 400,000 chains; each client presents the token of its previous response",
 				allow: func(ctx context.Context, i int) bool {
-					d, _ := l.Allow(ctx, edgelimit.Request{Key: reqKeys[i], Token: tokens[i]})
-					tokens[i] = d.Token
+					d, _ := l.Allow(ctx, edgelimit.Request{Key: reqKeys[i], Header: &tokens[i]})
+					if d.Field.Name == signedwindow.HeaderToken {
+						tokens[i].token = d.Field.Value
+					}
 					return d.Allowed
 				},
 			})
@@ -316,22 +312,15 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 	// handler that does nothing.
 	{
 		name := "edgelimit middleware.HTTPAPI + durable fixed-window"
-		pf, err := edgelimit.ParsePolicies("bench.yaml", []byte("version: 1\npolicies:\n  - {name: bench, routes: [\"GET /search\"], key: ip, strategy: durable, limit: 1000000000000, window: 1h}\n"))
+		pf, err := parsePolicies("version: 1\npolicies:\n  - {name: bench, routes: [\"GET /search\"], key: ip, strategy: durable, limit: 1000000000000, window: 1h}\n")
 		if err != nil {
 			return nil, err
 		}
-		store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
-		eng, err := edgelimit.New(edgelimit.Config{
-			Policies:   pf,
-			HashSecret: benchSecret,
-			Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
-				return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
-			},
-		})
+		eng, err := newEngine(pf, memoryCounters())
 		if err != nil {
 			return nil, err
 		}
-		h := middleware.HTTPAPI(eng, func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		h := httpAPIMiddleware(eng, func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 			return events.APIGatewayV2HTTPResponse{StatusCode: 200, Body: "ok"}, nil
 		})
 		evs := lambdaEvents()
@@ -350,22 +339,15 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 	// warming up; repeat denials are answered by the deny cache.
 	{
 		name := "edgelimit middleware.HTTPAPI + durable fixed-window, denied (429)"
-		pf, err := edgelimit.ParsePolicies("bench.yaml", []byte("version: 1\npolicies:\n  - {name: bench, routes: [\"GET /search\"], key: ip, strategy: durable, limit: 1, window: 1h}\n"))
+		pf, err := parsePolicies("version: 1\npolicies:\n  - {name: bench, routes: [\"GET /search\"], key: ip, strategy: durable, limit: 1, window: 1h}\n")
 		if err != nil {
 			return nil, err
 		}
-		store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
-		eng, err := edgelimit.New(edgelimit.Config{
-			Policies:   pf,
-			HashSecret: benchSecret,
-			Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
-				return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
-			},
-		})
+		eng, err := newEngine(pf, memoryCounters())
 		if err != nil {
 			return nil, err
 		}
-		h := middleware.HTTPAPI(eng, func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		h := httpAPIMiddleware(eng, func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 			return events.APIGatewayV2HTTPResponse{StatusCode: 200, Body: "ok"}, nil
 		})
 		evs := lambdaEvents()
@@ -441,6 +423,20 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		})
 	}
 	return out, nil
+}
+
+// tokenHeader is one client's request headers for the signed row: the
+// window token of its previous response and nothing else. Held by pointer,
+// so handing it to the limiter as an edgelimit.HeaderGetter allocates
+// nothing.
+type tokenHeader struct{ token string }
+
+// Get returns the token for signedwindow.HeaderToken.
+func (h *tokenHeader) Get(name string) string {
+	if strings.EqualFold(name, signedwindow.HeaderToken) {
+		return h.token
+	}
+	return ""
 }
 
 // lambdaEvents returns an API Gateway v2 event of GET /search from each of

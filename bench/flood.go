@@ -24,7 +24,6 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/edgelimit/edgelimit/client"
-	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 )
 
@@ -307,7 +306,7 @@ func available(spec phaseSpec) string {
 	if err != nil {
 		return err.Error()
 	}
-	if _, err := durablecounter.New(durablecounter.Config{Policy: p, Store: durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})}); err != nil {
+	if _, err := memoryCounters()(p); err != nil {
 		return err.Error()
 	}
 	return ""
