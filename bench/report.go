@@ -14,15 +14,16 @@ import (
 
 // loaded is every part's results that exist under -out.
 type loaded struct {
-	envs      map[string]*Envelope
-	decisions *DecisionsData
-	protocol  *ProtocolData
-	flood     *FloodData
+	envs       map[string]*Envelope
+	decisions  *DecisionsData
+	middleware *MiddlewareData
+	protocol   *ProtocolData
+	flood      *FloodData
 }
 
 func load(dir string) (*loaded, error) {
 	l := &loaded{envs: map[string]*Envelope{}}
-	for _, part := range []string{"decisions", "protocol", "flood"} {
+	for _, part := range partNames {
 		b, err := os.ReadFile(filepath.Join(dir, part+".json"))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -40,6 +41,9 @@ func load(dir string) (*loaded, error) {
 		case "decisions":
 			l.decisions = &DecisionsData{}
 			target = l.decisions
+		case "middleware":
+			l.middleware = &MiddlewareData{}
+			target = l.middleware
 		case "protocol":
 			l.protocol = &ProtocolData{}
 			target = l.protocol
@@ -138,6 +142,9 @@ func renderMarkdown(l *loaded, plots map[string]string) string {
 	w.p("")
 	renderMachine(&w, l)
 	renderHeadline(&w, l)
+	if l.middleware != nil {
+		renderMiddleware(&w, l)
+	}
 	if l.decisions != nil {
 		renderDecisions(&w, l, plots)
 	}
@@ -154,7 +161,7 @@ func renderMarkdown(l *loaded, plots map[string]string) string {
 
 func partOrder(l *loaded) []*Envelope {
 	var out []*Envelope
-	for _, p := range []string{"decisions", "protocol", "flood"} {
+	for _, p := range partNames {
 		if e := l.envs[p]; e != nil {
 			out = append(out, e)
 		}
@@ -275,6 +282,9 @@ func renderHeadline(w *mdWriter, l *loaded) {
 		w.p("| in-process decision, parallel, 100,000 keys (ns/op) | %s | %s |",
 			joinNonEmpty(cell(fw, "durable fixed-window (memory)"), cell(kv, "kv cached"), cell(sg, "signed"), cell(mw, "whole Lambda middleware")),
 			joinNonEmpty(cell(xr, "x/time/rate"), cell(gl, "go-limiter"), cell(th, "throttled GCRA")))
+	}
+	if d := l.middleware; d != nil {
+		mwHeadline(w, d)
 	}
 	if p := l.protocol; p != nil {
 		ow := p.run("one-write", fixedWindow, "hot", 64)

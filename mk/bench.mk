@@ -2,14 +2,20 @@
 # repository's Makefile (`include mk/bench.mk`), so paths are relative to the
 # repository root; it also works on its own: `make -f mk/bench.mk bench`.
 #
-#   make bench          everything (about 8 minutes on 2 cores): per-decision cost vs
-#                       x/time/rate, go-limiter and throttled; one conditional write vs
-#                       read-then-write on dynalite; the flood experiment; the cost
-#                       model. Writes BENCHMARKS.md and docs/bench/*.png, keeps the raw
-#                       results in bench/out/*.json (git-ignored).
+#   make bench          everything (about 11 minutes on 2 cores): per-decision cost vs
+#                       x/time/rate, go-limiter and throttled; per-request cost of each
+#                       limiter's own net/http middleware (edgelimit, go-limiter,
+#                       throttled, ulule/limiter, x/time/rate) net of the handler; one
+#                       conditional write vs read-then-write on dynalite; the flood
+#                       experiment; the cost model. Writes BENCHMARKS.md and
+#                       docs/bench/*.png, keeps the raw results in bench/out/*.json
+#                       (git-ignored).
 #   make bench-quick    the same with short runs, into bench/out/quick/ (development;
 #                       BENCHMARKS.md and docs/bench are left alone)
 #   make bench-report   BENCHMARKS.md and the plots again from bench/out/*.json
+#   make bench-middleware  the middleware comparison alone (about 3 minutes, no
+#                       servers): bench/out/middleware.json, and its section of
+#                       BENCHMARKS.md rewritten in place (the rest left as it is)
 #
 # bench/ is its own Go module (bench/go.mod, with a replace of the main module
 # by ../), so the alternatives it compares never enter the main module's
@@ -28,7 +34,7 @@ BENCH_BIN   := bench/out/edgelimit-bench
 # BENCH_FLAGS are passed to the program, e.g. BENCH_FLAGS='-phase 15s -count 5'.
 BENCH_FLAGS ?=
 
-.PHONY: bench bench-quick bench-report bench-build bench-deps
+.PHONY: bench bench-quick bench-report bench-build bench-deps bench-middleware
 
 ## bench-build: the benchmark program (bench/ module) as bench/out/edgelimit-bench.
 bench-build:
@@ -46,6 +52,10 @@ bench: bench-build bench-deps
 bench-quick: bench-build bench-deps
 	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . -quick \
 		-out bench/out/quick -md bench/out/quick/BENCHMARKS.md -plots bench/out/quick/plots $(BENCH_FLAGS) all
+
+## bench-middleware: the middleware comparison alone; rewrites its section of BENCHMARKS.md.
+bench-middleware: bench-build
+	$(BENCH_BIN) -root . $(BENCH_FLAGS) middleware
 
 ## bench-report: rewrite BENCHMARKS.md and the plots from bench/out/*.json.
 bench-report: bench-build
