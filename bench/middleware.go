@@ -129,7 +129,8 @@ type MWCell struct {
 	Baseline string `json:"baseline,omitempty"`
 	Net      *MWNet `json:"net,omitempty"`
 	// CPUNsPerOp is the process's CPU time (every thread, the garbage
-	// collector included) per request, over every run.
+	// collector included) per request while the timed loops ran, over every
+	// run: less sensitive than ns/op to other processes on the machine.
 	CPUNsPerOp float64 `json:"cpu_ns_per_op"`
 	// StoreCallsPerOp counts calls to the row's KV per request, for the rows
 	// that have one to count (edgelimit kv).
@@ -621,8 +622,11 @@ type mwCellSpec struct {
 	parallel bool
 }
 
-// mwCounters accumulate over every invocation of a cell's function.
-type mwCounters struct{ ops, unexpected atomic.Int64 }
+// mwCounters accumulate over every invocation of a cell's function: the
+// requests sent, those answered otherwise than the cell expects, and the
+// process's CPU time while the timed loop ran (so not the collection
+// testing.Benchmark forces before each round).
+type mwCounters struct{ ops, unexpected, cpu atomic.Int64 }
 
 // cellBench is a cell as a benchmark function. Serial: one goroutine sends
 // seq in order, round and round. Parallel: b.RunParallel's goroutines each
@@ -635,6 +639,8 @@ func cellBench(t *mwTarget, seq []string, want int, parallel bool, c *mwCounters
 			send := t.newClient()
 			var ops, bad int64
 			i := 0
+			cpu0 := processCPU()
+			defer func() { c.cpu.Add(processCPU() - cpu0) }()
 			for b.Loop() {
 				if send(seq[i]) != want {
 					bad++
@@ -650,6 +656,8 @@ func cellBench(t *mwTarget, seq []string, want int, parallel bool, c *mwCounters
 		}
 		var next atomic.Int64
 		p := runtime.GOMAXPROCS(0)
+		cpu0 := processCPU()
+		defer func() { c.cpu.Add(processCPU() - cpu0) }()
 		b.RunParallel(func(pb *testing.PB) {
 			g := int(next.Add(1)-1) % p
 			lo, hi := g*len(seq)/p, (g+1)*len(seq)/p
@@ -678,9 +686,8 @@ func runCell(cs mwCellSpec, seq []string) mwRun {
 	if cs.t.calls != nil {
 		calls0 = cs.t.calls()
 	}
-	cpu0 := processCPU()
 	res := testing.Benchmark(cellBench(cs.t, seq, cs.want, cs.parallel, &c))
-	r := mwRun{res: res, ops: c.ops.Load(), unexpected: c.unexpected.Load(), cpu: time.Duration(processCPU() - cpu0)}
+	r := mwRun{res: res, ops: c.ops.Load(), unexpected: c.unexpected.Load(), cpu: time.Duration(c.cpu.Load())}
 	if cs.t.calls != nil {
 		r.calls = cs.t.calls() - calls0
 	}
@@ -719,6 +726,9 @@ func runMiddleware(ctx context.Context, o options) (any, error) {
 		built = append(built, b)
 	}
 	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	logf("middleware: %d stacks built and warmed; live heap %d MiB", 2*len(built), ms.HeapAlloc>>20)
 
 	// Run 1 of every cell, then run 2 of every cell, and so on: a change in
 	// the machine's load during the part spreads over every row instead of
@@ -733,7 +743,7 @@ func runMiddleware(ctx context.Context, o options) (any, error) {
 				}
 			}
 		}
-		logf("middleware: run %d of %d took %.0f s", rep+1, o.mwCount, time.Since(start).Seconds())
+		logf("middleware: run %d of %d took %.0f s, load average %.2f at its end", rep+1, o.mwCount, time.Since(start).Seconds(), loadAvg())
 	}
 
 	baselines := map[string]*MWRow{}
