@@ -42,12 +42,18 @@ const (
 	mwPath = "/v1/items"
 	// mwKeyHeader carries the client key every row limits by.
 	mwKeyHeader = "X-Api-Key"
-	// mwWindow is every quota's period.
-	mwWindow = time.Hour
+	// mwWindow is every quota's period, and mwWindowText the same as a
+	// policy file writes it. Long, because edgelimit's fixed windows are
+	// aligned to the Unix epoch: a boundary inside the part would give every
+	// key of a denied cell a fresh quota (an hourly window did, once, and the
+	// cell's unexpected count showed it). A 30-day boundary falls inside a
+	// few minutes' run about once in ten thousand; the count still shows it.
+	mwWindow     = 30 * 24 * time.Hour
+	mwWindowText = "30d"
 	// mwAllowLimit is the quota of the allowed cells, per mwWindow: far more
 	// than a run can spend, so no allowed cell meets a denial.
 	mwAllowLimit = 1_000_000_000
-	// mwDenyLimit is the quota of the denied cells: one request per hour,
+	// mwDenyLimit is the quota of the denied cells: one request per window,
 	// which the warm-up spends for every key, so every timed request is a
 	// repeat offender's.
 	mwDenyLimit = 1
@@ -359,8 +365,8 @@ func mwBaselineSpecs() []mwSpec {
 // mwPolicy is the policy file of edgelimit's rows: one policy on the route,
 // keyed by the API key.
 func mwPolicy(strategy string, limit int64, extra string) string {
-	return fmt.Sprintf("version: 1\npolicies:\n  - {name: bench, routes: [\"GET %s\"], key: \"header:%s\", strategy: %s, limit: %d, window: 1h%s}\n",
-		mwPath, mwKeyHeader, strategy, limit, extra)
+	return fmt.Sprintf("version: 1\npolicies:\n  - {name: bench, routes: [\"GET %s\"], key: \"header:%s\", strategy: %s, limit: %d, window: %s%s}\n",
+		mwPath, mwKeyHeader, strategy, limit, mwWindowText, extra)
 }
 
 // countingKV counts the calls a kv bucket makes to its KV.
@@ -404,7 +410,7 @@ func mwSpecs() []mwSpec {
 		},
 		{
 			id: "go-limiter", name: "sethvargo/go-limiter httplimit (memorystore)", group: "peer", adapter: "net/http",
-			setup: "`memorystore.New(Tokens: limit, Interval: 1h)`, `httplimit.NewMiddleware(store, KeyFunc: r.Header.Get(\"X-Api-Key\"))`; denial: `http.Error` 429",
+			setup: "`memorystore.New(Tokens: limit, Interval: 30 days)`, `httplimit.NewMiddleware(store, KeyFunc: r.Header.Get(\"X-Api-Key\"))`; denial: `http.Error` 429",
 			build: func(limit int64, _ int) (*mwTarget, error) {
 				st, err := memorystore.New(&memorystore.Config{Tokens: uint64(limit), Interval: mwWindow})
 				if err != nil {
@@ -421,13 +427,13 @@ func mwSpecs() []mwSpec {
 		},
 		{
 			id: "throttled", name: "throttled/v2 GCRA, HTTPRateLimiterCtx (memstore)", group: "peer", adapter: "net/http",
-			setup: "`memstore.NewCtx(0)` (an unbounded map), `NewGCRARateLimiterCtx(store, RateQuota{PerHour(limit), MaxBurst: limit-1})`, `HTTPRateLimiterCtx{VaryBy: &VaryBy{Headers: [X-Api-Key]}}`; denial: its DefaultDeniedHandler (`http.Error` 429)",
+			setup: "`memstore.NewCtx(0)` (an unbounded map), `NewGCRARateLimiterCtx(store, RateQuota{PerDuration(limit, 30 days), MaxBurst: limit-1})`, `HTTPRateLimiterCtx{VaryBy: &VaryBy{Headers: [X-Api-Key]}}`; denial: its DefaultDeniedHandler (`http.Error` 429)",
 			build: func(limit int64, _ int) (*mwTarget, error) {
 				st, err := throttledmem.NewCtx(0)
 				if err != nil {
 					return nil, err
 				}
-				rl, err := throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{MaxRate: throttled.PerHour(int(limit)), MaxBurst: int(limit) - 1})
+				rl, err := throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{MaxRate: throttled.PerDuration(int(limit), mwWindow), MaxBurst: int(limit) - 1})
 				if err != nil {
 					return nil, err
 				}
@@ -437,7 +443,7 @@ func mwSpecs() []mwSpec {
 		},
 		{
 			id: "ulule", name: "ulule/limiter v3 stdlib middleware (memory store)", group: "peer", adapter: "net/http",
-			setup: "`memory.NewStore()` (its defaults: prefix `limiter`, clean-up every 30 s), `limiter.New(store, Rate{Period: 1h, Limit: limit})`, `stdlib.NewMiddleware(WithKeyGetter(r.Header.Get(\"X-Api-Key\")))`; a fixed window; denial: its default `http.Error` 429",
+			setup: "`memory.NewStore()` (its defaults: prefix `limiter`, clean-up every 30 s), `limiter.New(store, Rate{Period: 30 days, Limit: limit})`, `stdlib.NewMiddleware(WithKeyGetter(r.Header.Get(\"X-Api-Key\")))`; a fixed window; denial: its default `http.Error` 429",
 			build: func(limit int64, _ int) (*mwTarget, error) {
 				l := ulule.New(ululemem.NewStore(), ulule.Rate{Period: mwWindow, Limit: limit})
 				m := stdlib.NewMiddleware(l, stdlib.WithKeyGetter(func(r *http.Request) string { return r.Header.Get(mwKeyHeader) }))
@@ -446,7 +452,7 @@ func mwSpecs() []mwSpec {
 		},
 		{
 			id: "x-time-rate", name: "x/time/rate in a map + mutex, one header", group: "peer", adapter: "net/http",
-			setup: "hand-written: a `rate.Limiter(limit/1h, burst limit)` per key in a map under a `sync.Mutex`; allowed: sets X-RateLimit-Remaining; denied: Retry-After (a constant from the quota) and `http.Error` 429",
+			setup: "hand-written: a `rate.Limiter(limit per 30 days, burst limit)` per key in a map under a `sync.Mutex`; allowed: sets X-RateLimit-Remaining; denied: Retry-After (a constant from the quota) and `http.Error` 429",
 			build: func(limit int64, _ int) (*mwTarget, error) {
 				return httpTarget(newXRateMiddleware(limit, mwHandler)), nil
 			},
@@ -733,14 +739,25 @@ func runMiddleware(ctx context.Context, o options) (any, error) {
 	// Run 1 of every cell, then run 2 of every cell, and so on: a change in
 	// the machine's load during the part spreads over every row instead of
 	// landing on a few.
+	type job struct {
+		b  *mwBuilt
+		cs mwCellSpec
+	}
+	var jobs []job
+	for _, b := range built {
+		for _, cs := range b.cells() {
+			jobs = append(jobs, job{b, cs})
+		}
+	}
 	for rep := range o.mwCount {
 		start := time.Now()
-		for _, b := range built {
-			for _, cs := range b.cells() {
-				b.runs[cs.name] = append(b.runs[cs.name], runCell(cs, seq))
-				if err := ctx.Err(); err != nil {
-					return nil, err
-				}
+		// Each run starts at another cell, so that no row is always last,
+		// when the machine has had the longest to get busy.
+		for k := range jobs {
+			j := jobs[(k+rep*len(jobs)/o.mwCount)%len(jobs)]
+			j.b.runs[j.cs.name] = append(j.b.runs[j.cs.name], runCell(j.cs, seq))
+			if err := ctx.Err(); err != nil {
+				return nil, err
 			}
 		}
 		logf("middleware: run %d of %d took %.0f s, load average %.2f at its end", rep+1, o.mwCount, time.Since(start).Seconds(), loadAvg())

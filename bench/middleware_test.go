@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/edgelimit/edgelimit"
 )
 
 // TestMiddlewareRowsMeasureWhatTheySay builds every row of the middleware
@@ -101,6 +103,17 @@ func TestSummarizeMedianAndNet(t *testing.T) {
 	n := netOf(c.Gross, base.Gross)
 	if n.NsPerOp != 300 || n.AllocsPerOp != 4 || n.BytesPerOp != 484 {
 		t.Errorf("net = %+v, want 300 ns, 4 allocs, 484 B", *n)
+	}
+}
+
+func TestMWWindowText(t *testing.T) {
+	// The peers are configured with mwWindow, edgelimit's policies with
+	// mwWindowText: one quota only if they agree.
+	if d, err := edgelimit.ParseDuration(mwWindowText); err != nil || d != mwWindow {
+		t.Fatalf("ParseDuration(%q) = %v, %v; want %v", mwWindowText, d, err, mwWindow)
+	}
+	if got := windowText(mwWindow); got != "30 days" {
+		t.Errorf("windowText(%v) = %q", mwWindow, got)
 	}
 }
 

@@ -132,11 +132,11 @@ func renderMiddleware(w *mdWriter, l *loaded) {
 	w.p("`Content-Type` and writes a %d-byte JSON body), with the same cheap `http.ResponseWriter` (a header map, the status and a", len(mwBody))
 	w.p("byte count, reset per request) and one reused `*http.Request` per goroutine. Every row limits by `%s`: %s distinct", mwKeyHeader, thousands(d.Keys))
 	w.p("keys, sent in one fixed shuffled order, the same for every row, each request carrying a fresh copy of its key. *Allowed*:")
-	w.p("a quota of %s per hour, which no run comes near, after a warm-up that sent every key once. *Denied*: a quota of %d per",
-		thousands(int(d.AllowLimit)), d.DenyLimit)
-	w.p("hour, every key already over it (the warm-up sent each key twice: the first admitted, the second denied). Serial: one")
+	w.p("a quota of %s per %s, which no run comes near, after a warm-up that sent every key once. *Denied*: a quota of %d per",
+		thousands(int(d.AllowLimit)), windowText(d.Window), d.DenyLimit)
+	w.p("%s, every key already over it (the warm-up sent each key twice: the first admitted, the second denied). Serial: one", windowText(d.Window))
 	w.p("goroutine. Parallel: `b.RunParallel` at GOMAXPROCS=%d, each goroutine sending its own share of the keys. `testing.Benchmark`,", d.GOMAXPROCS)
-	w.p("benchtime %s; each cell run %d time(s), run 1 of every cell before run 2 of any, and the median kept.", d.Benchtime, d.Count)
+	w.p("benchtime %s; each cell run %d time(s), run 1 of every cell before run 2 of any (each run from another cell on), and the median kept.", d.Benchtime, d.Count)
 	w.p("")
 	w.p("**Net**: every figure is the whole stack minus a baseline measured the same way: an allowed request minus the handler")
 	w.p("and recorder alone, a denied one minus an empty handler and the recorder (a denial does not run the handler). Allocations")
@@ -206,6 +206,17 @@ func renderMiddleware(w *mdWriter, l *loaded) {
 	w.p("v2 event, net of the Lambda handler alone. Per-cell CPU time, every run's ns/op and the KV call counts are in")
 	w.p("`bench/out/middleware.json`. To profile a cell: `cd bench && go test -run '^$' -bench 'Middleware/edgelimit-fixed-window/allowed-serial' -benchmem -cpuprofile cpu.out -memprofile mem.out`.")
 	w.p("")
+}
+
+// windowText renders a quota's window: "30 days", "hour".
+func windowText(d time.Duration) string {
+	switch {
+	case d == time.Hour:
+		return "hour"
+	case d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	}
+	return d.String()
 }
 
 // mwHeadline is the headline's row for the middleware part.
