@@ -363,9 +363,14 @@ func mwBaselineSpecs() []mwSpec {
 }
 
 // mwPolicy is the policy file of edgelimit's rows: one policy on the route,
-// keyed by the API key.
+// keyed by the API key. Its store_timeout is the longest a policy may have
+// (30 s) instead of the default 100 ms: on a machine this loaded, a
+// goroutine can wait longer than 100 ms for a core, and an in-memory store
+// call then fails its budget and on_store_error (allow) answers instead of
+// the limiter — which once gave a denied stack's warm-up a 200. The peers
+// have no budget at all.
 func mwPolicy(strategy string, limit int64, extra string) string {
-	return fmt.Sprintf("version: 1\npolicies:\n  - {name: bench, routes: [\"GET %s\"], key: \"header:%s\", strategy: %s, limit: %d, window: %s%s}\n",
+	return fmt.Sprintf("version: 1\npolicies:\n  - {name: bench, routes: [\"GET %s\"], key: \"header:%s\", strategy: %s, limit: %d, window: %s, store_timeout: 30s%s}\n",
 		mwPath, mwKeyHeader, strategy, limit, mwWindowText, extra)
 }
 
@@ -390,7 +395,7 @@ func mwSpecs() []mwSpec {
 	return []mwSpec{
 		{
 			id: "edgelimit-fixed-window", name: "edgelimit fixed-window (durable, memory store), middleware.Handler", group: "edgelimit", adapter: "net/http",
-			setup: "policy `key: header:X-Api-Key, strategy: durable` (fixed-window) on `GET /v1/items`; durablecounter on a MemoryStore (64 shards); engine with HMAC key hashing; RateLimit headers and the legacy X-RateLimit-* (the default); the deny cache on (the default)",
+			setup: "policy `key: header:X-Api-Key, strategy: durable` (fixed-window) on `GET /v1/items`; durablecounter on a MemoryStore (64 shards); engine with HMAC key hashing; RateLimit headers and the legacy X-RateLimit-* (the default); the deny cache on (the default); `store_timeout: 30s` (so that a busy machine never turns a decision into on_store_error's)",
 			build: func(limit int64, _ int) (*mwTarget, error) {
 				pf, err := parsePolicies(mwPolicy("durable", limit, ""))
 				if err != nil {
