@@ -16,6 +16,9 @@
 //	flood       the flood experiment: a CPU-bound search behind the Lambda
 //	            middleware, one flooding client and one legitimate client
 //	report      BENCHMARKS.md and the PNG plots from the JSON results
+//	report-middleware
+//	            the middleware section of BENCHMARKS.md again from
+//	            middleware.json, the rest of the file left as it is
 //	all         the five above, in order
 //
 // It is its own Go module (bench/go.mod) so that the main module never
@@ -75,7 +78,7 @@ func run(args []string) int {
 	fs.DurationVar(&o.phase, "phase", 8*time.Second, "length of each flood phase")
 	fs.DurationVar(&o.step, "step", 2*time.Second, "length of each step of the offered-load sweep")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: edgelimit-bench [flags] all|decisions|middleware|protocol|flood|report\n\nFlags:")
+		fmt.Fprintln(os.Stderr, "usage: edgelimit-bench [flags] all|decisions|middleware|protocol|flood|report|report-middleware\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -116,6 +119,8 @@ func run(args []string) int {
 		}
 	case "report":
 		err = runReport(o)
+	case "report-middleware":
+		err = runMiddlewareReport(o)
 	case "all":
 		for _, name := range partNames {
 			logf("== %s", name)

@@ -151,7 +151,7 @@ func TestSpliceSection(t *testing.T) {
 // BenchmarkMiddleware runs the middleware part's cells as ordinary
 // benchmarks, so that one can be profiled with the go tool's flags:
 //
-//	go test -run '^$' -bench 'Middleware/edgelimit-fixed-window/allowed-serial' -benchmem -cpuprofile cpu.out -memprofile mem.out
+//	go test -run '^$' -bench 'Middleware/^edgelimit-fixed-window$/allowed-serial' -benchmem -cpuprofile cpu.out -memprofile mem.out
 //
 // A row is built (and warmed with 100,000 keys) only when the pattern
 // selects it; the memory profile includes that warm-up.

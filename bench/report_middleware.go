@@ -17,6 +17,10 @@ const mwHeading = "## Per request: each limiter's own middleware around one hand
 // mwBefore is the heading the section goes before when the file lacks it.
 const mwBefore = "## 1. "
 
+// runMiddlewareReport is the report-middleware subcommand: the section
+// again from bench/out/middleware.json, without measuring.
+func runMiddlewareReport(o options) error { return updateMiddlewareSection(o) }
+
 // updateMiddlewareSection writes the middleware part's section into -md:
 // in place of the section of that heading, or before section 1, leaving
 // every other section as it is (their results may not be under -out: they
@@ -110,6 +114,17 @@ func mwDenial(r *MWResponse) string {
 	return fmt.Sprintf("%d; %s; body %s, %d B", r.Status, strings.Join(r.Headers, ", "), r.ContentType, r.BodyBytes)
 }
 
+// netCPU is a cell's CPU time per request net of its baseline's.
+func (d *MiddlewareData) netCPU(r MWRow, cell string) float64 {
+	base, baseCell := mwBaselineOf(r.Adapter, cell)
+	for _, b := range d.Baselines {
+		if b.ID == base {
+			return r.Cells[cell].CPUNsPerOp - b.Cells[baseCell].CPUNsPerOp
+		}
+	}
+	return r.Cells[cell].CPUNsPerOp
+}
+
 func (d *MiddlewareData) row(id string) *MWRow {
 	for i := range d.Rows {
 		if d.Rows[i].ID == id && d.Rows[i].Unavailable == "" {
@@ -128,6 +143,12 @@ func renderMiddleware(w *mdWriter, l *loaded) {
 		env.Machine.Cores, env.Machine.Commit)
 	w.p("compared: %s.", mwPeerVersions(env.Machine))
 	w.p("")
+	if env.Load.Mean > float64(env.Machine.Cores) {
+		w.p("**Other processes kept the machine busy during this run (mean load %.2f on %d cores): the wall-clock figures include", env.Load.Mean, env.Machine.Cores)
+		w.p("time spent waiting for a core, the parallel ones most. The CPU-time table below is the steadier comparison; rerun on a")
+		w.p("quiet machine for publishable wall-clock figures.**")
+		w.p("")
+	}
 	w.p("Each limiter as full `net/http` middleware, configured as its documentation shows, around the same handler (it sets")
 	w.p("`Content-Type` and writes a %d-byte JSON body), with the same cheap `http.ResponseWriter` (a header map, the status and a", len(mwBody))
 	w.p("byte count, reset per request) and one reused `*http.Request` per goroutine. Every row limits by `%s`: %s distinct", mwKeyHeader, thousands(d.Keys))
@@ -169,14 +190,33 @@ func renderMiddleware(w *mdWriter, l *loaded) {
 		w.p("**Some requests had the other outcome than their cell measures, so these rows do not measure what they say: %s.**", strings.Join(bad, ", "))
 		w.p("")
 	}
+	w.p("The same cells in CPU time: the process's CPU time while the timed loops ran (every thread, the garbage collector")
+	w.p("included) per request, net of the baseline's, over all %d runs. Other processes on the machine inflate it less than", d.Count)
+	w.p("the wall-clock figures above (it does not count the time a goroutine waited for a core), so it is the steadier figure")
+	w.p("on a shared machine. A parallel request's CPU time is both goroutines' work, so about twice its wall-clock ns/op on 2")
+	w.p("idle cores.")
+	w.p("")
+	w.p("| middleware | allowed, serial CPU ns | allowed, parallel CPU ns | denied, parallel CPU ns |")
+	w.p("|---|---:|---:|---:|")
+	for _, r := range d.Rows {
+		if r.Unavailable != "" {
+			continue
+		}
+		var cells []string
+		for _, c := range []string{cellAllowedSerial, cellAllowedParallel, cellDeniedParallel} {
+			cells = append(cells, ns(d.netCPU(r, c)))
+		}
+		w.p("| %s | %s |", r.Name, strings.Join(cells, " | "))
+	}
+	w.p("")
 	w.p("The baselines (gross; subtracted above):")
 	w.p("")
-	w.p("| baseline | serial ns/op | allocs/op | B/op | parallel ns/op | allocs/op | B/op |")
-	w.p("|---|---:|---:|---:|---:|---:|---:|")
+	w.p("| baseline | serial ns/op | allocs/op | B/op | CPU ns | parallel ns/op | allocs/op | B/op | CPU ns |")
+	w.p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, b := range d.Baselines {
 		s, p := b.Cells[cellSerial], b.Cells[cellParallel]
-		w.p("| %s | %s | %d | %d | %s | %d | %d |", b.Name, ns(s.Gross.NsPerOp), s.Gross.AllocsPerOp, s.Gross.BytesPerOp,
-			ns(p.Gross.NsPerOp), p.Gross.AllocsPerOp, p.Gross.BytesPerOp)
+		w.p("| %s | %s | %d | %d | %s | %s | %d | %d | %s |", b.Name, ns(s.Gross.NsPerOp), s.Gross.AllocsPerOp, s.Gross.BytesPerOp, ns(s.CPUNsPerOp),
+			ns(p.Gross.NsPerOp), p.Gross.AllocsPerOp, p.Gross.BytesPerOp, ns(p.CPUNsPerOp))
 	}
 	w.p("")
 	w.p("How each row is configured:")
@@ -202,9 +242,10 @@ func renderMiddleware(w *mdWriter, l *loaded) {
 	w.p("draft-ietf-httpapi-ratelimit-headers with the three legacy X-RateLimit-* headers; its 429 carries Retry-After and an")
 	w.p("`application/problem+json` body naming the violated policy. The peers key their maps by the raw key and answer a denial")
 	w.p("with `http.Error`'s plain text. All state is in process memory here; on Lambda a durable decision is a DynamoDB call")
-	w.p("(section 2) and a kv one is usually a cache hit. The Lambda row is edgelimit's `middleware.HTTPAPI` with an API Gateway")
+	w.p("(section 2), and a kv decision is the process cache's only for a key not due for a sync (compare the two kv rows and")
+	w.p("their KV calls per request: with 100,000 keys each comes back rarely). The Lambda row is edgelimit's `middleware.HTTPAPI` with an API Gateway")
 	w.p("v2 event, net of the Lambda handler alone. Per-cell CPU time, every run's ns/op and the KV call counts are in")
-	w.p("`bench/out/middleware.json`. To profile a cell: `cd bench && go test -run '^$' -bench 'Middleware/edgelimit-fixed-window/allowed-serial' -benchmem -cpuprofile cpu.out -memprofile mem.out`.")
+	w.p("`bench/out/middleware.json`. To profile a cell: `cd bench && go test -run '^$' -bench 'Middleware/^edgelimit-fixed-window$/allowed-serial' -benchmem -cpuprofile cpu.out -memprofile mem.out`.")
 	w.p("")
 }
 
