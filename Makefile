@@ -1,13 +1,20 @@
 # edgelimit — see README.md. `make run` and `make test` are the quick start.
 GO        ?= go
 ADDR      ?= 127.0.0.1:8080
-POLICIES  ?= policies.yaml
+POLICIES  ?= cmd/edgelimit/policies.yaml
+RUN_BIN   ?= bin/edgelimit
 TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 15m
 
 .PHONY: run test deps vet fmt-check unit clean
 
+## run: edgelimit serve on $(ADDR) (make run ADDR=127.0.0.1:9090 for another
+## port). Ctrl-C or `kill` of make stops it. The binary is built first and
+## run by make itself, not by `go run` (which passes no SIGTERM on to the
+## server); --exit-with-parent stops the server even when make is killed in
+## a way it cannot pass on (kill -9).
 run:
-	$(GO) run ./cmd/edgelimit serve --addr $(ADDR) --policies $(POLICIES)
+	$(GO) build -o $(RUN_BIN) ./cmd/edgelimit
+	$(RUN_BIN) serve --addr $(ADDR) --policies $(POLICIES) --exit-with-parent
 
 ## deps: the pinned test servers' packages (dynalite, from package-lock.json).
 deps: node_modules/.installed

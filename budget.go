@@ -27,11 +27,28 @@ type budgetCtx struct {
 // guard its route, ends by the request's start plus the longest budget of
 // those policies, so the request waits at most one budget in all.
 func (e *Engine) budget(parent context.Context, start time.Time, d time.Duration) *budgetCtx {
+	return &budgetCtx{parent: parent, deadline: deadlineOf(parent, start, d)}
+}
+
+// slotBudget is budget for a policy's store call, in the context the
+// Verdict's allocation holds for the policy's first call (a request's
+// common path: one call per policy), so that it allocates nothing.
+func (e *Engine) slotBudget(s *slot, parent context.Context, start time.Time, d time.Duration) *budgetCtx {
+	b := s.bud
+	if b == nil {
+		return e.budget(parent, start, d)
+	}
+	s.bud = nil
+	b.parent, b.deadline = parent, deadlineOf(parent, start, d)
+	return b
+}
+
+func deadlineOf(parent context.Context, start time.Time, d time.Duration) time.Time {
 	deadline := start.Add(d)
 	if pd, ok := parent.Deadline(); ok && pd.Before(deadline) {
 		deadline = pd
 	}
-	return &budgetCtx{parent: parent, deadline: deadline}
+	return deadline
 }
 
 // started returns the real context, creating it on first use.

@@ -5,19 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/edgelimit/edgelimit/internal/keyhash"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 )
 
 // Config configures an Engine.
 type Config struct {
 	// Policies is the loaded policy file. Required.
 	Policies *PolicyFile
-	// Limiters builds each policy's Limiter. Required; setup.Factory knows
-	// every strategy.
-	Limiters Factory
+	// Limiters builds each policy's Limiter. Required; setup.Limiters
+	// builds it from the backends of the strategies a program links.
+	Limiters func(p *Policy) (Limiter, error)
 	// HashSecret keys the hash that replaces raw client keys in storage. At
 	// least 32 bytes, and the same on every instance sharing a store. Nil
 	// generates a random one, which is only right for a single process.
@@ -30,6 +34,12 @@ type Config struct {
 	// every policy decides at (Request.At) and the start of the request's
 	// time budget; default time.Now.
 	Now func() time.Time
+	// Overrides holds the per-key limits operators set at run time; it is
+	// required when a policy has overrides: true.
+	Overrides OverrideStore
+	// Getenv reads the environment variables allow and deny lists name
+	// (env:); default os.Getenv.
+	Getenv func(string) string
 }
 
 // Event describes one policy's part in one request, for metrics.
@@ -41,8 +51,9 @@ type Event struct {
 	// Peeked, would have).
 	Allowed bool
 	Shadow  bool
-	// Peeked: another policy had denied the request, so this one was asked
-	// without spending (Peeker).
+	// Peeked: the policy spent nothing for the request, because another
+	// denied it: it was asked without spending (Peeker), or it was a member
+	// of an atomic batch that another member denied.
 	Peeked bool
 	// Refunded: the policy admitted and spent, another denied, and what it
 	// spent was given back.
@@ -56,6 +67,13 @@ type Event struct {
 	RefundError error
 	// Latency is how long the limiter took.
 	Latency time.Duration
+	// Reason says why a decision was not made by counting at request time,
+	// or is "": "after-response" (charged or refunded once the response was
+	// known), "allow-list" and "deny-list" (a list decided, no limiter was
+	// asked), "degraded" (the store failed; on_store_error decided), or
+	// what the limiter said (Decision.Reason: "soft-threshold",
+	// "proof-of-work").
+	Reason string
 }
 
 // Engine decides requests against a policy file. It is the one core behind
@@ -65,7 +83,7 @@ type Engine struct {
 	file     *PolicyFile
 	policies []*compiled
 	routes   []routeRef
-	hasher   *KeyHasher
+	hasher   *keyhash.Hasher
 	log      *slog.Logger
 	observe  func(Event)
 	now      func() time.Time
@@ -73,6 +91,8 @@ type Engine struct {
 	// from the reading that times it.
 	realClock bool
 	legacy    bool
+	overrides OverrideStore
+	lists     []*compiledList
 	sets      sync.Map // uint64 mask -> *routeSet
 	bigSets   sync.Map // string mask -> *routeSet, for files with > 64 policies
 }
@@ -94,6 +114,16 @@ type compiled struct {
 	q     int64
 	w     time.Duration
 	item  string
+	// overrides caches this policy's per-key overrides, or is nil.
+	overrides *overrideCache
+	// deferred: the policy spends after the response (charge: response, or
+	// charge_status), so at request time it is only peeked; charger spends
+	// then. finisher hears how an admitted request ended (an in-flight
+	// slot). finishes: Verdict.Finish has something to do for the policy.
+	deferred bool
+	charger  Charger
+	finisher Finisher
+	finishes bool
 }
 
 type routeRef struct {
@@ -111,25 +141,33 @@ func New(cfg Config) (*Engine, error) {
 	}
 	secret := cfg.HashSecret
 	if secret == nil {
-		secret = RandomSecret()
+		secret = isecret.Random()
 	}
-	hasher, err := NewKeyHasher(secret)
+	hasher, err := keyhash.New(secret)
 	if err != nil {
 		return nil, fmt.Errorf("edgelimit: HashSecret: %w", err)
 	}
 	e := &Engine{
-		file:    cfg.Policies,
-		hasher:  hasher,
-		log:     cfg.Logger,
-		observe: cfg.Observe,
-		now:     cfg.Now,
-		legacy:  cfg.Policies.LegacyHeaders,
+		file:      cfg.Policies,
+		hasher:    hasher,
+		log:       cfg.Logger,
+		observe:   cfg.Observe,
+		now:       cfg.Now,
+		legacy:    cfg.Policies.LegacyHeaders,
+		overrides: cfg.Overrides,
 	}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
 	if e.now == nil {
 		e.now, e.realClock = time.Now, true
+	}
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if e.lists, err = compileLists(cfg.Policies.Lists, listDir(cfg.Policies.Source), getenv); err != nil {
+		return nil, err
 	}
 	for i, p := range cfg.Policies.Policies {
 		l, err := cfg.Limiters(p)
@@ -145,17 +183,33 @@ func New(cfg Config) (*Engine, error) {
 		}
 		c.refund, _ = l.(Refunder)
 		c.peek, _ = l.(Peeker)
+		c.charger, _ = l.(Charger)
+		c.finisher, _ = l.(Finisher)
+		c.deferred = p.ChargeAfter || len(p.ChargeStatus) > 0
+		switch {
+		case c.deferred && (c.charger == nil || c.peek == nil):
+			return nil, fmt.Errorf("edgelimit: policy %q charges after the response, which needs a limiter that can peek and charge (edgelimit.Peeker, edgelimit.Charger); %T cannot", p.Name, l)
+		case len(p.RefundStatus) > 0 && c.refund == nil:
+			return nil, fmt.Errorf("edgelimit: policy %q has refund_status, which needs a limiter that can refund (edgelimit.Refunder); %T cannot", p.Name, l)
+		}
+		c.finishes = c.deferred || len(p.RefundStatus) > 0 || c.finisher != nil
 		if p.OnStoreError == FailLocal {
-			lz, ok := l.(Localizer)
+			lz, ok := l.(localizer)
 			if !ok {
-				return nil, fmt.Errorf("edgelimit: policy %q: on_store_error local needs a limiter with an in-process twin (edgelimit.Localizer); %T has none", p.Name, l)
+				return nil, fmt.Errorf("edgelimit: policy %q: on_store_error local needs a limiter with an in-process twin (a Local method); %T has none", p.Name, l)
 			}
 			if c.local, err = lz.Local(); err != nil {
 				return nil, fmt.Errorf("edgelimit: policy %q: in-process twin: %w", p.Name, err)
 			}
 		}
+		if p.Overrides {
+			if cfg.Overrides == nil {
+				return nil, fmt.Errorf("edgelimit: policy %q has overrides: true, but Config.Overrides is nil (where are the overrides kept?)", p.Name)
+			}
+			c.overrides = newOverrideCache()
+		}
 		c.rItem = strconv.Quote(p.Name) + ";r="
-		c.q, c.w = advertised(p)
+		c.q, c.w = advertised(p, l)
 		c.item = policyItem(p.Name, c.q, c.w)
 		e.policies = append(e.policies, c)
 		for _, r := range p.Routes {
@@ -178,17 +232,15 @@ func (e *Engine) Limiter(policy string) Limiter {
 	return nil
 }
 
-// advertised is the quota and window a policy announces when its limiter
-// has not said (a decision the store could not make): a bucket (gcra, kv)
-// holds up to its burst, so it announces the burst over the time the bucket
-// takes to fill: 10/s with burst 20 is q=20;w=2.
-func advertised(p *Policy) (int64, time.Duration) {
-	bucket := p.Algorithm == AlgorithmGCRA || p.Strategy == StrategyKV
-	if !bucket || p.Limit <= 0 || p.Capacity() == p.Limit {
-		return p.Limit, p.Window
+// advertised is the quota and window a policy announces for a decision its
+// limiter could not make (the store failed): what the limiter says its
+// decisions announce (a bucket: its burst over the time it takes to fill),
+// or the policy's limit and window.
+func advertised(p *Policy, l Limiter) (int64, time.Duration) {
+	if q, ok := l.(quotaer); ok {
+		return q.Quota()
 	}
-	c := p.Capacity()
-	return c, time.Duration(float64(p.Window) * float64(c) / float64(p.Limit))
+	return p.Limit, p.Window
 }
 
 // Decide evaluates every policy guarding the request's route. It never
@@ -203,7 +255,13 @@ func (e *Engine) Decide(ctx context.Context, in *Input) *Verdict {
 		badRequest(v, detail)
 		return v
 	}
-	rs := e.match(method, path, templatePath(in.Route))
+	template := templatePath(in.Route)
+	if e.lists != nil {
+		if lv := e.checkLists(ctx, in, method, path, template); lv != nil {
+			return lv
+		}
+	}
+	rs := e.match(method, path, template)
 	if rs == nil {
 		return unguarded
 	}
@@ -219,8 +277,11 @@ func (e *Engine) Decide(ctx context.Context, in *Input) *Verdict {
 	} else {
 		slots = make([]slot, n)
 	}
+	for i := range min(n, len(v.budgets)) {
+		slots[i].bud = &v.budgets[i]
+	}
 	if e.requests(ctx, rs, in, v, slots) {
-		e.evaluate(ctx, rs, slots)
+		e.evaluate(ctx, rs, v, slots)
 		e.render(rs, v, slots)
 	}
 	return v
@@ -254,7 +315,7 @@ func checkRequestLine(method, path string) string {
 	if path == "" || path[0] != '/' {
 		return "path does not start with /"
 	}
-	if len(path) > MaxPathLength {
+	if len(path) > maxPathLength {
 		return "path is too long"
 	}
 	if !utf8.ValidString(path) {
@@ -265,7 +326,7 @@ func checkRequestLine(method, path string) string {
 
 // Limits on client input; larger values are treated as bad input.
 const (
-	// MaxPathLength bounds a request path; longer is a 400.
-	MaxPathLength = 8192
+	// maxPathLength bounds a request path; longer is a 400.
+	maxPathLength = 8192
 	maxMethodLen  = 16
 )

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 )
 
 // BenchmarkDecide measures the engine alone: route matching, key extraction
@@ -26,7 +27,7 @@ policies:
 	if err != nil {
 		b.Fatal(err)
 	}
-	free := edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+	free := limitertest.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
 		return edgelimit.Decision{Allowed: true, Limit: 1000000, Window: time.Hour, Remaining: 999999, Reset: time.Hour}, nil
 	})
 	e, err := edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("k", 32)),
@@ -42,7 +43,7 @@ policies:
 	for _, path := range []string{"/one", "/three", "/unguarded"} {
 		b.Run(path[1:], func(b *testing.B) {
 			b.ReportAllocs()
-			in := &edgelimit.Input{Method: "GET", Path: path, Header: edgelimit.MapHeaders{"x-api-key": "key-1"}}
+			in := &edgelimit.Input{Method: "GET", Path: path, Header: limitertest.Headers{"x-api-key": "key-1"}}
 			i := 0
 			for b.Loop() {
 				i++

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/keyhash"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
+	"github.com/edgelimit/edgelimit/limitertest"
 )
 
 // counter is a minimal exact limiter for engine unit tests; the real
@@ -28,6 +31,7 @@ type counter struct {
 	batchKey string
 	batches  int
 	peeks    int
+	charges  []int64
 }
 
 func (c *counter) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
@@ -45,17 +49,21 @@ func (c *counter) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Dec
 }
 
 func (c *counter) decide(r edgelimit.Request, spend bool) edgelimit.Decision {
-	d := edgelimit.Decision{Limit: c.p.Limit, Window: c.p.Window, Reset: c.p.Window}
-	if c.n[r.Key]+r.Units() > c.p.Limit {
+	limit := c.p.Limit
+	if r.Limits.Limit > 0 {
+		limit = r.Limits.Limit // the tier's or the override's, as strategies do
+	}
+	d := edgelimit.Decision{Limit: limit, Window: c.p.Window, Reset: c.p.Window}
+	if c.n[r.Key]+r.Units() > limit {
 		d.RetryAfter = c.p.Window
-		d.Remaining = c.p.Limit - c.n[r.Key]
+		d.Remaining = max(limit-c.n[r.Key], 0)
 		return d
 	}
 	if spend {
 		c.n[r.Key] += r.Units()
 	}
 	d.Allowed = true
-	d.Remaining = c.p.Limit - c.n[r.Key]
+	d.Remaining = limit - c.n[r.Key]
 	return d
 }
 
@@ -151,7 +159,7 @@ func newFixture(t *testing.T, yaml string, tweak func(name string, c *counter) e
 }
 
 func (fx *fixture) do(method, path, ip string, headers map[string]string) *edgelimit.Verdict {
-	return fx.e.Decide(context.Background(), &edgelimit.Input{Method: method, Path: path, SourceIP: ip, Header: edgelimit.MapHeaders(headers)})
+	return fx.e.Decide(context.Background(), &edgelimit.Input{Method: method, Path: path, SourceIP: ip, Header: limitertest.Headers(headers)})
 }
 
 func header(v *edgelimit.Verdict, name string) string {
@@ -163,9 +171,9 @@ func header(v *edgelimit.Verdict, name string) string {
 	return ""
 }
 
-func problem(t *testing.T, v *edgelimit.Verdict) edgelimit.Problem {
+func problem(t *testing.T, v *edgelimit.Verdict) limitertest.Problem {
 	t.Helper()
-	var p edgelimit.Problem
+	var p limitertest.Problem
 	if err := json.Unmarshal(v.Body, &p); err != nil {
 		t.Fatalf("body %q is not a problem: %v", v.Body, err)
 	}
@@ -208,7 +216,7 @@ func TestEngineAllowsThenDenies(t *testing.T) {
 		t.Errorf("Content-Type = %q", got)
 	}
 	p := problem(t, v)
-	if p.Type != edgelimit.ProblemQuotaExceeded || p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "burst" || p.Title == "" || p.Detail == "" {
+	if p.Type != "https://iana.org/assignments/http-problem-types#quota-exceeded" || p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "burst" || p.Title == "" || p.Detail == "" {
 		t.Errorf("problem = %+v", p)
 	}
 	// The denial by burst spent nothing of daily: it was never asked.
@@ -311,7 +319,7 @@ policies:
 		if got := header(v, "Retry-After"); got != "1" {
 			t.Errorf("%s: Retry-After = %q, want 1", path, got)
 		}
-		if p := problem(t, v); p.Type != edgelimit.ProblemReducedCapacity || p.Status != 503 || strings.Contains(string(v.Body), "refused") {
+		if p := problem(t, v); p.Type != "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity" || p.Status != 503 || strings.Contains(string(v.Body), "refused") {
 			t.Errorf("%s: problem = %s (must not echo the store error)", path, v.Body)
 		}
 	}
@@ -377,8 +385,8 @@ policies:
 	}
 	f, _ := edgelimit.ParsePolicies("p.yaml", []byte(yaml))
 	_, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) { return &counter{p: p}, nil }})
-	if err == nil || !strings.Contains(err.Error(), "Localizer") {
-		t.Errorf("New with a limiter without a twin = %v, want an error naming edgelimit.Localizer", err)
+	if err == nil || !strings.Contains(err.Error(), "a Local method") {
+		t.Errorf("New with a limiter without a twin = %v, want an error naming the Local method", err)
 	}
 }
 
@@ -436,7 +444,7 @@ policies:
 	if v := fx.do("GET", "/lenient", "1.2.3.4", nil); v.Allowed {
 		t.Error("fallback to ip did not count by address")
 	}
-	v = fx.e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/claims", SourceIP: "1.2.3.4", Claims: edgelimit.MapClaims{"sub": "user-1"}})
+	v = fx.e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/claims", SourceIP: "1.2.3.4", Claims: limitertest.Headers{"sub": "user-1"}})
 	if !v.Allowed {
 		t.Errorf("claim key: %d %s", v.Status, v.Body)
 	}
@@ -513,7 +521,7 @@ policies:
 	}
 	xff := map[string]string{"X-Forwarded-For": "6.6.6.6, 9.9.9.9"}
 	a := key("direct", "/d", "1.2.3.4", nil)
-	if len(a) != edgelimit.HashedKeyLength || strings.Contains(a, "1.2.3.4") {
+	if len(a) != keyhash.Length || strings.Contains(a, "1.2.3.4") {
 		t.Errorf("key %q is not a hash", a)
 	}
 	if b := key("direct", "/d", "1.2.3.4", xff); b != a {
@@ -565,11 +573,11 @@ func TestEngineLimiterFieldsOnDenial(t *testing.T) {
 policies:
   - {name: tts, routes: ["POST /tts"], key: ip, strategy: signed, limit: 10, window: 1m, proof_of_work: {bits: 8}}
 `, func(name string, c *counter) edgelimit.Limiter {
-		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
-			return edgelimit.Decision{Limit: 10, Window: time.Minute,
+		return limitertest.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+			return edgelimit.Decision{Limit: 10, Window: time.Minute, Response: &edgelimit.Response{
 				Field:     edgelimit.Field{Name: "Edgelimit-Challenge", Value: "v1.abc"},
 				Detail:    "Solve it.",
-				Extension: `{"challenge": {"challenge":"v1.abc","bits":8}, "type": "not-replaced"}`}, nil
+				Extension: `{"challenge": {"challenge":"v1.abc","bits":8}, "type": "not-replaced"}`}}, nil
 		})
 	})
 	v := fx.do("POST", "/tts", "1.2.3.4", nil)
@@ -595,8 +603,8 @@ policies:
 		if name == "hard" {
 			return c
 		}
-		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
-			return edgelimit.Decision{Allowed: true, Limit: 10, Window: time.Minute, Remaining: 9, Field: edgelimit.Field{Name: "Edgelimit-Token", Value: "tok"}}, nil
+		return limitertest.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+			return edgelimit.Decision{Allowed: true, Limit: 10, Window: time.Minute, Remaining: 9, Response: &edgelimit.Response{Field: edgelimit.Field{Name: "Edgelimit-Token", Value: "tok"}}}, nil
 		})
 	})
 	if v := fx.do("POST", "/t", "1.2.3.4", nil); header(v, "Edgelimit-Token") != "tok" {
@@ -607,9 +615,18 @@ policies:
 	}
 }
 
+// quoted is a limiter that says what its decisions announce.
+type quoted struct {
+	limitertest.LimiterFunc
+	q int64
+	w time.Duration
+}
+
+func (l quoted) Quota() (int64, time.Duration) { return l.q, l.w }
+
 // RateLimit-Policy shows what each decision says its quota is (a bucket's
 // limiter announces its burst over the time it takes to fill); a decision
-// the store could not make announces the same.
+// the store could not make announces what the limiter's Quota says.
 func TestEngineAdvertisesDecisionQuota(t *testing.T) {
 	failing := false
 	fx := newFixture(t, `version: 1
@@ -617,7 +634,7 @@ policies:
   - {name: search, routes: ["GET /s"], key: ip, strategy: durable, algorithm: gcra, limit: 10, burst: 20, window: 1s, on_store_error: allow}
   - {name: form, routes: ["GET /f"], key: ip, strategy: kv, limit: 6, burst: 3, window: 1m}
 `, func(name string, c *counter) edgelimit.Limiter {
-		return edgelimit.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+		f := limitertest.LimiterFunc(func(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
 			if failing {
 				return edgelimit.Decision{}, errors.New("store down")
 			}
@@ -626,6 +643,10 @@ policies:
 			}
 			return edgelimit.Decision{Allowed: true, Limit: 3, Window: 30 * time.Second, Remaining: 2, Reset: 20 * time.Second}, nil
 		})
+		if name == "search" {
+			return quoted{f, 20, 2 * time.Second}
+		}
+		return quoted{f, 3, 30 * time.Second}
 	})
 	for _, failing = range []bool{false, true} {
 		for path, want := range map[string][2]string{"/s": {`"search";q=20;w=2`, "20"}, "/f": {`"form";q=3;w=30`, "3"}} {
@@ -649,7 +670,7 @@ func TestNewErrors(t *testing.T) {
 	if _, err := edgelimit.New(edgelimit.Config{Policies: f}); err == nil {
 		t.Error("New without a factory succeeded")
 	}
-	if _, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: build, HashSecret: []byte("short")}); !errors.Is(err, edgelimit.ErrShortSecret) {
+	if _, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: build, HashSecret: []byte("short")}); !errors.Is(err, isecret.ErrShort) {
 		t.Errorf("short secret: %v, want ErrShortSecret", err)
 	}
 	boom := errors.New("no such store")
@@ -670,7 +691,7 @@ func FuzzDecide(f *testing.F) {
 		switch {
 		case v.Allowed && v.Status == 0:
 		case !v.Allowed && (v.Status == 400 || v.Status == 429):
-			var p edgelimit.Problem
+			var p limitertest.Problem
 			if err := json.Unmarshal(v.Body, &p); err != nil || p.Status != v.Status {
 				t.Fatalf("status %d with body %q", v.Status, v.Body)
 			}
@@ -883,5 +904,336 @@ policies:
 	}
 	if gap := hard.Sub(soft); gap != 40*time.Millisecond {
 		t.Errorf("hard's deadline is %v after soft's, want exactly 40ms (both from the request's start)", gap)
+	}
+}
+
+// A batch member that would have admitted, in a batch another member
+// denied, spent nothing: it is reported as such, not as an admission.
+func TestEngineBatchMemberThatFitReportsNothingSpent(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: a, routes: ["GET /x"], key: ip, strategy: durable, limit: 5, window: 1m}
+  - {name: b, routes: ["GET /x"], key: ip, strategy: durable, limit: 1, window: 1m}
+`, func(name string, c *counter) edgelimit.Limiter {
+		c.batchKey = "store-1"
+		return batcher{c}
+	})
+	fx.do("GET", "/x", "1.2.3.4", nil)
+	fx.events = nil
+	if v := fx.do("GET", "/x", "1.2.3.4", nil); v.Status != 429 {
+		t.Fatalf("status %d, want 429", v.Status)
+	}
+	for _, ev := range fx.events {
+		if ev.Policy == "a" && (!ev.Allowed || !ev.Peeked || ev.Refunded) {
+			t.Errorf("event for a = %+v, want Allowed and Peeked (it would fit; nothing was spent)", ev)
+		}
+	}
+}
+
+// Charge spends whatever it is asked, past zero, as a Charger must.
+func (c *counter) Charge(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+	if c.err != nil {
+		return edgelimit.Decision{}, c.err
+	}
+	if err := ctx.Err(); err != nil {
+		return edgelimit.Decision{}, err // as a store call would fail
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.charges = append(c.charges, r.Units())
+	c.n[r.Key] += r.Units()
+	return c.decide(r, false), nil
+}
+
+// limitsOf records the Limits each request carried.
+type limitsOf struct {
+	*counter
+	mu  sync.Mutex
+	got []edgelimit.Limits
+}
+
+func (l *limitsOf) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+	l.mu.Lock()
+	l.got = append(l.got, r.Limits)
+	l.mu.Unlock()
+	d, err := l.counter.Allow(ctx, r)
+	if r.Limits.Limit > 0 {
+		d.Limit = r.Limits.Limit // as a strategy reports the tier's quota
+	}
+	return d, err
+}
+
+func TestEngineTiers(t *testing.T) {
+	var rec *limitsOf
+	fx := newFixture(t, `version: 1
+policies:
+  - name: api
+    routes: ["GET /api/*"]
+    key: header:X-Api-Key
+    strategy: durable
+    limit: 100
+    window: 1d
+    tiers:
+      by: claim:plan
+      default: free
+      on_unknown: reject
+      levels:
+        free: {limit: 10}
+        pro: {limit: 10000, window: 1h}
+`, func(name string, c *counter) edgelimit.Limiter { rec = &limitsOf{counter: c}; return rec })
+	do := func(plan string) *edgelimit.Verdict {
+		in := &edgelimit.Input{Method: "GET", Path: "/api/x", SourceIP: "1.2.3.4", Header: limitertest.Headers{"X-Api-Key": "k"}}
+		if plan != "" {
+			in.Claims = limitertest.Headers{"plan": plan}
+		}
+		return fx.e.Decide(context.Background(), in)
+	}
+	if v := do("pro"); !v.Allowed || !strings.HasPrefix(header(v, "RateLimit-Policy"), `"api";q=10000;`) {
+		t.Errorf("pro: %d %v, want allowed with the tier's quota in RateLimit-Policy", v.Status, v.Header())
+	}
+	do("")
+	if v := do("gold"); v.Status != 400 || !strings.Contains(string(v.Body), "free, pro") || strings.Contains(string(v.Body), "gold") {
+		t.Errorf("unknown tier: %d %s, want 400 naming the tiers, not echoing the value", v.Status, v.Body)
+	}
+	want := []edgelimit.Limits{{Limit: 10000, Window: time.Hour}, {Limit: 10}}
+	if !slices.Equal(rec.got, want) {
+		t.Errorf("limits the limiter saw = %v, want %v", rec.got, want)
+	}
+}
+
+// overrides is an OverrideStore that counts its reads.
+type countedOverrides struct {
+	mu    sync.Mutex
+	m     map[string]edgelimit.Limits
+	reads int
+}
+
+func (o *countedOverrides) Override(_ context.Context, policy, key string) (edgelimit.Limits, bool, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reads++
+	l, ok := o.m[policy+"/"+key]
+	return l, ok, nil
+}
+
+func (o *countedOverrides) SetOverride(_ context.Context, policy, key string, l edgelimit.Limits, _ time.Time) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.m[policy+"/"+key] = l
+	return nil
+}
+
+func (o *countedOverrides) DeleteOverride(_ context.Context, policy, key string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.m, policy+"/"+key)
+	return nil
+}
+
+// An override is read at most once per key per staleness interval, and a
+// policy without overrides never asks.
+func TestEngineOverrides(t *testing.T) {
+	f, err := edgelimit.ParsePolicies("p.yaml", []byte(`version: 1
+policies:
+  - {name: api, routes: ["GET /api"], key: header:X-Api-Key, strategy: durable, limit: 5, window: 1h, overrides: true, override_staleness: 30s}
+  - {name: other, routes: ["GET /other"], key: header:X-Api-Key, strategy: durable, limit: 5, window: 1h}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	store := &countedOverrides{m: map[string]edgelimit.Limits{}}
+	var rec *limitsOf
+	e, err := edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("k", 32)), Overrides: store,
+		Now: func() time.Time { return now }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+			l := &limitsOf{counter: &counter{p: p, n: map[string]int64{}}}
+			if p.Name == "api" {
+				rec = l
+			}
+			return l, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(path, key string) {
+		e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: path, SourceIP: "1.2.3.4", Header: limitertest.Headers{"X-Api-Key": key}})
+	}
+	do("/api", "alice")
+	do("/api", "alice")
+	if store.reads != 1 {
+		t.Errorf("reads after two requests = %d, want 1", store.reads)
+	}
+	// The operator raises alice's limit; instances see it within 30s.
+	store.mu.Lock()
+	store.m["api/"+edgelimitHash(t, "api", "h:alice")] = edgelimit.Limits{Limit: 50}
+	store.mu.Unlock()
+	do("/api", "alice")
+	now = now.Add(30 * time.Second)
+	do("/api", "alice")
+	if store.reads != 2 {
+		t.Errorf("reads = %d, want 2 (one more once the cache is 30s old)", store.reads)
+	}
+	if got := rec.got[len(rec.got)-1]; got.Limit != 50 {
+		t.Errorf("limits after the staleness = %+v, want the override's 50", got)
+	}
+	if got := rec.got[2]; got.Limit != 0 {
+		t.Errorf("limits within the staleness = %+v, want none (the cached answer)", got)
+	}
+	before := store.reads
+	for range 3 {
+		do("/other", "alice")
+	}
+	if store.reads != before {
+		t.Errorf("a policy without overrides read the store %d times", store.reads-before)
+	}
+}
+
+// edgelimitHash is the engine's keyed hash of a raw, kind-prefixed key.
+func edgelimitHash(t *testing.T, policy, raw string) string {
+	t.Helper()
+	h, err := keyhash.New([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.Hash(policy, []byte(raw))
+}
+
+// finisher records how requests ended.
+type finisher struct {
+	*counter
+	ends []end
+}
+
+// end is how a request ended, as Finish heard it.
+type end struct {
+	Status int
+	Cost   int64
+}
+
+func (f *finisher) Finish(_ context.Context, _ edgelimit.Request, _ edgelimit.Decision, status int, cost int64) error {
+	f.ends = append(f.ends, end{status, cost})
+	return nil
+}
+
+// Policies that charge after the response: by the handler's reported cost,
+// or only for some statuses; and refunds for others.
+func TestEngineChargesAfterTheResponse(t *testing.T) {
+	var fin *finisher
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: tokens, routes: ["POST /tts"], key: ip, strategy: durable, limit: 100, window: 1h, charge: response}
+  - {name: logins, routes: ["POST /login"], key: ip, strategy: durable, limit: 3, window: 1h, charge_status: [401, 403]}
+  - {name: calls, routes: ["POST /call"], key: ip, strategy: durable, limit: 3, window: 1h, refund_status: [5xx]}
+  - {name: slots, routes: ["POST /call"], key: ip, strategy: durable, limit: 3, window: 1h}
+`, func(name string, c *counter) edgelimit.Limiter {
+		if name == "slots" {
+			fin = &finisher{counter: c}
+			return fin
+		}
+		return c
+	})
+	ctx := context.Background()
+	v := fx.do("POST", "/tts", "1.2.3.4", nil)
+	if !v.Allowed || !v.Finishes() {
+		t.Fatalf("tts: allowed %v finishes %v", v.Allowed, v.Finishes())
+	}
+	v.ReportCost(40)
+	v.ReportCost(2)
+	v.Finish(ctx, 200)
+	v.Finish(ctx, 200) // once only
+	if got := fx.limiters["tokens"].charges; !slices.Equal(got, []int64{42}) {
+		t.Errorf("tokens charged %v, want [42] (the handler's report, once)", got)
+	}
+	for i, status := range []int{200, 401, 403, 401, 200} {
+		v := fx.do("POST", "/login", "1.2.3.4", nil)
+		if want := i < 4; v.Allowed != want {
+			t.Errorf("login %d: allowed %v, want %v", i, v.Allowed, want)
+		}
+		v.Finish(ctx, status)
+	}
+	if got := fx.limiters["logins"].charges; !slices.Equal(got, []int64{1, 1, 1}) {
+		t.Errorf("logins charged %v, want one unit for each 401 and 403", got)
+	}
+	for _, status := range []int{500, 200, 503} {
+		fx.do("POST", "/call", "1.2.3.4", nil).Finish(ctx, status)
+	}
+	if calls := fx.limiters["calls"]; calls.refunds != 2 || sum(calls.n) != 1 {
+		t.Errorf("calls: %d refunds, %d spent; want 2 (the 5xx) and 1", calls.refunds, sum(calls.n))
+	}
+	if len(fin.ends) != 3 || fin.ends[0].Status != 500 || fin.ends[1].Status != 200 {
+		t.Errorf("the finisher heard %v, want every call's end", fin.ends)
+	}
+}
+
+// A challenge (a denial work lifts) beside a denial only time lifts is left
+// out of the 429: the client would solve it for nothing. Alone, it is sent.
+func TestChallengeDroppedBesideAHardDenial(t *testing.T) {
+	challenge := edgelimit.Decision{Limit: 10, Window: time.Minute, Remaining: 5, Reason: "soft-threshold",
+		Response: &edgelimit.Response{Field: edgelimit.Field{Name: "Edgelimit-Challenge", Value: "ch"}, Detail: "Solve the challenge.", Extension: `{"challenge":{"challenge":"ch"}}`}}
+	hardDeny := true
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: gate, routes: ["GET /x"], key: ip, strategy: kv, limit: 10, window: 1m}
+  - {name: daily, routes: ["GET /x"], key: ip, strategy: kv, limit: 2, window: 1d}
+`, func(name string, c *counter) edgelimit.Limiter {
+		return peekable(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
+			if name == "gate" {
+				return challenge, nil
+			}
+			if hardDeny {
+				return edgelimit.Decision{Limit: 2, Window: 24 * time.Hour, Reset: time.Hour, RetryAfter: time.Hour}, nil
+			}
+			return edgelimit.Decision{Allowed: true, Limit: 2, Window: 24 * time.Hour, Remaining: 1, Reset: time.Hour}, nil
+		})
+	})
+	v := fx.do("GET", "/x", "192.0.2.1", nil)
+	if v.Status != 429 || header(v, "Edgelimit-Challenge") != "" || strings.Contains(string(v.Body), "challenge") || strings.Contains(string(v.Body), "Solve") {
+		t.Errorf("beside a hard denial: %d %v %s", v.Status, v.Header(), v.Body)
+	}
+	if p := problem(t, v); len(p.ViolatedPolicies) != 2 || header(v, "Retry-After") != "3600" {
+		t.Errorf("violated %v, Retry-After %q; want both named and the hour", p.ViolatedPolicies, header(v, "Retry-After"))
+	}
+	var reasons []string
+	for _, ev := range fx.events {
+		reasons = append(reasons, ev.Policy+":"+ev.Reason)
+	}
+	if !slices.Contains(reasons, "gate:soft-threshold") {
+		t.Errorf("events' reasons %v, want the limiter's soft-threshold", reasons)
+	}
+	hardDeny = false
+	v = fx.do("GET", "/x", "192.0.2.1", nil)
+	if v.Status != 429 || header(v, "Edgelimit-Challenge") != "ch" || !strings.Contains(string(v.Body), `"challenge":{"challenge":"ch"}`) {
+		t.Errorf("alone: %d %v %s", v.Status, v.Header(), v.Body)
+	}
+}
+
+// peekable is a LimiterFunc that answers peeks the same way.
+type peekable func(context.Context, edgelimit.Request) (edgelimit.Decision, error)
+
+func (f peekable) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+	return f(ctx, r)
+}
+func (f peekable) Peek(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
+	return f(ctx, r)
+}
+
+// A client that hung up before the charge after the response does not
+// escape it: Finish ignores its context's cancellation.
+func TestFinishChargesAfterTheClientLeft(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: tokens, routes: ["POST /tts"], key: ip, strategy: durable, limit: 100, window: 1h, charge: response}
+`, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	v := fx.e.Decide(ctx, &edgelimit.Input{Method: "POST", Path: "/tts", SourceIP: "192.0.2.1"})
+	if !v.Allowed {
+		t.Fatal("denied")
+	}
+	v.ReportCost(7)
+	cancel() // the client went away while the handler ran
+	v.Finish(ctx, 200)
+	if got := fx.limiters["tokens"].charges; !slices.Equal(got, []int64{7}) {
+		t.Errorf("charges %v, want [7] despite the canceled context", got)
 	}
 }

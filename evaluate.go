@@ -44,6 +44,9 @@ type slot struct {
 	lat       time.Duration
 	storeErr  error
 	refundErr error
+	// bud is the budget context of the policy's first store call, in the
+	// Verdict's allocation; nil once used.
+	bud *budgetCtx
 }
 
 // requests fills each policy's Request in slots, or renders a 400 for a
@@ -62,7 +65,26 @@ func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdi
 			badRequest(v, missingKeyDetail(c.Policy, err))
 			return false
 		}
-		slots[c.slot].req = Request{Key: e.hasher.Hash(c.Name, raw), Cost: c.Cost, At: at, Header: in.Header}
+		req := Request{Key: e.hasher.Hash(c.Name, raw), Cost: c.Cost, At: at, Header: in.Header}
+		if c.Tiers != nil {
+			l, err := tier(c.Policy, in)
+			if err != nil {
+				if c.Shadow {
+					continue
+				}
+				e.log.LogAttrs(ctx, slog.LevelInfo, "edgelimit: request names no known tier",
+					slog.String("policy", c.Name), slog.String("route", rs.label))
+				badRequest(v, unknownTierDetail(c.Policy))
+				return false
+			}
+			req.Limits = l
+		}
+		if c.overrides != nil {
+			if o := e.override(ctx, c.compiled, req.Key, at); !o.IsZero() {
+				req.Limits = o.Or(req.Limits)
+			}
+		}
+		slots[c.slot].req = req
 	}
 	return true
 }
@@ -71,16 +93,16 @@ func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdi
 // unusable key: what is required, never what was sent.
 func missingKeyDetail(p *Policy, err error) string {
 	what := "a usable client key"
-	switch p.Key.Kind {
-	case KeyHeader:
-		what = "the " + p.Key.Name + " header"
-	case KeyClaim:
-		what = "an authorizer claim " + strconv.Quote(p.Key.Name)
-	case KeyIP:
+	switch p.Key.kind {
+	case keyHeader:
+		what = "the " + p.Key.name + " header"
+	case keyClaim:
+		what = "an authorizer claim " + strconv.Quote(p.Key.name)
+	case keyIP:
 		what = "a valid source address"
 	}
-	if errors.Is(err, errBadKey) && p.Key.Kind != KeyIP {
-		return "This endpoint requires " + what + " of at most " + strconv.Itoa(MaxKeyLength) + " bytes of UTF-8."
+	if errors.Is(err, errBadKey) && p.Key.kind != keyIP {
+		return "This endpoint requires " + what + " of at most " + strconv.Itoa(maxKeyLength) + " bytes of UTF-8."
 	}
 	return "This endpoint requires " + what + "."
 }
@@ -91,7 +113,7 @@ func missingKeyDetail(p *Policy, err error) string {
 // violated policy while the denied request spends nothing, and what the
 // earlier ones spent is refunded. All of it shares one time budget, which
 // starts with the request.
-func (e *Engine) evaluate(ctx context.Context, rs *routeSet, slots []slot) {
+func (e *Engine) evaluate(ctx context.Context, rs *routeSet, v *Verdict, slots []slot) {
 	start := time.Time{}
 	if e.realClock && len(slots) > 0 {
 		start = slots[0].req.At
@@ -109,8 +131,13 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, slots []slot) {
 			e.peekOne(ctx, start, rs, c.compiled, s)
 			continue
 		}
-		e.allowOne(ctx, start, rs, c.compiled, s)
-		if s.o != allowed && !c.Shadow {
+		if c.deferred {
+			// It spends after the response: admitted while one unit is left.
+			e.admitDeferred(ctx, start, rs, c.compiled, s)
+		} else {
+			e.allowOne(ctx, start, rs, c.compiled, s)
+		}
+		if (s.o == denied || s.o == failedClosed) && !c.Shadow {
 			blocked = true
 		}
 	}
@@ -137,6 +164,8 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, slots []slot) {
 		for _, g := range spent {
 			e.refund(ctx, start, rs, g, slots)
 		}
+	} else if rs.finishes {
+		v.finish = e.finishing(rs, slots)
 	}
 	if e.observe != nil {
 		for _, c := range rs.policies {
@@ -151,7 +180,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, slots []slot) {
 // on_store_error to a failure.
 func (e *Engine) allowOne(ctx context.Context, start time.Time, rs *routeSet, c *compiled, s *slot) {
 	t0 := e.clockIfTimed()
-	cctx := e.budget(ctx, start, c.StoreTimeout)
+	cctx := e.slotBudget(s, ctx, start, c.StoreTimeout)
 	d, err := c.limiter.Allow(cctx, s.req)
 	cctx.stop()
 	s.lat = e.latency(t0, start, err)
@@ -163,6 +192,31 @@ func (e *Engine) allowOne(ctx context.Context, start time.Time, rs *routeSet, c 
 	s.d, s.o = d, outcomeOf(d)
 }
 
+// admitDeferred decides a policy that spends after the response: the
+// request is admitted while one unit is left (a peek of one unit), and the
+// store failing is a store failure like any other.
+func (e *Engine) admitDeferred(ctx context.Context, start time.Time, rs *routeSet, c *compiled, s *slot) {
+	t0 := e.clockIfTimed()
+	cctx := e.slotBudget(s, ctx, start, c.StoreTimeout)
+	one := s.req
+	one.Cost = 1
+	d, err := c.peek.Peek(cctx, one)
+	cctx.stop()
+	s.lat = e.latency(t0, start, err)
+	if err != nil {
+		e.storeFailed(ctx, rs, c, s, err)
+		if s.o == allowed {
+			s.o = known // nothing was spent
+		}
+		return
+	}
+	d.Policy = c.Name
+	s.d, s.o = d, known
+	if !d.Allowed {
+		s.o = denied
+	}
+}
+
 // peekOne asks a limiter, without spending, what it would answer. A
 // limiter that cannot peek, or whose peek fails, is left out.
 func (e *Engine) peekOne(ctx context.Context, start time.Time, rs *routeSet, c *compiled, s *slot) {
@@ -170,7 +224,7 @@ func (e *Engine) peekOne(ctx context.Context, start time.Time, rs *routeSet, c *
 		return
 	}
 	t0 := e.clockIfTimed()
-	cctx := e.budget(ctx, start, c.StoreTimeout)
+	cctx := e.slotBudget(s, ctx, start, c.StoreTimeout)
 	d, err := c.peek.Peek(cctx, s.req)
 	cctx.stop()
 	s.lat = e.latency(t0, start, err)
@@ -261,8 +315,8 @@ func (e *Engine) storeFailed(ctx context.Context, rs *routeSet, c *compiled, s *
 		}
 	}
 	e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: store failed",
-		slog.String("policy", c.Name), slog.String("route", rs.label), slog.String("strategy", c.Strategy),
-		slog.String("on_store_error", c.OnStoreError), slog.Float64("latency_ms", float64(s.lat.Microseconds())/1000), slog.String("error", err.Error()))
+		slog.String("policy", c.Name), slog.String("route", rs.label), slog.String("strategy", c.StrategyName()),
+		slog.String("on_store_error", c.OnStoreError.String()), slog.Float64("latency_ms", float64(s.lat.Microseconds())/1000), slog.String("error", err.Error()))
 	s.d, s.o = d, o
 }
 
@@ -305,9 +359,9 @@ func (e *Engine) refund(ctx context.Context, start time.Time, rs *routeSet, cs [
 }
 
 func (e *Engine) emit(rs *routeSet, c *compiled, s *slot) {
-	e.observe(Event{Route: rs.label, Policy: c.Name, Strategy: c.Strategy, Allowed: s.d.Allowed, Shadow: c.Shadow,
-		Peeked: s.peeked, Refunded: s.o == refunded, Degraded: s.d.Degraded, StoreError: s.storeErr,
-		RefundError: s.refundErr, Latency: s.lat})
+	e.observe(Event{Route: rs.label, Policy: c.Name, Strategy: c.StrategyName(), Allowed: s.d.Allowed, Shadow: c.Shadow,
+		Peeked: s.peeked || s.o == known, Refunded: s.o == refunded, Degraded: s.d.Degraded, StoreError: s.storeErr,
+		RefundError: s.refundErr, Latency: s.lat, Reason: reasonOf(s)})
 }
 
 // clockIfTimed reads the clock for a latency, only when someone will read
@@ -331,4 +385,12 @@ func (e *Engine) latency(t0, start time.Time, err error) time.Duration {
 		return time.Since(start)
 	}
 	return 0
+}
+
+// reasonOf says why a decision was not made by counting, for metrics.
+func reasonOf(s *slot) string {
+	if s.d.Degraded {
+		return "degraded"
+	}
+	return s.d.Reason
 }

@@ -12,25 +12,26 @@ import (
 
 // Header names edgelimit writes.
 const (
-	HeaderRateLimitPolicy = "RateLimit-Policy"
-	HeaderRateLimit       = "RateLimit"
-	HeaderRetryAfter      = "Retry-After"
-	HeaderLegacyLimit     = "X-RateLimit-Limit"
-	HeaderLegacyRemaining = "X-RateLimit-Remaining"
-	HeaderLegacyReset     = "X-RateLimit-Reset"
-	HeaderContentType     = "Content-Type"
+	headerRateLimitPolicy = "RateLimit-Policy"
+	headerRateLimit       = "RateLimit"
+	headerRetryAfter      = "Retry-After"
+	headerLegacyLimit     = "X-RateLimit-Limit"
+	headerLegacyRemaining = "X-RateLimit-Remaining"
+	headerLegacyReset     = "X-RateLimit-Reset"
+	headerContentType     = "Content-Type"
 )
 
 // Problem types (draft-11 §5, RFC 9457) used in bodies.
 const (
-	ProblemQuotaExceeded   = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-	ProblemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
-	ProblemBadRequest      = "about:blank"
-	ContentTypeProblemJSON = "application/problem+json"
+	problemQuotaExceeded   = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+	problemBadRequest      = "about:blank"
+	contentTypeProblemJSON = "application/problem+json"
 	// The titles are the draft's (§5.1, §5.2).
 	titleQuotaExceeded   = "Request cannot be satisfied as assigned quota has been exceeded"
 	titleReducedCapacity = "Request cannot be satisfied due to temporary server capacity constraints"
 	titleBadRequest      = "Bad Request"
+	titleForbidden       = "Forbidden"
 )
 
 // policyItem is a RateLimit-Policy list member: "name";q=Q;w=W (§3.1; w is
@@ -44,7 +45,7 @@ func appendPolicyParams(b []byte, q int64, w time.Duration) []byte {
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, max(q, 0), 10)
 	b = append(b, ";w="...)
-	return strconv.AppendInt(b, max(Seconds(w), 1), 10)
+	return strconv.AppendInt(b, max(seconds(w), 1), 10)
 }
 
 // appendLimitItem appends a RateLimit list member (§4.1): rItem is
@@ -55,7 +56,7 @@ func appendLimitItem(b []byte, rItem string, r int64, t time.Duration) []byte {
 	b = strconv.AppendInt(b, max(r, 0), 10)
 	if t > 0 {
 		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, Seconds(t), 10)
+		b = strconv.AppendInt(b, seconds(t), 10)
 	}
 	return b
 }
@@ -71,14 +72,14 @@ func appendListSep(b []byte) []byte {
 
 // Seconds rounds d up to whole seconds, as RateLimit and X-RateLimit-Reset
 // carry it.
-func Seconds(d time.Duration) int64 {
+func seconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// RetryAfterSeconds rounds d up to whole seconds, at least 1.
-func RetryAfterSeconds(d time.Duration) int64 {
-	return max(1, Seconds(d))
+// retryAfterSeconds rounds d up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int64 {
+	return max(1, seconds(d))
 }

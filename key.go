@@ -1,47 +1,44 @@
 package edgelimit
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"hash"
 	"net/netip"
 	"strings"
-	"sync"
 	"unicode/utf8"
 )
 
-// KeyKind says where a policy finds the client key.
-type KeyKind uint8
+// keyKind says where a policy finds the client key.
+type keyKind uint8
 
 // Key kinds.
 const (
-	KeyIP     KeyKind = iota + 1 // the source address from the request context
-	KeyHeader                    // a request header
-	KeyClaim                     // a claim of the authorizer's JWT
-	KeyGlobal                    // one key for everybody
+	keyIP     keyKind = iota + 1 // the source address from the request context
+	keyHeader                    // a request header
+	keyClaim                     // a claim of the authorizer's JWT
+	keyGlobal                    // one key for everybody
 )
 
-// KeySource is a parsed `key:` field.
+// KeySource says where a policy (a tier, a list) finds a value of the
+// request: its source address (ip), a header (header:NAME), a claim of the
+// authorizer's JWT (claim:NAME), or one value for everybody (global). Its
+// String is the policy file's spelling.
 type KeySource struct {
-	Kind KeyKind
-	Name string // header (canonical form) or claim name
+	kind keyKind
+	name string // header (canonical form) or claim name
 }
 
-// MaxKeyLength bounds a header or claim key value; longer values are
+// maxKeyLength bounds a header or claim key value; longer values are
 // rejected as bad input rather than hashed.
-const MaxKeyLength = 1024
+const maxKeyLength = 1024
 
-// ParseKeySource parses ip, global, header:NAME or claim:NAME.
-func ParseKeySource(s string) (KeySource, error) {
+// parseKeySource parses ip, global, header:NAME or claim:NAME.
+func parseKeySource(s string) (KeySource, error) {
 	switch s {
 	case "ip":
-		return KeySource{Kind: KeyIP}, nil
+		return KeySource{kind: keyIP}, nil
 	case "global":
-		return KeySource{Kind: KeyGlobal}, nil
+		return KeySource{kind: keyGlobal}, nil
 	}
 	kind, name, ok := strings.Cut(s, ":")
 	if ok && name != "" {
@@ -50,12 +47,12 @@ func ParseKeySource(s string) (KeySource, error) {
 			if !validHeaderName(name) {
 				return KeySource{}, fmt.Errorf("edgelimit: key %q: %q is not a valid header name", s, name)
 			}
-			return KeySource{Kind: KeyHeader, Name: canonicalHeader(name)}, nil
+			return KeySource{kind: keyHeader, name: canonicalHeader(name)}, nil
 		case "claim":
 			if len(name) > 128 {
 				return KeySource{}, fmt.Errorf("edgelimit: key %q: claim name too long", s)
 			}
-			return KeySource{Kind: KeyClaim, Name: name}, nil
+			return KeySource{kind: keyClaim, name: name}, nil
 		}
 	}
 	return KeySource{}, fmt.Errorf("edgelimit: key %q is not one of ip, global, header:NAME, claim:NAME", s)
@@ -63,15 +60,15 @@ func ParseKeySource(s string) (KeySource, error) {
 
 // String returns the source as written in a policy file.
 func (k KeySource) String() string {
-	switch k.Kind {
-	case KeyIP:
+	switch k.kind {
+	case keyIP:
 		return "ip"
-	case KeyGlobal:
+	case keyGlobal:
 		return "global"
-	case KeyHeader:
-		return "header:" + k.Name
-	case KeyClaim:
-		return "claim:" + k.Name
+	case keyHeader:
+		return "header:" + k.name
+	case keyClaim:
+		return "claim:" + k.name
 	}
 	return ""
 }
@@ -111,31 +108,31 @@ var (
 // returns a kind-prefixed value so that equal strings from different sources
 // never share a counter.
 func rawKey(p *Policy, in *Input, buf []byte) ([]byte, error) {
-	switch p.Key.Kind {
-	case KeyGlobal:
+	switch p.Key.kind {
+	case keyGlobal:
 		return append(buf, "g:"...), nil
-	case KeyIP:
+	case keyIP:
 		return ipKey(p, in, buf)
-	case KeyHeader, KeyClaim:
+	case keyHeader, keyClaim:
 		var v string
-		if p.Key.Kind == KeyHeader {
+		if p.Key.kind == keyHeader {
 			if in.Header != nil {
-				v = in.Header.Get(p.Key.Name)
+				v = in.Header.Get(p.Key.name)
 			}
 		} else if in.Claims != nil {
-			v = in.Claims.Claim(p.Key.Name)
+			v = in.Claims.Get(p.Key.name)
 		}
 		v = strings.TrimSpace(v)
 		if v == "" {
-			if p.OnMissingKey == MissingKeyIP {
+			if p.MissingKeyToIP {
 				return ipKey(p, in, buf)
 			}
 			return nil, errMissingKey
 		}
-		if len(v) > MaxKeyLength || !utf8.ValidString(v) {
+		if len(v) > maxKeyLength || !utf8.ValidString(v) {
 			return nil, errBadKey
 		}
-		if p.Key.Kind == KeyHeader {
+		if p.Key.kind == keyHeader {
 			buf = append(buf, "h:"...)
 		} else {
 			buf = append(buf, "c:"...)
@@ -146,7 +143,7 @@ func rawKey(p *Policy, in *Input, buf []byte) ([]byte, error) {
 }
 
 func ipKey(p *Policy, in *Input, buf []byte) ([]byte, error) {
-	ip, ok := ClientIP(in.SourceIP, in.Header, p.TrustedProxies)
+	ip, ok := clientIP(in.SourceIP, in.Header, p.TrustedProxies)
 	if !ok {
 		return nil, errBadKey
 	}
@@ -168,7 +165,7 @@ func prefixBits(ip netip.Addr, v6 int) int {
 	return v6
 }
 
-// ClientIP returns the client's address: the request context's source IP,
+// clientIP returns the client's address: the request context's source IP,
 // or, when trustedProxies > 0, the address that many hops from the right of
 // X-Forwarded-For, not counting the entry the API's own entry point appended
 // (API Gateway and ALB append the peer they saw, which is the source IP).
@@ -176,7 +173,7 @@ func prefixBits(ip netip.Addr, v6 int) int {
 // CloudFront before API Gateway. A list too short for that means the
 // request bypassed the proxies, and the source IP is the client.
 // IPv4-mapped IPv6 addresses are unmapped.
-func ClientIP(sourceIP string, h HeaderGetter, trustedProxies int) (netip.Addr, bool) {
+func clientIP(sourceIP string, h Getter, trustedProxies int) (netip.Addr, bool) {
 	s := sourceIP
 	if trustedProxies > 0 && h != nil {
 		if xff := h.Get("X-Forwarded-For"); xff != "" && len(xff) <= 8192 {
@@ -211,70 +208,4 @@ func nthFromRight(list string, n int) (string, bool) {
 		}
 		list = list[:j]
 	}
-}
-
-// MinSecretLength is the shortest secret edgelimit accepts for any key.
-const MinSecretLength = 32
-
-// ErrShortSecret is returned for a secret shorter than MinSecretLength.
-var ErrShortSecret = fmt.Errorf("edgelimit: secret must be at least %d bytes", MinSecretLength)
-
-// KeyHasher turns client keys into the keyed hashes stored in place of raw
-// keys (IP addresses and API keys are personal data and secrets). The same
-// secret must be configured on every instance that shares a store.
-type KeyHasher struct {
-	pool sync.Pool
-}
-
-// NewKeyHasher returns a hasher keyed by secret (at least 32 bytes).
-func NewKeyHasher(secret []byte) (*KeyHasher, error) {
-	if len(secret) < MinSecretLength {
-		return nil, ErrShortSecret
-	}
-	k := append([]byte(nil), secret...)
-	h := &KeyHasher{}
-	h.pool.New = func() any { return &hashState{mac: hmac.New(sha256.New, k)} }
-	return h, nil
-}
-
-// maxPooledHashBuf bounds the scratch buffer a pooled hashState keeps.
-const maxPooledHashBuf = 4096
-
-// hashState is one pooled HMAC with a scratch buffer, so that Hash hands the
-// MAC one slice it owns and nothing of the caller's escapes to the heap.
-type hashState struct {
-	mac hash.Hash
-	buf []byte
-}
-
-// RandomSecret returns 32 fresh random bytes.
-func RandomSecret() []byte {
-	b := make([]byte, MinSecretLength)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
-	return b
-}
-
-// HashedKeyLength is the length of a hashed key: 128 bits in base64url.
-const HashedKeyLength = 22
-
-// Hash returns the keyed hash of policy and raw key: 128 bits, base64url.
-// The policy is mixed in so one client's items cannot be linked across
-// policies.
-func (h *KeyHasher) Hash(policy string, raw []byte) string {
-	s := h.pool.Get().(*hashState)
-	b := append(s.buf[:0], policy...)
-	b = append(b, 0)
-	b = append(b, raw...)
-	s.mac.Reset()
-	s.mac.Write(b)
-	b = s.mac.Sum(b[:0]) // the input is consumed; reuse its space for the sum
-	var out [HashedKeyLength]byte
-	base64.RawURLEncoding.Encode(out[:], b[:16])
-	if cap(b) <= maxPooledHashBuf {
-		s.buf = b[:0]
-	} else {
-		s.buf = nil // do not keep a huge caller's key alive in the pool
-	}
-	h.pool.Put(s)
-	return string(out[:])
 }

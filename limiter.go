@@ -20,7 +20,37 @@ type Request struct {
 	// Header gives the limiter the request's headers, for strategies whose
 	// client state travels in headers (a signed window token, a proof of
 	// work). It may be nil.
-	Header HeaderGetter
+	Header Getter
+	// Limits, when not zero, is the quota in force for this request instead
+	// of the policy's: the tier the request's tier key chose, or an override
+	// an operator set for its client key. Its zero fields keep the policy's
+	// (and the strategy's own, like a burst).
+	Limits Limits
+}
+
+// Limits is a quota: Limit units per Window, and for a bucket its Burst.
+// A zero field means "as the policy says".
+type Limits struct {
+	Limit  int64
+	Window time.Duration
+	Burst  int64
+}
+
+// IsZero reports whether l changes nothing.
+func (l Limits) IsZero() bool { return l == Limits{} }
+
+// Or returns l with its zero fields taken from base.
+func (l Limits) Or(base Limits) Limits {
+	if l.Limit == 0 {
+		l.Limit = base.Limit
+	}
+	if l.Window == 0 {
+		l.Window = base.Window
+	}
+	if l.Burst == 0 {
+		l.Burst = base.Burst
+	}
+	return l
 }
 
 // Units returns the request's cost, defaulting to 1.
@@ -55,27 +85,38 @@ type Decision struct {
 	// RetryAfter is how long the client should wait before a retry can
 	// succeed; zero when Allowed. It is never shorter than Reset.
 	RetryAfter time.Duration
-	// Field is a response header field the limiter hands the client (a
-	// signed window token, a proof-of-work challenge), or the zero Field:
-	// the strategy's own client state, which the engine passes on without
-	// reading it. It is sent with the response the decision leads to, unless
-	// the decision is undone (refunded) because another policy denied the
-	// request; fields of one name from several policies are joined into one
-	// list.
-	Field Field
-	// Detail, for a denial, is a sentence the problem body's detail adds for
-	// the client (what to do besides waiting).
-	Detail string
-	// Extension, for a denial, is a JSON object whose members the 429's
-	// problem body carries (RFC 9457 extension members), e.g.
-	// {"challenge":{...}}. Members the engine writes itself are not replaced.
-	Extension string
+	// Response, when set, is what the limiter adds to the response besides
+	// the RateLimit fields: its own client state (a signed window token, a
+	// proof-of-work challenge) and, for a denial, words and members for the
+	// problem body. The engine passes it on without reading it.
+	Response *Response
 	// Receipt records what an allowed decision spent, for Refunder.Refund.
 	Receipt Receipt
+	// Reason, for metrics and logs only (never sent), says why the limiter
+	// decided as it did when counting alone did not: "soft-threshold" (a
+	// proof of work is asked for, package powgate), "proof-of-work" (a
+	// proof paid for the request). Empty otherwise.
+	Reason string
 }
 
 // Field is one HTTP header field.
 type Field struct{ Name, Value string }
+
+// Response is what a limiter adds to the response a Decision leads to.
+type Response struct {
+	// Field is a response header field for the client (Edgelimit-Token,
+	// Edgelimit-Challenge). It is sent unless the decision is undone
+	// (refunded) because another policy denied the request; fields of one
+	// name from several policies are joined into one list.
+	Field Field
+	// Detail, for a denial, is a sentence the problem body's detail adds
+	// (what to do besides waiting).
+	Detail string
+	// Extension, for a denial, is a JSON object whose members the problem
+	// body carries (RFC 9457 extension members), e.g. {"challenge":{...}}.
+	// Members the engine writes itself are not replaced.
+	Extension string
+}
 
 // Receipt records what an allowed Decision spent, in its limiter's own
 // terms, so that Refunder.Refund undoes exactly that spending and nothing
@@ -94,15 +135,50 @@ type Receipt struct {
 // Limiter decides requests for one policy. Implementations are safe for
 // concurrent use. Allow returns an error only when its backend failed; the
 // caller then applies the policy's on_store_error mode.
+//
+// The engine finds a limiter's optional abilities by type assertion: the
+// interfaces below (Refunder, Peeker, Charger, Finisher, BatchLimiter),
+// and these methods, which need no interface of their own:
+//
+//	// Quota: the quota a limiter's decisions announce when it is not its
+//	// policy's limit and window (a bucket: its burst over the time it takes
+//	// to fill), for the decisions the engine makes in its place when the
+//	// store fails.
+//	Quota() (limit int64, window time.Duration)
+//
+//	// Local: an in-process twin of a limiter backed by a shared store (the
+//	// same policy, its state in this process only), which decides while
+//	// the store fails for a policy with on_store_error: local, so each
+//	// instance still holds the limit on its own.
+//	Local() (Limiter, error)
+//
+//	// Reset: forget one client key's usage (an operator's reset, at the
+//	// start of a billing cycle); Engine.Reset. key is hashed, as in a
+//	// Request.
+//	Reset(ctx context.Context, key string) error
+//
+//	// Grant: give one client key units beyond its quota, for the current
+//	// window when until is zero, else until that instant; Engine.Grant.
+//	Grant(ctx context.Context, key string, units int64, until time.Time) error
 type Limiter interface {
 	Allow(ctx context.Context, req Request) (Decision, error)
 }
 
-// LimiterFunc adapts a function to the Limiter interface.
-type LimiterFunc func(ctx context.Context, req Request) (Decision, error)
-
-// Allow calls f(ctx, req).
-func (f LimiterFunc) Allow(ctx context.Context, req Request) (Decision, error) { return f(ctx, req) }
+// The optional abilities the engine asserts without a named interface.
+type (
+	quotaer interface {
+		Quota() (limit int64, window time.Duration)
+	}
+	localizer interface {
+		Local() (Limiter, error)
+	}
+	resetter interface {
+		Reset(ctx context.Context, key string) error
+	}
+	granter interface {
+		Grant(ctx context.Context, key string, units int64, until time.Time) error
+	}
+)
 
 // Refunder is an optional ability: a limiter that can give back the units an
 // earlier Allow spent. The engine uses it when another policy on the same
@@ -125,13 +201,22 @@ type Peeker interface {
 	Peek(ctx context.Context, req Request) (Decision, error)
 }
 
-// Localizer is an optional ability: a limiter backed by a shared store that
-// can build an in-process twin of itself (the same policy, its state in this
-// process only). For a policy with on_store_error: local, the engine asks
-// the twin while the store fails, so each instance still holds the limit on
-// its own instead of admitting everything (allow) or nothing (deny).
-type Localizer interface {
-	Local() (Limiter, error)
+// Charger is an optional ability: a limiter that can spend units whether or
+// not they fit, for costs known only after the response (the handler's
+// reported cost, a failed login). A charge that exceeds what is left takes
+// the quota below zero: the policy then denies until it is back above.
+// The returned Decision is the state after the charge.
+type Charger interface {
+	Charge(ctx context.Context, req Request) (Decision, error)
+}
+
+// Finisher is an optional ability: a limiter that must hear how a request
+// it admitted ended (an in-flight limit releases its slot). d is the
+// decision Allow returned for req; status is the response's (500 for a
+// handler that failed or panicked), cost what the handler reported
+// (Verdict.ReportCost; 0: none).
+type Finisher interface {
+	Finish(ctx context.Context, req Request, d Decision, status int, cost int64) error
 }
 
 // BatchLimiter is an optional ability: limiters that share a backend and can
@@ -153,7 +238,3 @@ type BatchItem struct {
 	Limiter BatchLimiter
 	Request Request
 }
-
-// Factory builds the Limiter for a policy. Strategy packages do not import
-// each other; the setup package provides the Factory that knows them all.
-type Factory func(p *Policy) (Limiter, error)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,39 +14,8 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Strategies a policy can name.
-const (
-	StrategyDurable = "durable"
-	StrategyKV      = "kv"
-	StrategySigned  = "signed"
-)
-
-// Algorithms of the durable strategy (and the one of kv).
-const (
-	AlgorithmFixedWindow   = "fixed-window"
-	AlgorithmSlidingWindow = "sliding-window"
-	AlgorithmSlidingLog    = "sliding-log"
-	AlgorithmGCRA          = "gcra"
-	AlgorithmTokenBucket   = "token-bucket"
-)
-
-// Store-error modes.
-const (
-	FailOpen   = "allow"
-	FailClosed = "deny"
-	// FailLocal decides with an in-process limiter of the same policy while
-	// the store fails: each instance still enforces the limit on its own.
-	FailLocal = "local"
-)
-
-// Missing-key modes.
-const (
-	MissingKeyReject = "reject"
-	MissingKeyIP     = "ip"
-)
-
-// DefaultStoreTimeout is the time budget of one store call.
-const DefaultStoreTimeout = 100 * time.Millisecond
+// defaultStoreTimeout is a policy's time budget for its store calls.
+const defaultStoreTimeout = 100 * time.Millisecond
 
 // PolicyFile is a parsed, validated policies.yaml.
 type PolicyFile struct {
@@ -57,68 +25,91 @@ type PolicyFile struct {
 	// LegacyHeaders sends X-RateLimit-Limit/Remaining/Reset; default true.
 	LegacyHeaders bool
 	Policies      []*Policy
+	// Lists are the allow and deny lists, checked before any policy.
+	Lists []*List
 }
 
-// Policy is one rate-limit policy. Zero-valued optional fields are filled
-// with their defaults by ParsePolicies, so a loaded Policy is complete.
+// Policy is one rate-limit policy: the fields every strategy shares, and
+// the strategy's own in Options. ParsePolicies fills every optional field
+// with its default, so a loaded Policy is complete.
 type Policy struct {
 	Name   string
 	Routes []Route
 	// Key says where the client key comes from.
 	Key KeySource
-	// OnMissingKey is "reject" (400, the default) or "ip" (fall back to the
-	// source address) when a header or claim key is absent.
-	OnMissingKey string
-	Strategy     string
-	// Algorithm defaults to fixed-window for durable, token-bucket for kv and
-	// fixed-window for signed.
-	Algorithm string
-	Limit     int64
-	Window    time.Duration
-	// Burst is the bucket capacity of gcra and kv; default Limit.
-	Burst int64
+	// MissingKeyToIP: when a header or claim key is absent, key the
+	// request by its source address (on_missing_key: ip) instead of
+	// answering 400 (on_missing_key: reject, the default).
+	MissingKeyToIP bool
+	// Strategy decides the policy's requests; its Options are its own.
+	Strategy *Strategy
+	// Limit units per Window.
+	Limit  int64
+	Window time.Duration
 	// Cost is the units every request on the policy spends; default 1.
 	Cost int64
-	// OnStoreError is "allow" (fail open), "deny" (fail closed: 503) or
-	// "local" (an in-process limiter of the same policy decides, so each
-	// instance still holds the limit; see Config.Fallback).
-	// Default deny for durable, allow for kv and signed.
-	OnStoreError string
-	// StoreTimeout is the budget of one store call; default 100ms.
+	// OnStoreError is what a failed (or too slow) store call means; the
+	// strategy's default when the file sets none.
+	OnStoreError OnStoreError
+	// StoreTimeout is the policy's time budget for its store calls,
+	// counted from the start of the request; default 100ms.
 	StoreTimeout time.Duration
-	// Shadow decides and reports but never blocks.
+	// Shadow decides and reports but never blocks, and is never shown.
 	Shadow bool
 	// TrustedProxies is how many proxy hops in front of the API append to
 	// X-Forwarded-For and are trusted; 0 (default) ignores the header.
 	TrustedProxies int
 	// IPv6Prefix groups IPv6 clients by this prefix length; default 64.
 	IPv6Prefix int
-	// Shards spreads one hot key over N items (durable); default 1.
-	Shards int
-	// SyncInterval is how often kv writes a hot key back; 0 = strategy default.
-	SyncInterval time.Duration
-	// DenyCache answers repeat denials locally (durable); default true.
-	DenyCache bool
-	// ProofOfWork, for the signed strategy, makes a fresh window cost work.
-	ProofOfWork *ProofOfWork
+	// Tiers, if set, choose each request's quota from a key source (an
+	// authorizer's plan claim, a header a trusted upstream sets).
+	Tiers *Tiers
+	// Overrides: consult the per-key limits an operator sets at run time
+	// (Config.Overrides), through a cache at most OverrideStaleness old.
+	Overrides bool
+	// OverrideStaleness bounds how old a cached override may be; default
+	// 60s.
+	OverrideStaleness time.Duration
+	// ChargeAfter: the policy spends after the response, what the handler
+	// reported (Verdict.ReportCost) or its Cost; a request is admitted
+	// while at least one unit is left, and a charge larger than what is
+	// left takes the quota below zero once.
+	ChargeAfter bool
+	// ChargeStatus, if set, are the only response statuses the policy
+	// spends for, after the response (failed logins: 401, 403); a request
+	// is admitted while one unit is left.
+	ChargeStatus []int
+	// RefundStatus are the response statuses after which the policy gives
+	// back what the request spent (5xx: the service failed, not the client).
+	RefundStatus []int
+	// Options are the strategy's own fields, as its Parse returned them
+	// (for example *durablecounter.Options).
+	Options any
 	// Line is the policy's line in its file.
 	Line int
 }
 
-// ProofOfWork configures the challenges of a signed policy.
-type ProofOfWork struct {
-	// Bits of leading zeros the proof's SHA-256 needs; default 16.
-	Bits int
-	// TTL is how long a challenge can be answered; default 10s.
-	TTL time.Duration
+// Tiers choose a request's quota by a key source: each tier overrides some
+// of the policy's limit, window and burst.
+type Tiers struct {
+	// By is where the tier's name comes from (header:NAME or claim:NAME).
+	By KeySource
+	// Default is the tier of a request without the key.
+	Default string
+	// RejectUnknown answers 400 to a request naming a tier the policy does
+	// not have (on_unknown: reject); by default it gets the Default tier.
+	RejectUnknown bool
+	// Levels are the tiers by name; Names lists them in file order.
+	Levels map[string]Limits
+	Names  []string
 }
 
-// Capacity returns the policy's bucket capacity: Burst when set, else Limit.
-func (p *Policy) Capacity() int64 {
-	if p.Burst > 0 {
-		return p.Burst
+// StrategyName returns the name of p's strategy, or "" when it has none.
+func (p *Policy) StrategyName() string {
+	if p.Strategy == nil {
+		return ""
 	}
-	return p.Limit
+	return p.Strategy.Name
 }
 
 // PolicyError is a problem in a policy file, pointing at the line.
@@ -184,16 +175,16 @@ func LoadPolicies(path string) (*PolicyFile, error) {
 	return ParsePolicies(path, data)
 }
 
-// MaxPolicyFileSize bounds the policy file, which is operator input but may
+// maxPolicyFileSize bounds the policy file, which is operator input but may
 // come from an environment variable.
-const MaxPolicyFileSize = 1 << 20
+const maxPolicyFileSize = 1 << 20
 
 // ParsePolicies parses and validates a policy file. name is used in messages.
 // All problems are reported together, as PolicyErrors.
 func ParsePolicies(name string, data []byte) (*PolicyFile, error) {
 	p := &fileParser{file: name}
-	if len(data) > MaxPolicyFileSize {
-		p.errorf(0, "", "file is %d bytes, larger than the %d allowed", len(data), MaxPolicyFileSize)
+	if len(data) > maxPolicyFileSize {
+		p.errorf(0, "", "file is %d bytes, larger than the %d allowed", len(data), maxPolicyFileSize)
 		return nil, p.err()
 	}
 	var doc yaml.Node
@@ -263,8 +254,10 @@ func (p *fileParser) parseFile(doc *yaml.Node) *PolicyFile {
 			f.LegacyHeaders, _ = p.bool(v, "", "legacy_headers")
 		case "policies":
 			policiesNode = v
+		case "lists":
+			f.Lists = p.parseLists(v)
 		default:
-			p.errorf(k.Line, "", "unknown field %q%s", k.Value, suggest(k.Value, []string{"version", "legacy_headers", "policies"}))
+			p.errorf(k.Line, "", "unknown field %q%s", k.Value, suggest(k.Value, []string{"version", "legacy_headers", "policies", "lists"}))
 		}
 	}
 	if !seen["version"] {
@@ -295,331 +288,6 @@ func (p *fileParser) parseFile(doc *yaml.Node) *PolicyFile {
 		p.errorf(policiesNode.Line, "", "`policies` is empty")
 	}
 	return f
-}
-
-var policyFields = []string{
-	"name", "routes", "key", "on_missing_key", "strategy", "algorithm", "limit", "window", "burst", "cost",
-	"on_store_error", "store_timeout", "shadow", "trusted_proxies", "ipv6_prefix", "shards", "sync_interval",
-	"deny_cache", "proof_of_work",
-}
-
-var policyNameRe = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$`)
-
-func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n.Line, "", "each policy must be a mapping with name, routes, key, strategy, limit and window")
-		return nil
-	}
-	pol := &Policy{Line: n.Line, DenyCache: true}
-	fields := map[string]*yaml.Node{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if _, dup := fields[k.Value]; dup {
-			p.errorf(k.Line, "", "field %q appears twice", k.Value)
-			continue
-		}
-		if !slices.Contains(policyFields, k.Value) {
-			p.errorf(k.Line, nameOf(n), "unknown field %q%s", k.Value, suggest(k.Value, policyFields))
-			continue
-		}
-		fields[k.Value] = v
-	}
-	// name first, so every later message can name the policy.
-	if v := fields["name"]; v == nil {
-		p.errorf(n.Line, "", "policy has no `name`")
-	} else if s, ok := p.str(v, "", "name"); ok {
-		if !policyNameRe.MatchString(s) {
-			p.errorf(v.Line, "", "name %q must be 1-64 characters of a-z, 0-9 and -, not starting or ending with -", s)
-		}
-		pol.Name = s
-	}
-	name := pol.Name
-	line := func(field string) int {
-		if v := fields[field]; v != nil {
-			return v.Line
-		}
-		return n.Line
-	}
-
-	// strategy decides which other fields make sense.
-	if v := fields["strategy"]; v == nil {
-		p.errorf(n.Line, name, "missing `strategy` (durable, kv or signed)")
-	} else if s, ok := p.str(v, name, "strategy"); ok {
-		switch s {
-		case StrategyDurable, StrategyKV, StrategySigned:
-			pol.Strategy = s
-		default:
-			p.errorf(v.Line, name, "strategy %q is not one of durable, kv, signed%s", s, suggest(s, []string{"durable", "kv", "signed"}))
-		}
-	}
-
-	if v := fields["routes"]; v == nil {
-		p.errorf(n.Line, name, "missing `routes`, like [\"GET /paid/*\"]")
-	} else {
-		pol.Routes = p.routes(v, name)
-	}
-
-	if v := fields["key"]; v == nil {
-		p.errorf(n.Line, name, "missing `key` (ip, header:NAME, claim:NAME or global)")
-	} else if s, ok := p.str(v, name, "key"); ok {
-		ks, err := ParseKeySource(s)
-		if err != nil {
-			p.errorf(v.Line, name, "%s", strings.TrimPrefix(err.Error(), "edgelimit: "))
-		}
-		pol.Key = ks
-	}
-
-	pol.OnMissingKey = MissingKeyReject
-	if v := fields["on_missing_key"]; v != nil {
-		if s, ok := p.str(v, name, "on_missing_key"); ok {
-			switch s {
-			case MissingKeyReject, MissingKeyIP:
-				pol.OnMissingKey = s
-			default:
-				p.errorf(v.Line, name, "on_missing_key %q is not one of reject, ip", s)
-			}
-			if pol.Key.Kind == KeyIP || pol.Key.Kind == KeyGlobal {
-				p.errorf(v.Line, name, "on_missing_key applies only to header: and claim: keys")
-			}
-		}
-	}
-
-	if v := fields["algorithm"]; v != nil {
-		if s, ok := p.str(v, name, "algorithm"); ok {
-			pol.Algorithm = s
-		}
-	}
-	switch pol.Strategy {
-	case StrategyDurable:
-		algs := []string{AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmSlidingLog, AlgorithmGCRA}
-		if pol.Algorithm == "" {
-			pol.Algorithm = AlgorithmFixedWindow
-		} else if !slices.Contains(algs, pol.Algorithm) {
-			p.errorf(line("algorithm"), name, "algorithm %q is not one of %s%s", pol.Algorithm, strings.Join(algs, ", "), suggest(pol.Algorithm, algs))
-		}
-	case StrategyKV:
-		if pol.Algorithm == "" {
-			pol.Algorithm = AlgorithmTokenBucket
-		} else if pol.Algorithm != AlgorithmTokenBucket {
-			p.errorf(line("algorithm"), name, "strategy kv has one algorithm, token-bucket; %q is for strategy durable", pol.Algorithm)
-		}
-	case StrategySigned:
-		if pol.Algorithm == "" {
-			pol.Algorithm = AlgorithmFixedWindow
-		} else if pol.Algorithm != AlgorithmFixedWindow {
-			p.errorf(line("algorithm"), name, "strategy signed counts in fixed windows; remove algorithm %q", pol.Algorithm)
-		}
-	}
-
-	if v := fields["limit"]; v == nil {
-		p.errorf(n.Line, name, "missing `limit` (requests per window)")
-	} else if l, ok := p.int(v, name, "limit"); ok {
-		if l < 0 {
-			p.errorf(v.Line, name, "limit %d must not be negative", l)
-		}
-		pol.Limit = l
-	}
-	if v := fields["window"]; v == nil {
-		p.errorf(n.Line, name, "missing `window`, like 1m")
-	} else if d, ok := p.duration(v, name, "window"); ok {
-		pol.Window = d
-	}
-
-	if v := fields["burst"]; v != nil {
-		if b, ok := p.int(v, name, "burst"); ok {
-			switch {
-			case b < 1:
-				p.errorf(v.Line, name, "burst %d must be at least 1", b)
-			case pol.Algorithm != AlgorithmGCRA && pol.Strategy != StrategyKV:
-				p.errorf(v.Line, name, "burst applies only to algorithm gcra and strategy kv")
-			}
-			pol.Burst = b
-		}
-	}
-	if pol.Burst == 0 && (pol.Algorithm == AlgorithmGCRA || pol.Strategy == StrategyKV) {
-		pol.Burst = pol.Limit
-	}
-
-	pol.Cost = 1
-	if v := fields["cost"]; v != nil {
-		if c, ok := p.int(v, name, "cost"); ok {
-			switch {
-			case c < 1:
-				p.errorf(v.Line, name, "cost %d must be at least 1", c)
-			case pol.Limit > 0 && c > pol.Capacity():
-				what := "limit"
-				if pol.Burst > 0 {
-					what = "burst"
-				}
-				p.errorf(v.Line, name, "cost %d is more than the %s %d: every request would be denied", c, what, pol.Capacity())
-			}
-			pol.Cost = c
-		}
-	}
-
-	pol.OnStoreError = FailOpen
-	if pol.Strategy == StrategyDurable {
-		pol.OnStoreError = FailClosed
-	}
-	if v := fields["on_store_error"]; v != nil {
-		if s, ok := p.str(v, name, "on_store_error"); ok {
-			switch s {
-			case FailOpen, FailClosed:
-				pol.OnStoreError = s
-			case FailLocal:
-				pol.OnStoreError = s
-				if pol.Strategy == StrategySigned {
-					p.errorf(v.Line, name, "on_store_error local needs a store to fall back from; strategy signed has none")
-				}
-			default:
-				p.errorf(v.Line, name, "on_store_error %q is not one of allow, deny, local", s)
-			}
-		}
-	}
-
-	pol.StoreTimeout = DefaultStoreTimeout
-	if v := fields["store_timeout"]; v != nil {
-		if d, ok := p.duration(v, name, "store_timeout"); ok {
-			if d > 30*time.Second {
-				p.errorf(v.Line, name, "store_timeout %s is longer than 30s; a limiter must answer faster than the request it guards", d)
-			}
-			pol.StoreTimeout = d
-		}
-	}
-
-	if v := fields["shadow"]; v != nil {
-		pol.Shadow, _ = p.bool(v, name, "shadow")
-	}
-	if v := fields["deny_cache"]; v != nil {
-		if b, ok := p.bool(v, name, "deny_cache"); ok {
-			pol.DenyCache = b
-		}
-		if pol.Strategy != StrategyDurable && pol.Strategy != "" {
-			p.errorf(v.Line, name, "deny_cache applies only to strategy durable")
-		}
-	}
-
-	usesIP := pol.Key.Kind == KeyIP || pol.OnMissingKey == MissingKeyIP
-	if v := fields["trusted_proxies"]; v != nil {
-		if t, ok := p.int(v, name, "trusted_proxies"); ok {
-			switch {
-			case t < 0 || t > 16:
-				p.errorf(v.Line, name, "trusted_proxies %d must be between 0 and 16", t)
-			case !usesIP:
-				p.errorf(v.Line, name, "trusted_proxies applies only when the key is ip or falls back to ip")
-			}
-			pol.TrustedProxies = int(t)
-		}
-	}
-	pol.IPv6Prefix = 64
-	if v := fields["ipv6_prefix"]; v != nil {
-		if t, ok := p.int(v, name, "ipv6_prefix"); ok {
-			switch {
-			case t < 16 || t > 128:
-				p.errorf(v.Line, name, "ipv6_prefix %d must be between 16 and 128", t)
-			case !usesIP:
-				p.errorf(v.Line, name, "ipv6_prefix applies only when the key is ip or falls back to ip")
-			}
-			pol.IPv6Prefix = int(t)
-		}
-	}
-
-	pol.Shards = 1
-	if v := fields["shards"]; v != nil {
-		if s, ok := p.int(v, name, "shards"); ok {
-			switch {
-			case s < 1 || s > 1000:
-				p.errorf(v.Line, name, "shards %d must be between 1 and 1000", s)
-			case pol.Strategy != StrategyDurable:
-				p.errorf(v.Line, name, "shards applies only to strategy durable")
-			case s > 1 && pol.Limit > 0 && s > pol.Limit:
-				p.errorf(v.Line, name, "shards %d is more than the limit %d; each shard needs at least one unit", s, pol.Limit)
-			}
-			pol.Shards = int(s)
-		}
-	}
-	if v := fields["sync_interval"]; v != nil {
-		if d, ok := p.duration(v, name, "sync_interval"); ok {
-			if pol.Strategy != StrategyKV {
-				p.errorf(v.Line, name, "sync_interval applies only to strategy kv")
-			}
-			pol.SyncInterval = d
-		}
-	}
-	if v := fields["proof_of_work"]; v != nil {
-		pol.ProofOfWork = p.proofOfWork(v, name)
-		if pol.Strategy != StrategySigned {
-			p.errorf(v.Line, name, "proof_of_work applies only to strategy signed")
-		}
-	}
-	return pol
-}
-
-func (p *fileParser) proofOfWork(v *yaml.Node, name string) *ProofOfWork {
-	pw := &ProofOfWork{Bits: 16, TTL: 10 * time.Second}
-	if v.Kind != yaml.MappingNode {
-		p.errorf(v.Line, name, "proof_of_work must be a mapping, like {bits: 16, ttl: 10s}")
-		return pw
-	}
-	for i := 0; i+1 < len(v.Content); i += 2 {
-		k, fv := v.Content[i], v.Content[i+1]
-		switch k.Value {
-		case "bits":
-			if b, ok := p.int(fv, name, "proof_of_work.bits"); ok {
-				if b < 1 || b > 32 {
-					p.errorf(fv.Line, name, "proof_of_work.bits %d must be between 1 and 32 (each bit doubles the client's work)", b)
-				}
-				pw.Bits = int(b)
-			}
-		case "ttl":
-			if d, ok := p.duration(fv, name, "proof_of_work.ttl"); ok {
-				if d > 10*time.Minute {
-					p.errorf(fv.Line, name, "proof_of_work.ttl %s is longer than 10m", d)
-				}
-				pw.TTL = d
-			}
-		default:
-			p.errorf(k.Line, name, "unknown field proof_of_work.%s%s", k.Value, suggest(k.Value, []string{"bits", "ttl"}))
-		}
-	}
-	return pw
-}
-
-func (p *fileParser) routes(v *yaml.Node, name string) []Route {
-	var items []*yaml.Node
-	switch v.Kind {
-	case yaml.SequenceNode:
-		items = v.Content
-	case yaml.ScalarNode:
-		items = []*yaml.Node{v}
-	default:
-		p.errorf(v.Line, name, "routes must be a list, like [\"GET /paid/*\"]")
-		return nil
-	}
-	if len(items) == 0 {
-		p.errorf(v.Line, name, "routes is empty")
-	}
-	var out []Route
-	var written []string
-	for _, it := range items {
-		s, ok := p.str(it, name, "routes")
-		if !ok {
-			continue
-		}
-		r, err := ParseRoute(s)
-		if err != nil {
-			p.errorf(it.Line, name, "%s", strings.TrimPrefix(err.Error(), "edgelimit: "))
-			continue
-		}
-		if j := slices.Index(out, r); j >= 0 {
-			// The same route twice, perhaps spelt differently ("/a" and
-			// "/a/"): a mistake, most likely for another route.
-			p.errorf(it.Line, name, "route %q is listed twice (it matches what %q does)", s, written[j])
-			continue
-		}
-		out, written = append(out, r), append(written, s)
-	}
-	return out
 }
 
 func (p *fileParser) str(v *yaml.Node, policy, field string) (string, bool) {
@@ -656,7 +324,7 @@ func (p *fileParser) duration(v *yaml.Node, policy, field string) (time.Duration
 		p.errorf(v.Line, policy, "%s must be a duration, like 10s", field)
 		return 0, false
 	}
-	d, err := ParseDuration(v.Value)
+	d, err := parseDuration(v.Value)
 	if err != nil {
 		p.errorf(v.Line, policy, "%s %s", field, strings.TrimPrefix(err.Error(), "edgelimit: "))
 		return 0, false
@@ -664,9 +332,9 @@ func (p *fileParser) duration(v *yaml.Node, policy, field string) (time.Duration
 	return d, true
 }
 
-// ParseDuration parses a positive duration as time.ParseDuration does, and
+// parseDuration parses a positive duration as time.ParseDuration does, and
 // also whole days ("1d"). A bare number is an error that says which unit to add.
-func ParseDuration(s string) (time.Duration, error) {
+func parseDuration(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, fmt.Errorf("edgelimit: duration is empty; use a unit, like 10s")
@@ -698,8 +366,8 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// FormatDuration writes d compactly (1d, 24h, 1m30s) for tables and docs.
-func FormatDuration(d time.Duration) string {
+// formatDuration writes d compactly (1d, 24h, 1m30s) for tables and docs.
+func formatDuration(d time.Duration) string {
 	if d > 0 && d%(24*time.Hour) == 0 {
 		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
 	}

@@ -10,12 +10,15 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/kvbucket"
+	"github.com/edgelimit/edgelimit/signedwindow"
 )
 
 func TestLoadExamplePolicies(t *testing.T) {
-	f, err := edgelimit.LoadPolicies("policies.yaml")
+	f, err := edgelimit.LoadPolicies("cmd/edgelimit/policies.yaml")
 	if err != nil {
-		t.Fatalf("LoadPolicies(policies.yaml): %v", err)
+		t.Fatalf("LoadPolicies(cmd/edgelimit/policies.yaml): %v", err)
 	}
 	if got := len(f.Policies); got < 5 {
 		t.Fatalf("policies = %d, want at least 5", got)
@@ -26,16 +29,16 @@ func TestLoadExamplePolicies(t *testing.T) {
 	}
 	paid := byName["paid-daily"]
 	if paid == nil || paid.Limit != 1000 || paid.Window != 24*time.Hour || paid.OnStoreError != edgelimit.FailClosed ||
-		paid.Key.Kind != edgelimit.KeyHeader || paid.Key.Name != "X-Api-Key" {
+		paid.Key.String() != "header:X-Api-Key" {
 		t.Errorf("paid-daily = %+v", paid)
 	}
-	if b := byName["paid-burst"]; b == nil || b.Algorithm != edgelimit.AlgorithmGCRA || b.Burst != 20 {
+	if b := byName["paid-burst"]; b == nil || *b.Options.(*durablecounter.Options) != (durablecounter.Options{Algorithm: durablecounter.GCRA, Burst: 20, Shards: 1, DenyCache: true}) {
 		t.Errorf("paid-burst = %+v", b)
 	}
-	if c := byName["contact"]; c == nil || c.OnStoreError != edgelimit.FailOpen || c.Burst != 5 || c.Algorithm != edgelimit.AlgorithmTokenBucket {
-		t.Errorf("contact defaults = %+v, want fail open, burst = limit, token-bucket", c)
+	if c := byName["contact"]; c == nil || c.OnStoreError != edgelimit.FailOpen || c.Strategy != kvbucket.Strategy || *c.Options.(*kvbucket.Options) != (kvbucket.Options{}) {
+		t.Errorf("contact defaults = %+v, want fail open, kv, burst and sync interval their defaults", c)
 	}
-	if tts := byName["tts"]; tts == nil || tts.ProofOfWork == nil || tts.ProofOfWork.Bits != 16 || tts.ProofOfWork.TTL != 10*time.Second {
+	if tts := byName["tts"]; tts == nil || !reflect.DeepEqual(tts.Options, &signedwindow.Options{ProofOfWork: &signedwindow.ProofOfWork{Bits: 16, TTL: 10 * time.Second}}) {
 		t.Errorf("tts = %+v", tts)
 	}
 }
@@ -54,9 +57,9 @@ policies:
 		t.Fatal(err)
 	}
 	p := f.Policies[0]
-	want := edgelimit.Policy{Name: "a", Strategy: "durable", Algorithm: "fixed-window", Limit: 3, Window: 24 * time.Hour,
-		Cost: 1, OnStoreError: "deny", StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64, Shards: 1, DenyCache: true,
-		OnMissingKey: "reject", Line: 3}
+	want := edgelimit.Policy{Name: "a", Strategy: durablecounter.Strategy, Limit: 3, Window: 24 * time.Hour,
+		Cost: 1, OnStoreError: edgelimit.FailClosed, StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64, Line: 3, OverrideStaleness: time.Minute,
+		Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 1, DenyCache: true}}
 	p.Routes, p.Key = nil, edgelimit.KeySource{}
 	if !reflect.DeepEqual(*p, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", *p, want)
@@ -107,7 +110,8 @@ func TestParsePoliciesErrors(t *testing.T) {
 		{"bad store mode", pol("    window: 1m\n    on_store_error: maybe\n"), []string{`on_store_error "maybe" is not one of allow, deny, local`}},
 		{"local on signed", head + "  - {name: a, routes: [\"GET /a\"], key: ip, strategy: signed, limit: 1, window: 1s, on_store_error: local}\n",
 			[]string{"on_store_error local needs a store"}},
-		{"pow on durable", pol("    window: 1m\n    proof_of_work: {bits: 8}\n"), []string{"proof_of_work applies only to strategy signed"}},
+		{"pow on durable without above", pol("    window: 1m\n    proof_of_work: {bits: 8}\n"), []string{"proof_of_work needs above"}},
+		{"pow on inflight", head + "  - {name: a, routes: [\"GET /a\"], key: ip, strategy: inflight, limit: 1, window: 1m, proof_of_work: {above: 0}}\n", []string{"proof_of_work"}},
 		{"pow bits", head + "  - {name: a, routes: [\"GET /a\"], key: ip, strategy: signed, limit: 1, window: 1s, proof_of_work: {bits: 40}}\n",
 			[]string{"proof_of_work.bits 40 must be between 1 and 32"}},
 		{"trusted proxies with header key", pol("    window: 1m\n    trusted_proxies: 1\n"), []string{"trusted_proxies applies only when the key is ip"}},
@@ -185,7 +189,7 @@ func TestFormatDuration(t *testing.T) {
 }
 
 func FuzzParsePolicies(f *testing.F) {
-	if b, err := os.ReadFile("policies.yaml"); err == nil {
+	if b, err := os.ReadFile("cmd/edgelimit/policies.yaml"); err == nil {
 		f.Add(b)
 	}
 	f.Add([]byte("version: 1\npolicies:\n  - {name: a, routes: [\"GET /a/*\"], key: header:X, strategy: kv, limit: 1, window: 1s}\n"))

@@ -6,13 +6,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/edgelimit/edgelimit/internal/jsonenc"
 )
 
-// Problem is an RFC 9457 problem details body as edgelimit sends it, without
-// the extension members a limiter may add (Decision.Extension).
-type Problem struct {
+// problemBody is an RFC 9457 problem details body as edgelimit sends it, without
+// the extension members a limiter may add (Decision.Response).
+type problemBody struct {
 	Type             string   `json:"type"`
 	Title            string   `json:"title"`
 	Status           int      `json:"status"`
@@ -24,8 +25,17 @@ type Problem struct {
 func badRequest(v *Verdict, detail string) {
 	v.Allowed = false
 	v.Status = 400
-	v.Body = appendProblem(make([]byte, 0, 160), &Problem{Type: ProblemBadRequest, Title: titleBadRequest, Status: 400, Detail: detail}, nil, nil)
-	v.add(HeaderContentType, ContentTypeProblemJSON)
+	v.Body = appendProblem(make([]byte, 0, 160), &problemBody{Type: problemBadRequest, Title: titleBadRequest, Status: 400, Detail: detail}, nil, nil)
+	v.add(headerContentType, contentTypeProblemJSON)
+}
+
+// forbidden makes v the 403 of a deny list. The body names neither the
+// list nor the entry that matched: a client learns only that it is refused.
+func forbidden(v *Verdict) {
+	v.Allowed = false
+	v.Status = 403
+	v.Body = appendProblem(make([]byte, 0, 128), &problemBody{Type: problemBadRequest, Title: titleForbidden, Status: 403, Detail: "This client may not use this resource."}, nil, nil)
+	v.add(headerContentType, contentTypeProblemJSON)
 }
 
 // listed reports whether a policy's decision is shown to the client: it was
@@ -70,10 +80,11 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		}
 	}
 
-	// Every computed header value is appended to one buffer, which becomes
-	// one string that the values are sliced from: one allocation for all.
-	var stack [256]byte
-	buf := stack[:0]
+	// Every computed header value is appended to one buffer in the
+	// Verdict, which becomes the string the values are sliced from: no
+	// allocation unless they outgrow it. The Verdict is never written
+	// again, so the string never changes.
+	buf := v.text[:0]
 	var policyEnd int
 	if !all || !defaults {
 		for _, c := range rs.policies {
@@ -116,28 +127,28 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		limEnd = len(buf)
 		buf = strconv.AppendInt(buf, max(legacy.Remaining, 0), 10)
 		remEnd = len(buf)
-		buf = strconv.AppendInt(buf, Seconds(legacy.Reset), 10)
+		buf = strconv.AppendInt(buf, seconds(legacy.Reset), 10)
 		resetEnd = len(buf)
 	}
 	var secs int64
 	if blocked {
-		secs = RetryAfterSeconds(retry)
+		secs = retryAfterSeconds(retry)
 		buf = strconv.AppendInt(buf, secs, 10)
 	}
-	vals := string(buf)
+	vals := unsafe.String(unsafe.SliceData(buf), len(buf))
 	switch {
 	case all && defaults && rs.policyHeader != "":
-		v.add(HeaderRateLimitPolicy, rs.policyHeader)
+		v.add(headerRateLimitPolicy, rs.policyHeader)
 	case policyEnd > 0:
-		v.add(HeaderRateLimitPolicy, vals[:policyEnd])
+		v.add(headerRateLimitPolicy, vals[:policyEnd])
 	}
 	if rlEnd > rlStart {
-		v.add(HeaderRateLimit, vals[rlStart:rlEnd])
+		v.add(headerRateLimit, vals[rlStart:rlEnd])
 	}
 	if e.legacy && legacy != nil {
-		v.add(HeaderLegacyLimit, vals[rlEnd:limEnd])
-		v.add(HeaderLegacyRemaining, vals[limEnd:remEnd])
-		v.add(HeaderLegacyReset, vals[remEnd:resetEnd])
+		v.add(headerLegacyLimit, vals[rlEnd:limEnd])
+		v.add(headerLegacyRemaining, vals[limEnd:remEnd])
+		v.add(headerLegacyReset, vals[remEnd:resetEnd])
 	}
 	// The limiters' own fields: those of the decisions that let the request
 	// through, or of those that denied it (a refunded decision's are
@@ -146,14 +157,25 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	if blocked {
 		want = denied
 	}
-	addDecisionFields(v, rs, slots, want)
+	// A denial that work lifts (a proof-of-work challenge: no wait of its
+	// own) is pointless beside one that only time lifts: the client would
+	// solve for nothing, then wait anyway. Its fields and problem members
+	// are left out; the policy is still named as violated.
+	hard := false
+	for _, c := range rs.policies {
+		if s := &slots[c.slot]; !c.Shadow && (s.o == denied && s.d.RetryAfter > 0 || s.o == failedClosed) {
+			hard = true
+		}
+	}
+	lifted := func(s *slot) bool { return hard && s.o == denied && s.d.RetryAfter == 0 && s.d.Response != nil }
+	addDecisionFields(v, rs, slots, want, lifted)
 	if !blocked {
 		v.Allowed = true
 		return
 	}
 	v.Allowed = false
-	v.add(HeaderRetryAfter, vals[max(rlEnd, resetEnd):])
-	v.add(HeaderContentType, ContentTypeProblemJSON)
+	v.add(headerRetryAfter, vals[max(rlEnd, resetEnd):])
+	v.add(headerContentType, contentTypeProblemJSON)
 	var namesBuf [8]string
 	names := namesBuf[:0]
 	var detail [256]byte
@@ -167,7 +189,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		d := append(detail[:0], "The rate-limit store is unavailable and this endpoint fails closed. Retry in "...)
 		d = appendPlural(d, secs, "second")
 		d = append(d, '.')
-		v.Body = appendProblem(make([]byte, 0, 384), &Problem{Type: ProblemReducedCapacity, Title: titleReducedCapacity, Status: 503,
+		v.Body = appendProblem(make([]byte, 0, 384), &problemBody{Type: problemReducedCapacity, Title: titleReducedCapacity, Status: 503,
 			ViolatedPolicies: names, RetryAfter: secs}, d, nil)
 		return
 	}
@@ -176,8 +198,8 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	for _, c := range rs.policies {
 		if s := &slots[c.slot]; !c.Shadow && s.o == denied {
 			names = append(names, c.Name)
-			if s.d.Extension != "" {
-				ext = append(ext, s.d.Extension)
+			if r := s.d.Response; r != nil && r.Extension != "" && !lifted(s) {
+				ext = append(ext, r.Extension)
 			}
 		}
 	}
@@ -187,38 +209,43 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	d = appendPlural(d, secs, "second")
 	d = append(d, '.')
 	for _, c := range rs.policies {
-		if s := &slots[c.slot]; !c.Shadow && s.o == denied && s.d.Detail != "" && !bytes.Contains(d, []byte(s.d.Detail)) {
+		s := &slots[c.slot]
+		if r := s.d.Response; !c.Shadow && s.o == denied && r != nil && r.Detail != "" && !lifted(s) && !bytes.Contains(d, []byte(r.Detail)) {
 			d = append(d, ' ')
-			d = append(d, s.d.Detail...)
+			d = append(d, r.Detail...)
 		}
 	}
-	v.Body = appendProblem(make([]byte, 0, 384), &Problem{Type: ProblemQuotaExceeded, Title: titleQuotaExceeded, Status: 429,
+	v.Body = appendProblem(make([]byte, 0, 384), &problemBody{Type: problemQuotaExceeded, Title: titleQuotaExceeded, Status: 429,
 		ViolatedPolicies: names, RetryAfter: secs}, d, ext)
 }
 
 // addDecisionFields adds the header fields of the listed decisions whose
-// outcome is want; fields of one name from several policies are joined
+// outcome is want, except those skip drops; fields of one name from several policies are joined
 // into one list value, in policy order.
-func addDecisionFields(v *Verdict, rs *routeSet, slots []slot, want outcome) {
-	for i, c := range rs.policies {
+func addDecisionFields(v *Verdict, rs *routeSet, slots []slot, want outcome, skip func(*slot) bool) {
+	field := func(c member) Field {
 		s := &slots[c.slot]
-		f := s.d.Field
-		if c.Shadow || s.o != want || f.Name == "" {
+		if c.Shadow || s.o != want || s.d.Response == nil || skip(s) {
+			return Field{}
+		}
+		return s.d.Response.Field
+	}
+	for i, c := range rs.policies {
+		f := field(c)
+		if f.Name == "" {
 			continue
 		}
 		dup := false
 		for _, p := range rs.policies[:i] {
-			if ps := &slots[p.slot]; !p.Shadow && ps.o == want && equalFoldASCII(ps.d.Field.Name, f.Name) {
-				dup = true // joined with the earlier policy's
-			}
+			dup = dup || equalFoldASCII(field(p).Name, f.Name) // joined with the earlier policy's
 		}
 		if dup {
 			continue
 		}
 		value := f.Value
 		for _, q := range rs.policies[i+1:] {
-			if qs := &slots[q.slot]; !q.Shadow && qs.o == want && equalFoldASCII(qs.d.Field.Name, f.Name) {
-				value += ", " + qs.d.Field.Value
+			if g := field(q); equalFoldASCII(g.Name, f.Name) {
+				value += ", " + g.Value
 			}
 		}
 		v.add(f.Name, value)
@@ -281,7 +308,7 @@ var problemMembers = []string{"type", "title", "status", "detail", "violated-pol
 // detail, if not nil, is used in place of p.Detail. exts are JSON objects
 // whose members follow, in order; a member already written is skipped, as
 // is an extension that is not a JSON object.
-func appendProblem(b []byte, p *Problem, detail []byte, exts []string) []byte {
+func appendProblem(b []byte, p *problemBody, detail []byte, exts []string) []byte {
 	b = append(b, `{"type":`...)
 	b = jsonenc.AppendString(b, p.Type)
 	b = append(b, `,"title":`...)

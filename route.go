@@ -7,10 +7,10 @@ import (
 	"strings"
 )
 
-// MethodAny matches every method in a route.
-const MethodAny = "ANY"
+// methodAny matches every method in a route.
+const methodAny = "ANY"
 
-var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", MethodAny}
+var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", methodAny}
 
 // Route is a "METHOD /path" pattern. A path is matched in its canonical
 // form (percent-decoded, dot segments and repeated slashes removed, no
@@ -23,8 +23,8 @@ type Route struct {
 	Prefix bool   // the pattern ended in *
 }
 
-// ParseRoute parses "METHOD /path", "METHOD /prefix/*" or "ANY /path".
-func ParseRoute(s string) (Route, error) {
+// parseRoute parses "METHOD /path", "METHOD /prefix/*" or "ANY /path".
+func parseRoute(s string) (Route, error) {
 	method, p, ok := strings.Cut(strings.TrimSpace(s), " ")
 	p = strings.TrimSpace(p)
 	if !ok || method == "" || p == "" {
@@ -75,7 +75,7 @@ func (r Route) String() string {
 // Matches reports whether a request with this method and canonical path
 // (see the Route documentation) falls under the route.
 func (r Route) Matches(method, canonical string) bool {
-	if r.Method != MethodAny && r.Method != method {
+	if r.Method != methodAny && r.Method != method {
 		return false
 	}
 	if !r.Prefix {
@@ -95,7 +95,7 @@ func (r Route) specificity() int {
 	if !r.Prefix {
 		n++
 	}
-	if r.Method != MethodAny {
+	if r.Method != methodAny {
 		n += 1 << 20
 	}
 	return n
@@ -158,7 +158,7 @@ func templatePath(route string) string {
 	if i := strings.IndexByte(route, ' '); i >= 0 {
 		route = route[i+1:]
 	}
-	if route == "" || route[0] != '/' || len(route) > MaxPathLength {
+	if route == "" || route[0] != '/' || len(route) > maxPathLength {
 		return ""
 	}
 	return path.Clean(route)

@@ -136,7 +136,7 @@ func FuzzRouteMatch(f *testing.F) {
 			t.Fatalf("route %q round-trips to %q, which does not parse: %v", route, r.String(), err)
 		}
 		got := r.Matches(method, clean)
-		if got && r.Method != edgelimit.MethodAny && method != r.Method {
+		if got && r.Method != "ANY" && method != r.Method {
 			t.Fatalf("%q matched method %q", route, method)
 		}
 		if got && !r.Prefix && clean != r.Path {

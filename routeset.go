@@ -18,6 +18,8 @@ type routeSet struct {
 	// if another denies); then each batch group, atomically.
 	plain  []member
 	groups [][]member
+	// finishes: some policy has work after the response (Verdict.Finish).
+	finishes bool
 }
 
 // member is a policy of a route set and its slot: the index of its
@@ -97,7 +99,8 @@ func (e *Engine) newRouteSet(matches func(Route) bool) *routeSet {
 		if !c.Shadow {
 			items = append(items, c.item)
 		}
-		if c.batch != nil && !c.Shadow {
+		rs.finishes = rs.finishes || c.finishes
+		if c.batch != nil && !c.Shadow && !c.deferred {
 			k := c.batch.BatchKey()
 			gi, ok := groups[k]
 			if !ok {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"flag"
 	"fmt"
 	"runtime"
@@ -20,6 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
@@ -30,10 +34,10 @@ const numKeys = 100_000
 // durableAlgorithms are the durable strategy's algorithms, in report order;
 // the ones this build of durablecounter lacks are reported as unavailable.
 var durableAlgorithms = []string{
-	edgelimit.AlgorithmFixedWindow,
-	edgelimit.AlgorithmSlidingWindow,
-	edgelimit.AlgorithmSlidingLog,
-	edgelimit.AlgorithmGCRA,
+	string(durablecounter.FixedWindow),
+	string(durablecounter.SlidingWindow),
+	string(durablecounter.SlidingLog),
+	string(durablecounter.GCRA),
 }
 
 // DecisionsData is the result of the decisions part.
@@ -114,14 +118,13 @@ func runDecisions(ctx context.Context, o options) (any, error) {
 // shares memory with the stored one, as in production where every request
 // hashes its key anew.
 func benchKeys() (keys, reqKeys []string) {
-	h, err := edgelimit.NewKeyHasher([]byte("edgelimit-bench-key-hash-secret-0123456789"))
-	if err != nil {
-		panic(err)
-	}
+	mac := hmac.New(sha256.New, []byte("edgelimit-bench-key-hash-secret-0123456789"))
 	keys = make([]string, numKeys)
 	reqKeys = make([]string, numKeys)
 	for i := range keys {
-		keys[i] = h.Hash("bench", fmt.Appendf(nil, "198.51.%d.%d/%d", i>>8&255, i&255, i))
+		mac.Reset()
+		fmt.Fprintf(mac, "bench\x00198.51.%d.%d/%d", i>>8&255, i&255, i)
+		keys[i] = base64.RawURLEncoding.EncodeToString(mac.Sum(nil)[:16])
 		reqKeys[i] = strings.Clone(keys[i])
 	}
 	return keys, reqKeys
@@ -195,6 +198,17 @@ func policy(yaml string) (*edgelimit.Policy, error) {
 	return pf.Policies[0], nil
 }
 
+// tokenHeader carries a signed window token in the request header the
+// signed strategy reads (the contract's Request.Header).
+type tokenHeader string
+
+func (t tokenHeader) Get(name string) string {
+	if strings.EqualFold(name, signedwindow.HeaderToken) {
+		return string(t)
+	}
+	return ""
+}
+
 // benchSecret is the fixed secret of the signed strategy's key ring and of
 // the engine's key hash, so that runs are reproducible.
 var benchSecret = []byte("edgelimit-bench-secret-0123456789abcdef")
@@ -227,7 +241,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		// sliding-log keeps a bucket per admitted millisecond in one item,
 		// so its limit per item is bounded; the runs stay far below it.
 		limit := "1000000000000"
-		if alg == edgelimit.AlgorithmSlidingLog {
+		if alg == string(durablecounter.SlidingLog) {
 			limit = "20000"
 		}
 		p, err := policy(fmt.Sprintf("  - {name: bench, routes: [\"GET /\"], key: ip, strategy: durable, algorithm: %s, limit: %s, window: 1h}", alg, limit))
@@ -242,7 +256,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		}
 		add(microLimiter{
 			name: name, group: "edgelimit",
-			setup: "durablecounter.Counter on a MemoryStore, limit " + map[bool]string{true: "20,000", false: "10^12"}[alg == edgelimit.AlgorithmSlidingLog] + " per hour, time.Now",
+			setup: "durablecounter.Counter on a durablecounter.Memory, limit " + map[bool]string{true: "20,000", false: "10^12"}[alg == string(durablecounter.SlidingLog)] + " per hour, time.Now",
 			allow: func(ctx context.Context, i int) bool {
 				d, err := c.Allow(ctx, edgelimit.Request{Key: reqKeys[i]})
 				return err == nil && d.Allowed
@@ -292,14 +306,14 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		if err != nil {
 			add(microLimiter{name: name, group: "edgelimit", unavailable: err.Error()})
 		} else {
-			tokens := make([]tokenHeader, numKeys)
+			tokens := make([]string, numKeys)
 			add(microLimiter{
 				name: name, group: "edgelimit",
 				setup: "signedwindow.Limiter, HS256 tokens, replay cache of 400,000 chains; each client presents the token of its previous response",
 				allow: func(ctx context.Context, i int) bool {
-					d, _ := l.Allow(ctx, edgelimit.Request{Key: reqKeys[i], Header: &tokens[i]})
-					if d.Field.Name == signedwindow.HeaderToken {
-						tokens[i].token = d.Field.Value
+					d, _ := l.Allow(ctx, edgelimit.Request{Key: reqKeys[i], Header: tokenHeader(tokens[i])})
+					if d.Response != nil {
+						tokens[i] = d.Response.Field.Value
 					}
 					return d.Allowed
 				},
@@ -423,20 +437,6 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		})
 	}
 	return out, nil
-}
-
-// tokenHeader is one client's request headers for the signed row: the
-// window token of its previous response and nothing else. Held by pointer,
-// so handing it to the limiter as an edgelimit.HeaderGetter allocates
-// nothing.
-type tokenHeader struct{ token string }
-
-// Get returns the token for signedwindow.HeaderToken.
-func (h *tokenHeader) Get(name string) string {
-	if strings.EqualFold(name, signedwindow.HeaderToken) {
-		return h.token
-	}
-	return ""
 }
 
 // lambdaEvents returns an API Gateway v2 event of GET /search from each of

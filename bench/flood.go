@@ -24,6 +24,7 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/edgelimit/edgelimit/client"
+	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 )
 
@@ -306,7 +307,7 @@ func available(spec phaseSpec) string {
 	if err != nil {
 		return err.Error()
 	}
-	if _, err := memoryCounters()(p); err != nil {
+	if _, err := durablecounter.New(durablecounter.Config{Policy: p, Store: durablecounter.NewMemory(durablecounter.MemoryConfig{})}); err != nil {
 		return err.Error()
 	}
 	return ""

@@ -24,11 +24,16 @@ import (
 	"github.com/edgelimit/edgelimit/internal/apigwlocal"
 	"github.com/edgelimit/edgelimit/middleware"
 	"github.com/edgelimit/edgelimit/setup"
+	"github.com/edgelimit/edgelimit/setup/dynamodb"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/kv"
+	"github.com/edgelimit/edgelimit/setup/memory"
+	"github.com/edgelimit/edgelimit/setup/signed"
 )
 
 // floodServerCmd is the hidden subcommand the flood part starts as its
 // server process: the search handler behind the same wiring as `edgelimit
-// serve` (setup.Factory, edgelimit.New, middleware.HTTPAPI, apigwlocal),
+// serve` (setup.Limiters, edgelimit.New, middleware.HTTPAPI, apigwlocal),
 // with its DynamoDB calls counted per request, and an admin listener for
 // the counts and the process's CPU time.
 const floodServerCmd = "flood-server"
@@ -148,19 +153,22 @@ func serveFlood(policies, endpoint, table string, records int) error {
 		if err != nil {
 			return err
 		}
-		cfg := setup.Config{Logger: quiet}
+		backends := []setup.Backend{memory.Durable(), memory.KV()}
 		if endpoint != "" {
 			client, tally, err := countingClient(ctx, endpoint)
 			if err != nil {
 				return err
 			}
 			all = tally
-			cfg.DynamoDB, cfg.Table = client, table
+			cfg := dynamodb.Config{Client: client, Table: table}
+			backends = []setup.Backend{durable.Backend(cfg), kv.Backend(cfg)}
 		}
-		if cfg.Keys, err = benchKeyRing(); err != nil {
+		keys, err := benchKeyRing()
+		if err != nil {
 			return err
 		}
-		factory, err := setup.Factory(cfg)
+		backends = append(backends, signed.WithKeys(keys))
+		factory, err := setup.Limiters(pf, backends, setup.BackendEnv{Logger: quiet})
 		if err != nil {
 			return err
 		}

@@ -100,6 +100,17 @@ func partCommand(o options, part string) string {
 		if !o.quick && o.mwCount != mwDefaultCount {
 			c += fmt.Sprintf(" -mw-count %d", o.mwCount)
 		}
+	case "kv":
+		if o.kvOld != "" {
+			c += " -kv-old " + o.kvOld
+		}
+		if o.kvOldCommit != "" {
+			c += " -kv-old-commit " + o.kvOldCommit
+		}
+		if o.kvDuration != 30*time.Second && !o.quick {
+			c += " -kv-duration " + o.kvDuration.String()
+		}
+		return "go run ./internal/tools/testservers -only dynalite -- " + c + " " + part
 	}
 	return c + " " + part
 }

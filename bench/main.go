@@ -15,11 +15,15 @@
 //	protocol    against dynalite: one conditional write vs read-then-write
 //	flood       the flood experiment: a CPU-bound search behind the Lambda
 //	            middleware, one flooding client and one legitimate client
+//	kv          issue #14: separate `edgelimit serve` processes sharing one
+//	            table and one key, the code before the issue (-kv-old) and
+//	            the working tree's side by side; two regions with a
+//	            replicator between two dynalite servers
 //	report      BENCHMARKS.md and the PNG plots from the JSON results
 //	report-middleware
 //	            the middleware section of BENCHMARKS.md again from
 //	            middleware.json, the rest of the file left as it is
-//	all         the five above, in order
+//	all         the measuring parts above, in order
 //
 // It is its own Go module (bench/go.mod) so that the main module never
 // depends on the alternatives it is compared with.
@@ -54,11 +58,19 @@ type options struct {
 	phase    time.Duration // length of one flood phase
 	step     time.Duration // length of one step of the offered-load sweep
 	cmdline  string        // how the program was invoked, for the report
+	// The kv part: the binaries compared, the commit the old one was built
+	// from (for the report) and the length of each steady run.
+	kvOld, kvNew, kvOldCommit string
+	kvDuration                time.Duration
+	kvOnly                    string // comma-separated scenario ids; empty: all
 }
 
 func main() {
 	if len(os.Args) >= 2 && os.Args[1] == floodServerCmd {
 		os.Exit(runFloodServer(os.Args[2:]))
+	}
+	if len(os.Args) >= 2 && os.Args[1] == kvServerCmd {
+		os.Exit(runKVServer(os.Args[2:]))
 	}
 	os.Exit(run(os.Args[1:]))
 }
@@ -77,8 +89,13 @@ func run(args []string) int {
 	fs.IntVar(&o.mwCount, "mw-count", mwDefaultCount, "runs of each cell of the middleware part; the median is reported")
 	fs.DurationVar(&o.phase, "phase", 8*time.Second, "length of each flood phase")
 	fs.DurationVar(&o.step, "step", 2*time.Second, "length of each step of the offered-load sweep")
+	fs.StringVar(&o.kvOld, "kv-old", "", "kv: the edgelimit binary before issue #14 (mk/bench.mk builds it); empty: the new code only")
+	fs.StringVar(&o.kvNew, "kv-new", "", "kv: the edgelimit binary to measure (default: built from ROOT)")
+	fs.StringVar(&o.kvOldCommit, "kv-old-commit", "", "kv: the commit -kv-old was built from, for the report")
+	fs.DurationVar(&o.kvDuration, "kv-duration", 30*time.Second, "kv: length of each steady run")
+	fs.StringVar(&o.kvOnly, "kv-only", "", "kv: run only these scenarios (comma-separated ids), for development")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: edgelimit-bench [flags] all|decisions|middleware|protocol|flood|report|report-middleware\n\nFlags:")
+		fmt.Fprintln(os.Stderr, "usage: edgelimit-bench [flags] all|decisions|middleware|protocol|flood|kv|report|report-middleware\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -99,6 +116,7 @@ func run(args []string) int {
 	}
 	if o.quick {
 		o.benchT, o.count, o.mwCount, o.phase, o.step = 100*time.Millisecond, 1, 1, 3*time.Second, time.Second
+		o.kvDuration = 8 * time.Second
 	}
 	o.cmdline = "edgelimit-bench " + strings.Join(args, " ")
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
@@ -111,7 +129,7 @@ func run(args []string) int {
 
 	var err error
 	switch cmd := fs.Arg(0); cmd {
-	case "decisions", "protocol", "flood":
+	case "decisions", "protocol", "flood", "kv":
 		err = runPart(ctx, o, cmd, parts[cmd])
 	case "middleware":
 		if err = runPart(ctx, o, cmd, parts[cmd]); err == nil {
@@ -143,7 +161,7 @@ func run(args []string) int {
 }
 
 // partNames are the measuring subcommands, in the order `all` runs them.
-var partNames = []string{"decisions", "middleware", "protocol", "flood"}
+var partNames = []string{"decisions", "middleware", "protocol", "flood", "kv"}
 
 // parts are the measuring subcommands.
 var parts = map[string]partFunc{
@@ -151,6 +169,7 @@ var parts = map[string]partFunc{
 	"middleware": runMiddleware,
 	"protocol":   runProtocol,
 	"flood":      runFlood,
+	"kv":         runKV,
 }
 
 // logf reports progress on stderr.

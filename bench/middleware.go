@@ -380,14 +380,14 @@ type countingKV struct {
 	n atomic.Int64
 }
 
-func (c *countingKV) Get(ctx context.Context, key string, cons kvbucket.Consistency) (kvbucket.State, bool, error) {
+func (c *countingKV) Get(ctx context.Context, key string, cons kvbucket.Consistency) (kvbucket.Tally, error) {
 	c.n.Add(1)
 	return c.KV.Get(ctx, key, cons)
 }
 
-func (c *countingKV) Put(ctx context.Context, key string, s kvbucket.State, ttl time.Duration) error {
+func (c *countingKV) Update(ctx context.Context, key string, u kvbucket.Update) (kvbucket.Tally, error) {
 	c.n.Add(1)
-	return c.KV.Put(ctx, key, s, ttl)
+	return c.KV.Update(ctx, key, u)
 }
 
 // mwSpecs are the rows of the comparison, edgelimit's first.
@@ -395,7 +395,7 @@ func mwSpecs() []mwSpec {
 	return []mwSpec{
 		{
 			id: "edgelimit-fixed-window", name: "edgelimit fixed-window (durable, memory store), middleware.Handler", group: "edgelimit", adapter: "net/http",
-			setup: "policy `key: header:X-Api-Key, strategy: durable` (fixed-window) on `GET /v1/items`; durablecounter on a MemoryStore (64 shards); engine with HMAC key hashing; RateLimit headers and the legacy X-RateLimit-* (the default); the deny cache on (the default); `store_timeout: 30s` (so that a busy machine never turns a decision into on_store_error's)",
+			setup: "policy `key: header:X-Api-Key, strategy: durable` (fixed-window) on `GET /v1/items`; durablecounter on a durablecounter.Memory (64 shards, the default); engine with HMAC key hashing; RateLimit headers and the legacy X-RateLimit-* (the default); the deny cache on (the default); `store_timeout: 30s` (so that a busy machine never turns a decision into on_store_error's)",
 			build: func(limit int64, _ int) (*mwTarget, error) {
 				pf, err := parsePolicies(mwPolicy("durable", limit, ""))
 				if err != nil {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 	"unsafe"
-
-	"github.com/edgelimit/edgelimit"
 )
 
 // TestMiddlewareRowsMeasureWhatTheySay builds every row of the middleware
@@ -109,8 +107,12 @@ func TestSummarizeMedianAndNet(t *testing.T) {
 func TestMWWindowText(t *testing.T) {
 	// The peers are configured with mwWindow, edgelimit's policies with
 	// mwWindowText: one quota only if they agree.
-	if d, err := edgelimit.ParseDuration(mwWindowText); err != nil || d != mwWindow {
-		t.Fatalf("ParseDuration(%q) = %v, %v; want %v", mwWindowText, d, err, mwWindow)
+	pf, err := parsePolicies(mwPolicy("durable", 1, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := pf.Policies[0].Window; d != mwWindow {
+		t.Fatalf("window %q parses to %v; want %v", mwWindowText, d, mwWindow)
 	}
 	if got := windowText(mwWindow); got != "30 days" {
 		t.Errorf("windowText(%v) = %q", mwWindow, got)

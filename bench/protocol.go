@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 )
 
@@ -137,7 +138,7 @@ type protoServer struct {
 	name   string
 	client *dynamodb.Client
 	table  string
-	store  *durablecounter.DynamoStore
+	store  *dynamostore.Store
 	now    func() time.Time
 }
 
@@ -154,7 +155,7 @@ func newProtoServer(ctx context.Context, name, endpoint string, now func() time.
 	if err := ddb.CreateTable(ctx, client, table); err != nil {
 		return nil, err
 	}
-	store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+	store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 	if err != nil {
 		return nil, err
 	}
@@ -185,11 +186,11 @@ func (s *protoServer) oneWrite(alg string, denyCache bool) func(string, int64) (
 // limit at once (Counter.AllowBatch: TransactWriteItems where the server
 // has it), as the engine does for a route guarded by two durable policies.
 func (s *protoServer) batch(ns string, limit int64) (protoDecider, func() int64, error) {
-	a, err := s.counter(ns+"a", edgelimit.AlgorithmFixedWindow, limit, false)
+	a, err := s.counter(ns+"a", string(durablecounter.FixedWindow), limit, false)
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := s.counter(ns+"b", edgelimit.AlgorithmFixedWindow, limit, false)
+	b, err := s.counter(ns+"b", string(durablecounter.FixedWindow), limit, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -244,17 +245,17 @@ func runProtocol(ctx context.Context, o options) (any, error) {
 			logf("protocol: %s %s unavailable: %v", id, alg, err)
 			continue
 		}
-		protos = append(protos, protocol{id, "edgelimit: one conditional write (" + alg + ")", alg, dl.oneWrite(alg, false), alg != edgelimit.AlgorithmFixedWindow})
+		protos = append(protos, protocol{id, "edgelimit: one conditional write (" + alg + ")", alg, dl.oneWrite(alg, false), alg != string(durablecounter.FixedWindow)})
 	}
-	for _, alg := range []string{edgelimit.AlgorithmFixedWindow, edgelimit.AlgorithmGCRA} {
+	for _, alg := range []string{string(durablecounter.FixedWindow), string(durablecounter.GCRA)} {
 		if _, err := dl.counter("probe", alg, 1, true); err == nil {
 			protos = append(protos, protocol{"one-write+deny-cache", "edgelimit: one conditional write + deny cache (" + alg + ")", alg, dl.oneWrite(alg, true), true})
 		}
 	}
 	protos = append(protos,
-		protocol{"rtw-retry", fmt.Sprintf("baseline: read, then conditional write, ≤%d retries", baselineRetries), edgelimit.AlgorithmFixedWindow, dl.readThenWrite(true, baselineRetries), false},
-		protocol{"rtw-once", "baseline: read, then conditional write, no retry", edgelimit.AlgorithmFixedWindow, dl.readThenWrite(true, 0), false},
-		protocol{"rtw-blind", "baseline: read, then unconditional write", edgelimit.AlgorithmFixedWindow, dl.readThenWrite(false, 0), false},
+		protocol{"rtw-retry", fmt.Sprintf("baseline: read, then conditional write, ≤%d retries", baselineRetries), string(durablecounter.FixedWindow), dl.readThenWrite(true, baselineRetries), false},
+		protocol{"rtw-once", "baseline: read, then conditional write, no retry", string(durablecounter.FixedWindow), dl.readThenWrite(true, 0), false},
+		protocol{"rtw-blind", "baseline: read, then unconditional write", string(durablecounter.FixedWindow), dl.readThenWrite(false, 0), false},
 	)
 	n := 0
 	budget := time.Now().Add(dynaliteBudget)
@@ -289,8 +290,8 @@ func runProtocol(ctx context.Context, o options) (any, error) {
 			}
 		}
 		mprotos = append(mprotos,
-			protocol{"batch", "edgelimit: two fixed-window policies on one route (AllowBatch)", edgelimit.AlgorithmFixedWindow, mt.batch, false},
-			protocol{"rtw-once", "baseline: read, then conditional write, no retry", edgelimit.AlgorithmFixedWindow, mt.readThenWrite(true, 0), false})
+			protocol{"batch", "edgelimit: two fixed-window policies on one route (AllowBatch)", string(durablecounter.FixedWindow), mt.batch, false},
+			protocol{"rtw-once", "baseline: read, then conditional write, no retry", string(durablecounter.FixedWindow), mt.readThenWrite(true, 0), false})
 		budget := time.Now().Add(motoBudget)
 		for _, p := range mprotos {
 			for _, sc := range motoScenarios {

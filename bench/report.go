@@ -19,6 +19,7 @@ type loaded struct {
 	middleware *MiddlewareData
 	protocol   *ProtocolData
 	flood      *FloodData
+	kv         *KVData
 }
 
 func load(dir string) (*loaded, error) {
@@ -50,6 +51,9 @@ func load(dir string) (*loaded, error) {
 		case "flood":
 			l.flood = &FloodData{}
 			target = l.flood
+		case "kv":
+			l.kv = &KVData{}
+			target = l.kv
 		}
 		if err := json.Unmarshal(env.Data, target); err != nil {
 			return nil, fmt.Errorf("%s.json data: %w", part, err)
@@ -155,6 +159,9 @@ func renderMarkdown(l *loaded, plots map[string]string) string {
 		renderFlood(&w, l, plots)
 	}
 	renderCost(&w, l)
+	if l.kv != nil {
+		renderKV(&w, l)
+	}
 	renderLimits(&w, l)
 	return w.String()
 }
@@ -541,7 +548,7 @@ func renderFlood(w *mdWriter, l *loaded, plots map[string]string) {
 	w.p("")
 	w.p("- The server is a separate process running the `search` example function (`functions/handlers.NewSearch`: an unindexed,")
 	w.p("  case-folding substring scan of an in-memory product table, %s of text; one search for %q costs **%.1f ms of CPU**,", bytesStr(f.CorpusBytes), f.Query, f.SearchCPUms)
-	w.p("  measured in the server at start-up) behind exactly the wiring of `edgelimit serve`: `setup.Factory` → `edgelimit.New` →")
+	w.p("  measured in the server at start-up) behind exactly the wiring of `edgelimit serve`: `setup.Limiters` → `edgelimit.New` →")
 	w.p("  `middleware.HTTPAPI` → the local API Gateway v2 emulation (`internal/apigwlocal`) on `net/http`. Durable and kv state")
 	w.p("  is in dynalite, as it would be in DynamoDB; signed needs no store.")
 	w.p("- **The 2 cores are shared, and split on purpose**: the server runs with GOMAXPROCS=%d, the load generator (both clients,", f.ServerProcs)

@@ -23,11 +23,14 @@ func parsePolicies(yaml string) (*edgelimit.PolicyFile, error) {
 	return edgelimit.ParsePolicies("bench.yaml", []byte(yaml))
 }
 
+// limiterFactory builds one policy's limiter (edgelimit.Config.Limiters).
+type limiterFactory = func(p *edgelimit.Policy) (edgelimit.Limiter, error)
+
 // memoryCounters returns a factory of durable counters sharing one fresh
-// MemoryStore with its defaults (64 shards), as `edgelimit serve` keeps
+// durablecounter.Memory with its defaults (64 shards), as `edgelimit serve` keeps
 // them in one process.
-func memoryCounters() edgelimit.Factory {
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+func memoryCounters() limiterFactory {
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
 		return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
 	}
@@ -36,7 +39,7 @@ func memoryCounters() edgelimit.Factory {
 // memoryBuckets returns a factory of kv buckets on kv, each keeping up to
 // cacheKeys keys in its process cache (or, with noCache, reading and
 // writing kv on every decision).
-func memoryBuckets(kv kvbucket.KV, cacheKeys int, noCache bool) edgelimit.Factory {
+func memoryBuckets(kv kvbucket.KV, cacheKeys int, noCache bool) limiterFactory {
 	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
 		return kvbucket.New(kvbucket.Config{Policy: p, KV: kv, CacheSize: cacheKeys, NoCache: noCache})
 	}
@@ -50,7 +53,7 @@ func memoryKV(maxKeys int) kvbucket.KV {
 // newEngine builds the engine every adapter wraps: the bench's fixed hash
 // secret (so runs are reproducible) and a logger that discards, so that
 // nothing measured writes a log line.
-func newEngine(pf *edgelimit.PolicyFile, limiters edgelimit.Factory) (*edgelimit.Engine, error) {
+func newEngine(pf *edgelimit.PolicyFile, limiters limiterFactory) (*edgelimit.Engine, error) {
 	return edgelimit.New(edgelimit.Config{
 		Policies:   pf,
 		Limiters:   limiters,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
@@ -108,10 +109,10 @@ func newServer(t *testing.T) *server {
 		HashSecret: []byte("client-test-hash-secret-0123456789ab"),
 		Now:        s.clock.Now,
 		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
-			if p.Strategy == edgelimit.StrategySigned {
+			if p.Strategy == signedwindow.Strategy {
 				return signed(p)
 			}
-			return edgelimit.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
+			return limitertest.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
 				return edgelimit.Decision{Allowed: s.gateOpen.Load(), Limit: 100, Window: time.Minute, Remaining: 50, RetryAfter: 2 * time.Second}, nil
 			}), nil
 		},
@@ -121,7 +122,7 @@ func newServer(t *testing.T) *server {
 	}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ip, _, _ := net.SplitHostPort(r.RemoteAddr)
-		v := e.Decide(r.Context(), &edgelimit.Input{Method: r.Method, Path: r.URL.EscapedPath(), SourceIP: ip, Header: edgelimit.HTTPHeaders(r.Header)})
+		v := e.Decide(r.Context(), &edgelimit.Input{Method: r.Method, Path: r.URL.EscapedPath(), SourceIP: ip, Header: r.Header})
 		for _, f := range v.Header() {
 			w.Header().Add(f.Name, f.Value)
 		}

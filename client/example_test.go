@@ -35,7 +35,7 @@ policies:
 	})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ip, _, _ := net.SplitHostPort(r.RemoteAddr)
-		v := engine.Decide(r.Context(), &edgelimit.Input{Method: r.Method, Path: r.URL.Path, SourceIP: ip, Header: edgelimit.HTTPHeaders(r.Header)})
+		v := engine.Decide(r.Context(), &edgelimit.Input{Method: r.Method, Path: r.URL.Path, SourceIP: ip, Header: r.Header})
 		for _, f := range v.Header() {
 			w.Header().Add(f.Name, f.Value)
 		}

@@ -76,8 +76,8 @@ func measureAccuracy(tb testing.TB, alg string, trace []arrival, clients int, li
 	tb.Helper()
 	clock := limitertest.NewClock(limitertest.T0)
 	c, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "acc", Algorithm: alg, Limit: limit, Window: window},
-		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Policy: &edgelimit.Policy{Name: "acc", Limit: limit, Window: window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}},
+		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    clock.Now,
 	})
 	if err != nil {
@@ -139,13 +139,13 @@ func TestAccuracy(t *testing.T) {
 		share float64
 	}{{"every client bursty", 1}, {"2% of clients bursty", 0.02}, {"0.1% of clients bursty", 0.001}} {
 		trace := bursty(clients, 10*time.Minute, limit, window, 1, tr.share)
-		for _, alg := range []string{edgelimit.AlgorithmSlidingLog, edgelimit.AlgorithmSlidingWindow} {
+		for _, alg := range []string{string(durablecounter.SlidingLog), string(durablecounter.SlidingWindow)} {
 			acc := measureAccuracy(t, alg, trace, clients, limit, window)
 			t.Logf("%s, %-14s %s", tr.name, alg, acc)
-			if alg == edgelimit.AlgorithmSlidingLog && acc.wrongAllowed+acc.wrongDenied != 0 {
+			if alg == string(durablecounter.SlidingLog) && acc.wrongAllowed+acc.wrongDenied != 0 {
 				t.Errorf("sliding-log differs from the exact window: %s", acc)
 			}
-			if alg == edgelimit.AlgorithmSlidingWindow && acc.peak > 2 {
+			if alg == string(durablecounter.SlidingWindow) && acc.peak > 2 {
 				t.Errorf("sliding-window admitted more than twice the limit in a rolling window: %s", acc)
 			}
 		}
@@ -171,7 +171,7 @@ func BenchmarkAccuracy(b *testing.B) {
 		share float64
 	}{{"bursty", 1}, {"calm-2pct", 0.02}, {"calm-0.1pct", 0.001}} {
 		trace := bursty(clients, time.Hour, limit, window, 1, tr.share)
-		for _, alg := range []string{edgelimit.AlgorithmSlidingWindow, edgelimit.AlgorithmSlidingLog, edgelimit.AlgorithmFixedWindow, edgelimit.AlgorithmGCRA} {
+		for _, alg := range []string{string(durablecounter.SlidingWindow), string(durablecounter.SlidingLog), string(durablecounter.FixedWindow), string(durablecounter.GCRA)} {
 			b.Run(tr.name+"/"+alg, func(b *testing.B) {
 				var acc accuracy
 				for b.Loop() {

@@ -3,6 +3,7 @@ package durablecounter_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,12 +13,13 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/internal/keyhash"
 )
 
 // benchKeys are 100,000 distinct keys hashed the way the engine hashes
 // them, so the benchmarks measure a realistic spread, not one hot key.
 var benchKeys = func() []string {
-	h, err := edgelimit.NewKeyHasher([]byte("benchmark-secret-benchmark-secret"))
+	h, err := keyhash.New([]byte("benchmark-secret-benchmark-secret"))
 	if err != nil {
 		panic(err)
 	}
@@ -33,12 +35,12 @@ var benchKeys = func() []string {
 // is bounded, gets its largest; gcra one unit a second with a burst of a
 // billion, so that its TAT stays ahead of the clock and its items live).
 func benchPolicy(name, alg string, window time.Duration) *edgelimit.Policy {
-	p := &edgelimit.Policy{Name: name, Algorithm: alg, Limit: 1 << 50, Window: window}
+	p := &edgelimit.Policy{Name: name, Limit: 1 << 50, Window: window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}}
 	switch alg {
-	case edgelimit.AlgorithmSlidingLog:
+	case string(durablecounter.SlidingLog):
 		p.Limit = durablecounter.MaxSlidingLogLimit
-	case edgelimit.AlgorithmGCRA:
-		p.Limit, p.Window, p.Burst = 3600, time.Hour, 1e9
+	case string(durablecounter.GCRA):
+		p.Limit, p.Window, opts(p).Burst = 3600, time.Hour, 1e9
 	}
 	return p
 }
@@ -75,13 +77,13 @@ func BenchmarkAllowMemory(b *testing.B) {
 				now, window := func() time.Time { return time.Unix(1_700_000_000, 0) }, time.Hour
 				if clock == "time.Now" {
 					now = time.Now
-					if alg == edgelimit.AlgorithmSlidingLog {
+					if alg == string(durablecounter.SlidingLog) {
 						window = time.Second
 					}
 				}
 				c, err := durablecounter.New(durablecounter.Config{
 					Policy: benchPolicy("bench", alg, window),
-					Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+					Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 					Now:    now,
 				})
 				if err != nil {
@@ -102,14 +104,57 @@ func BenchmarkAllowMemory(b *testing.B) {
 	}
 }
 
+// BenchmarkAllowMemoryRandom is BenchmarkAllowMemory's fixed clock with
+// the keys in a random order. BenchmarkAllowMemory walks them in the order
+// they were created, which is the order a store that allocated an entry
+// per key laid its entries out in memory: the hardware prefetcher then
+// hides the pointer chase that real traffic, in no particular order, pays
+// (issue #16: the Memory store's map held *memEntry; it holds values now).
+//
+//	go test -run '^$' -bench 'BenchmarkAllowMemoryRandom' -benchmem ./durablecounter/
+func BenchmarkAllowMemoryRandom(b *testing.B) {
+	for _, alg := range allAlgorithms {
+		b.Run(alg, func(b *testing.B) {
+			c, err := durablecounter.New(durablecounter.Config{
+				Policy: benchPolicy("bench", alg, time.Hour),
+				Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
+				Now:    func() time.Time { return time.Unix(1_700_000_000, 0) },
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			for _, k := range benchKeys {
+				if _, err := c.Allow(ctx, edgelimit.Request{Key: k}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			order := rand.New(rand.NewPCG(1, 2)).Perm(len(benchKeys))
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(worker.Add(1)) * 7919
+				for pb.Next() {
+					i = (i + 1) % len(order)
+					if _, err := c.Allow(ctx, edgelimit.Request{Key: benchKeys[order[i]]}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
 // BenchmarkAllowMemoryShards measures the fixed window on memory stores of
 // 1 to 256 independently locked shards (MemoryConfig.Shards).
 func BenchmarkAllowMemoryShards(b *testing.B) {
 	for _, shards := range []int{1, 16, 64, 256} {
 		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: benchPolicy("bench", edgelimit.AlgorithmFixedWindow, time.Hour),
-				Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{Shards: shards}),
+				Policy: benchPolicy("bench", string(durablecounter.FixedWindow), time.Hour),
+				Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{Shards: shards}),
 				Now:    func() time.Time { return time.Unix(1_700_000_000, 0) },
 			})
 			if err != nil {
@@ -130,8 +175,8 @@ func BenchmarkDenyCache(b *testing.B) {
 	for _, alg := range allAlgorithms {
 		b.Run(alg, func(b *testing.B) {
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "deny", Algorithm: alg, Limit: 1, Window: time.Hour, DenyCache: true},
-				Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+				Policy: &edgelimit.Policy{Name: "deny", Limit: 1, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: true}},
+				Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 				Now:    func() time.Time { return time.Unix(1_700_000_000, 0) },
 				// room for every key
 				DenyCacheSize: 2 * len(benchKeys),
@@ -160,7 +205,7 @@ func BenchmarkDenyCache(b *testing.B) {
 
 // BenchmarkAllowBatchMemory measures AllowBatch of two policies.
 func BenchmarkAllowBatchMemory(b *testing.B) {
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	now := func() time.Time { return time.Unix(1_700_000_000, 0) }
 	mk := func(name string) *durablecounter.Counter {
 		c, err := durablecounter.New(durablecounter.Config{
@@ -214,4 +259,33 @@ func BenchmarkBaselineRateMap(b *testing.B) {
 			mu.Unlock()
 		}
 	})
+}
+
+// BenchmarkPeekMemory measures Peek on the memory store over 100,000 keys
+// (1,000 of which have spent a unit): a read under the shard's lock and the
+// decision, nothing spent.
+//
+//	go test -run '^$' -bench 'BenchmarkPeekMemory' -benchmem ./durablecounter/
+func BenchmarkPeekMemory(b *testing.B) {
+	for _, alg := range []string{string(durablecounter.FixedWindow), string(durablecounter.SlidingWindow), string(durablecounter.SlidingLog), string(durablecounter.GCRA)} {
+		b.Run(alg, func(b *testing.B) {
+			now := time.Unix(1_700_000_000, 0)
+			c, err := durablecounter.New(durablecounter.Config{
+				Policy: benchPolicy("peek", alg, time.Hour), Store: durablecounter.NewMemory(durablecounter.MemoryConfig{}),
+				Now: func() time.Time { return now },
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, k := range benchKeys[:1000] {
+				if _, err := c.Allow(context.Background(), edgelimit.Request{Key: k}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runParallel(b, func(key string) error {
+				_, err := c.Peek(context.Background(), edgelimit.Request{Key: key})
+				return err
+			})
+		})
+	}
 }

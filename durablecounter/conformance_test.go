@@ -2,29 +2,30 @@ package durablecounter_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
 
 // allAlgorithms are the algorithms of strategy durable.
 var allAlgorithms = []string{
-	edgelimit.AlgorithmFixedWindow,
-	edgelimit.AlgorithmSlidingWindow,
-	edgelimit.AlgorithmSlidingLog,
-	edgelimit.AlgorithmGCRA,
+	string(durablecounter.FixedWindow),
+	string(durablecounter.SlidingWindow),
+	string(durablecounter.SlidingLog),
+	string(durablecounter.GCRA),
 }
 
 func capabilities(alg string) limitertest.Options {
-	return limitertest.Options{Algorithm: alg, Batch: true, Refund: true, Concurrency: true}
+	return limitertest.Options{Algorithm: alg, Batch: true, Refund: true, Peek: true, Concurrency: true}
 }
 
 func counters(store durablecounter.Store) limitertest.NewLimiter {
-	return func(p *edgelimit.Policy, now func() time.Time) (edgelimit.Limiter, error) {
-		return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: now})
+	return func(s limitertest.Spec) (edgelimit.Limiter, error) {
+		return durablecounter.New(durablecounter.Config{Policy: s.Policy, Store: store, Now: s.Now,
+			Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(s.Algorithm), Burst: s.Burst, DenyCache: s.DenyCache}})
 	}
 }
 
@@ -54,7 +55,7 @@ func TestConformanceMemory(t *testing.T) {
 			name := map[bool]string{false: "NoDenyCache", true: "DenyCache"}[deny]
 			t.Run(name, func(t *testing.T) {
 				limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
-					return counters(durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}))
+					return counters(durablecounter.NewMemory(durablecounter.MemoryConfig{}))
 				}, opts)
 			})
 		}
@@ -67,7 +68,7 @@ func TestConformanceMemoryOneShard(t *testing.T) {
 	t.Parallel()
 	forEachAlgorithm(t, func(t *testing.T, alg string) {
 		limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
-			return counters(durablecounter.NewMemoryStore(durablecounter.MemoryConfig{Shards: 1}))
+			return counters(durablecounter.NewMemory(durablecounter.MemoryConfig{Shards: 1}))
 		}, capabilities(alg))
 	})
 }
@@ -95,7 +96,7 @@ func TestConformanceDynamo(t *testing.T) {
 				opts.DenyCache, opts.Quick = true, true
 			}
 			limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
-				return counters(dynamoStore(t, s, durablecounter.TransactionsAuto))
+				return counters(dynamoStore(t, s, dynamostore.TransactionsAuto))
 			}, opts)
 		})
 	})
@@ -114,24 +115,24 @@ func TestSequentialBatchDynamo(t *testing.T) {
 		// The fallback is the same protocol for every algorithm (their
 		// updates and refunds); dynalite runs it for all four, concurrent
 		// batches included. Here: the two whose refunds differ most.
-		for _, alg := range []string{edgelimit.AlgorithmFixedWindow, edgelimit.AlgorithmSlidingLog} {
+		for _, alg := range []string{string(durablecounter.FixedWindow), string(durablecounter.SlidingLog)} {
 			t.Run(alg, func(t *testing.T) {
 				opts := capabilities(alg)
 				opts.Concurrency = false
 				limitertest.RunBatch(t, func(t *testing.T) limitertest.NewLimiter {
-					return counters(dynamoStore(t, s, durablecounter.TransactionsOff))
+					return counters(dynamoStore(t, s, dynamostore.TransactionsOff))
 				}, opts)
 			})
 		}
 	})
 }
 
-func dynamoStore(t *testing.T, s ddbtest.Server, mode durablecounter.TransactionMode) *durablecounter.DynamoStore {
+func dynamoStore(t *testing.T, s ddbtest.Server, mode dynamostore.TransactionMode) *dynamostore.Store {
 	t.Helper()
 	client, table, _ := ddbtest.Table(t, s)
-	store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table, Transactions: mode})
+	store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table, Transactions: mode})
 	if err != nil {
-		t.Fatalf("NewDynamoStore: %v", err)
+		t.Fatalf("dynamostore.New: %v", err)
 	}
 	return store
 }

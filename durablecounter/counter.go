@@ -1,12 +1,10 @@
 package durablecounter
 
 import (
-	"context"
 	"fmt"
-	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgelimit/edgelimit"
@@ -15,23 +13,49 @@ import (
 // Config configures a Counter.
 type Config struct {
 	// Policy is the policy the Counter enforces. Required. New reads its
-	// Name, Strategy (empty or durable), Algorithm (default fixed-window),
-	// Limit, Window, Burst (gcra; default Limit), Shards (default 1) and
-	// DenyCache once; later changes to it have no effect.
+	// Name, Strategy (nil or durable), Limit, Window and Options once;
+	// later changes to it have no effect.
 	Policy *edgelimit.Policy
-	// Store keeps the counts; default a MemoryStore shared by every Counter
+	// Options, if set, are the Counter's algorithm, burst, shards and deny
+	// cache; default the Policy's Options (what its file said), else the
+	// zero Options.
+	Options *Options
+	// Store keeps the counts; default a Memory store shared by every Counter
 	// in the process built without a Store (so they can be batched).
 	Store Store
-	// Now is the Counter's clock; default time.Now.
+	// Now is the Counter's clock. Without it the Counter decides at the
+	// Request's At (the engine reads the instant once for every policy of
+	// a request), or at time.Now() when At is zero.
 	Now func() time.Time
 	// DenyCacheSize bounds the Counter's deny cache (when the policy's
 	// DenyCache is on): entries, plus one per sliding-log bucket they hold;
-	// default 65,536.
+	// default DefaultDenyCacheSize.
 	DenyCacheSize int
 }
 
-// DefaultDenyCacheSize is Config.DenyCacheSize's default.
-const DefaultDenyCacheSize = 1 << 16
+// DefaultDenyCacheSize is Config.DenyCacheSize's default: 131,072, so that
+// 100,000 denied keys of a fixed window, sliding window or gcra policy fit
+// (the cache has 16 shards of 8,192; 100,000 keys put about 6,250 ± 80 in
+// each), where the 65,536 of before evicted a third of them. A full cache
+// holds about 29 MB of entries (measured: 16 maps of 8,192 entries of 112
+// bytes, with their slack) plus the keys it retains (24 bytes each for the
+// engine's hashed keys): about 32 MB per Counter at most, reached only when
+// that many distinct keys are denied within their retry windows; 100,000
+// entries hold 14 MB. A sliding log's entry weighs 1 plus its buckets (at
+// most 33), 16 bytes each, which the bound counts.
+const DefaultDenyCacheSize = 1 << 17
+
+// PeekFreshness is how long Peek answers "there is room" from what it last
+// read of an item instead of reading again (with the deny cache on). Peeks
+// only fill the headers of a request another policy denied, so the cost of
+// the staleness is a 429 that may show this policy with up to a second's
+// spending of other instances missing (and so, rarely, not name it as
+// violated); this instance's own spending always shows, and a denial it
+// shows is always real.
+const PeekFreshness = time.Second
+
+// peekCacheSize bounds what Peek remembers (entries, as DenyCacheSize).
+const peekCacheSize = 1 << 14
 
 // MaxShards is the most shards a policy can spread a key over.
 const MaxShards = 1000
@@ -44,13 +68,24 @@ const MaxShards = 1000
 type Counter struct {
 	name  string
 	limit int64
-	store Store
-	now   func() time.Time
+	// qLimit and qWindow are what decisions tell the client (Limit and
+	// Window): the limit and window, or for gcra with a burst other than
+	// the limit, the burst over the time the bucket takes to fill.
+	qLimit  int64
+	qWindow time.Duration
+	store   Store
+	// clock is Config.Now, or nil: then decisions are at Request.At.
+	clock func() time.Time
 	// algs has one algorithm per shard, each with its share of the limit
 	// (one for a policy that is not sharded).
 	algs []algorithm
 	// deny is the deny cache, or nil.
 	deny *stateCache
+	// peeks is what Peek last read of each item, for PeekFreshness: a flood
+	// that another policy denies peeks this one on every request, and
+	// without it each peek that finds room would cost a read.
+	peeks    *stateCache
+	peekUsed atomic.Bool // peeks holds (or held) something
 	// refresh lets one request per item refresh an expired deny-cache entry.
 	refresh flights
 	// cfg is what New was given, for Local.
@@ -61,15 +96,18 @@ var (
 	_ edgelimit.Limiter      = (*Counter)(nil)
 	_ edgelimit.BatchLimiter = (*Counter)(nil)
 	_ edgelimit.Refunder     = (*Counter)(nil)
-	_ edgelimit.Localizer    = (*Counter)(nil)
+	_ edgelimit.Peeker       = (*Counter)(nil)
+	_ interface {
+		Local() (edgelimit.Limiter, error)
+	} = (*Counter)(nil)
 )
 
 // algorithms maps a policy's algorithm to its constructor.
-var algorithms = map[string]func(p params) algorithm{
-	edgelimit.AlgorithmFixedWindow:   newFixedWindow,
-	edgelimit.AlgorithmSlidingWindow: newSlidingWindow,
-	edgelimit.AlgorithmSlidingLog:    newSlidingLog,
-	edgelimit.AlgorithmGCRA:          newGCRA,
+var algorithms = map[Algorithm]func(p params) algorithm{
+	FixedWindow:   newFixedWindow,
+	SlidingWindow: newSlidingWindow,
+	SlidingLog:    newSlidingLog,
+	GCRA:          newGCRA,
 }
 
 // params are the policy fields an algorithm uses, for one shard.
@@ -80,7 +118,7 @@ type params struct {
 	burst  int64
 }
 
-var defaultStore = sync.OnceValue(func() *MemoryStore { return NewMemoryStore(MemoryConfig{}) })
+var defaultStore = sync.OnceValue(func() *Memory { return NewMemory(MemoryConfig{}) })
 
 // share returns shard i's part of total split over n shards.
 func share(total int64, n, i int) int64 {
@@ -100,8 +138,12 @@ func New(cfg Config) (*Counter, error) {
 	if p.Name == "" || strings.ContainsRune(p.Name, '#') {
 		return nil, fmt.Errorf("%w: policy name %q must be non-empty and without '#'", ErrConfig, p.Name)
 	}
-	if p.Strategy != "" && p.Strategy != edgelimit.StrategyDurable {
-		return nil, fmt.Errorf("%w: policy %q: strategy %q is not %s", ErrConfig, p.Name, p.Strategy, edgelimit.StrategyDurable)
+	if p.Strategy != nil && p.Strategy != Strategy {
+		return nil, fmt.Errorf("%w: policy %q: strategy %q is not %s", ErrConfig, p.Name, p.Strategy.Name, Strategy.Name)
+	}
+	opts, err := options(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("%w: policy %q: limit %d is negative", ErrConfig, p.Name, p.Limit)
@@ -109,15 +151,15 @@ func New(cfg Config) (*Counter, error) {
 	if p.Window < time.Millisecond || p.Window%time.Millisecond != 0 {
 		return nil, fmt.Errorf("%w: policy %q: window %s must be a whole number of milliseconds, at least 1ms", ErrConfig, p.Name, p.Window)
 	}
-	alg := p.Algorithm
+	alg := opts.Algorithm
 	if alg == "" {
-		alg = edgelimit.AlgorithmFixedWindow
+		alg = FixedWindow
 	}
 	newAlg, ok := algorithms[alg]
 	if !ok {
 		return nil, fmt.Errorf("%w: policy %q: unknown algorithm %q", ErrUnsupportedAlgorithm, p.Name, alg)
 	}
-	shards := max(p.Shards, 1)
+	shards := max(opts.Shards, 1)
 	if p.Limit == 0 {
 		shards = 1 // everything is denied without a store call anyway
 	}
@@ -128,22 +170,28 @@ func New(cfg Config) (*Counter, error) {
 		return nil, fmt.Errorf("%w: policy %q: shards %d is more than the limit %d; each shard needs at least one unit", ErrConfig, p.Name, shards, p.Limit)
 	}
 	burst := p.Limit
-	if alg == edgelimit.AlgorithmGCRA && p.Burst != 0 {
-		burst = p.Burst
+	if alg == GCRA && opts.Burst != 0 {
+		burst = opts.Burst
 	}
-	if burst < 0 || alg == edgelimit.AlgorithmGCRA && p.Limit > 0 && burst < int64(shards) {
+	if burst < 0 || alg == GCRA && p.Limit > 0 && burst < int64(shards) {
 		return nil, fmt.Errorf("%w: policy %q: burst %d must be at least 1 per shard (%d)", ErrConfig, p.Name, burst, shards)
 	}
-	c := &Counter{name: p.Name, limit: p.Limit, store: cfg.Store, now: cfg.Now, cfg: cfg}
+	c := &Counter{name: p.Name, limit: p.Limit, qLimit: p.Limit, qWindow: p.Window, store: cfg.Store, clock: cfg.Now, cfg: cfg}
+	if alg == GCRA && p.Limit > 0 && burst != p.Limit {
+		// As the engine's RateLimit-Policy has always announced a bucket:
+		// 10/s with burst 20 is q=20, w=2s, so Remaining never exceeds q.
+		c.qLimit = burst
+		c.qWindow = time.Duration(float64(p.Window) * float64(burst) / float64(p.Limit))
+	}
 	for i := range shards {
 		sp := params{name: p.Name, limit: share(p.Limit, shards, i), window: p.Window, burst: share(burst, shards, i)}
 		switch alg {
-		case edgelimit.AlgorithmSlidingLog:
+		case SlidingLog:
 			if sp.limit > MaxSlidingLogLimit {
 				return nil, fmt.Errorf("%w: policy %q: sliding-log keeps one attribute per admitted millisecond in one item, so its limit is at most %d per shard; use shards: %d or more, or sliding-window",
 					ErrConfig, p.Name, MaxSlidingLogLimit, (p.Limit+MaxSlidingLogLimit-1)/MaxSlidingLogLimit)
 			}
-		case edgelimit.AlgorithmGCRA:
+		case GCRA:
 			if sp.limit > 0 {
 				T := (int64(p.Window) + sp.limit - 1) / sp.limit
 				if sp.burst > maxTolerance/T {
@@ -156,26 +204,24 @@ func New(cfg Config) (*Counter, error) {
 	if c.store == nil {
 		c.store = defaultStore()
 	}
-	if c.now == nil {
-		c.now = time.Now
-	}
-	if p.DenyCache {
+	if opts.DenyCache {
 		size := cfg.DenyCacheSize
 		if size <= 0 {
 			size = DefaultDenyCacheSize
 		}
 		c.deny = newStateCache(size)
+		c.peeks = newStateCache(peekCacheSize)
 	}
 	return c, nil
 }
 
 // Local returns the Counter's in-process twin: the same policy and clock on
-// a MemoryStore of its own. The engine uses it for a policy with
+// a Memory store of its own. The engine uses it for a policy with
 // on_store_error: local while the store fails, so that each instance still
 // holds the limit (at most the limit per instance, instead of everything).
 func (c *Counter) Local() (edgelimit.Limiter, error) {
 	cfg := c.cfg
-	cfg.Store = NewMemoryStore(MemoryConfig{})
+	cfg.Store = NewMemory(MemoryConfig{})
 	return New(cfg)
 }
 
@@ -192,319 +238,46 @@ func (c *Counter) op(shard int, key string, cost, t int64) op {
 	return op{alg: alg, id: alg.itemFor(key, c.shardID(shard), t), cost: cost, t: t}
 }
 
-// cached answers o from the deny cache when it proves a denial. held
-// reports an entry that does not prove it (the request may fit), expired
-// one whose time has passed.
-func (c *Counter) cached(o *op) (d edgelimit.Decision, denied, held, expired bool) {
-	if c.deny == nil {
-		return edgelimit.Decision{}, false, false, false
-	}
-	st, ok, expired := c.deny.lookup(o.id, o.t)
-	if !ok {
-		return edgelimit.Decision{}, false, false, expired
-	}
-	if o.alg.fits(st, o.t, o.cost) {
-		return edgelimit.Decision{}, false, true, false
-	}
-	return o.alg.decision(st, o.t, o.cost, false), true, true, false
-}
-
-// remember puts a state the store returned into the deny cache, a lower
-// bound of the stored state from then on: until a request of one unit
-// would fit it (a denial, or an admission that left nothing), else until
-// the denied request would fit, or (a batch member that fit, companion of
-// a denial) until the batch's denial expires.
-func (c *Counter) remember(o *op, r *result, until int64) {
-	if c.deny == nil || !r.known {
-		return
-	}
-	st := o.alg.compact(r.st, o.t)
+// instant returns when req is decided (Unix nanoseconds): by the Counter's
+// clock if it has one, else at req.At, the instant the engine read once
+// for every policy of the request, else now.
+func (c *Counter) instant(req edgelimit.Request) int64 {
 	switch {
-	case !o.alg.fits(st, o.t, 1):
-		until = o.t + int64(o.alg.decision(st, o.t, 1, false).RetryAfter)
-	case !r.ok:
-		until = o.t + int64(r.d.RetryAfter)
+	case c.clock != nil:
+		return c.clock().UnixNano()
+	case !req.At.IsZero():
+		return req.At.UnixNano()
 	}
-	c.deny.put(o.id, st, o.t, until)
+	return time.Now().UnixNano()
 }
 
-// Allow decides req: it spends req.Units() of the key's quota if they fit
-// and reports the quota left. A denial spends nothing. An error means the
-// store failed; the engine then applies the policy's on_store_error.
-func (c *Counter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
-	if req.Key == "" {
-		return edgelimit.Decision{}, ErrNoKey
-	}
-	t, cost := c.now().UnixNano(), req.Units()
-	var d edgelimit.Decision
+// later returns the instant of a decision at t that waited for another
+// request's store call: t moved on by the time that passed, unless req.At
+// fixed it.
+func (c *Counter) later(req edgelimit.Request, t int64) int64 {
 	switch {
-	case c.limit == 0: // denied without asking the store
-		d = c.algs[0].decision(state{}, t, cost, false)
-	case len(c.algs) == 1:
-		var err error
-		if d, err = c.decide(ctx, 0, req.Key, cost, t); err != nil {
-			return edgelimit.Decision{}, err
-		}
-	default:
-		var err error
-		if d, err = c.decideSharded(ctx, req.Key, cost, t); err != nil {
-			return edgelimit.Decision{}, err
-		}
+	case c.clock != nil:
+		return max(t, c.clock().UnixNano())
+	case !req.At.IsZero():
+		return t
 	}
-	d.Policy, d.Limit = c.name, c.limit
-	return d, nil
+	return max(t, time.Now().UnixNano())
 }
 
-func (c *Counter) decide(ctx context.Context, shard int, key string, cost, t int64) (edgelimit.Decision, error) {
-	o := c.op(shard, key, cost, t)
-	d, denied, held, expired := c.cached(&o)
-	if denied {
-		return d, nil
-	}
-	if expired {
-		// The key was denied until just now: one request asks the store,
-		// the others wait for its answer and look again, so a flood costs
-		// one store call per expiry, not one per request in flight.
-		wait, leader := c.refresh.join(o.id)
-		if !leader {
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				return edgelimit.Decision{}, fmt.Errorf("durablecounter: waiting for %q: %w", o.id.pk(), ctx.Err())
-			}
-			o = c.op(shard, key, cost, max(t, c.now().UnixNano()))
-			if d, denied, held, _ = c.cached(&o); denied {
-				return d, nil
-			}
-		} else {
-			defer c.refresh.done(o.id, wait)
-			// A leader that finished between our lookup and our join
-			// may have refreshed the entry already.
-			if d, denied, held, _ = c.cached(&o); denied {
-				return d, nil
-			}
-		}
-	}
-	r, err := c.store.apply(ctx, o)
-	if err != nil {
-		return edgelimit.Decision{}, err
-	}
-	switch {
-	case !r.ok, r.d.Remaining == 0:
-		// A denial, or an admission that left nothing: the next request
-		// of this instance is answered from the cache.
-		c.remember(&o, &r, 0)
-	case held, expired:
-		// The entry is out of date now that this instance spent units.
-		c.deny.del(o.id)
-	}
-	return r.d, nil
+// told fills in what every decision tells the client: the policy's name
+// and its quota (RateLimit-Policy's q and w).
+func (c *Counter) told(d *edgelimit.Decision) {
+	d.Policy, d.Limit, d.Window = c.name, c.qLimit, c.qWindow
 }
 
-// decideSharded tries the shards from a random one on until one admits the
-// request: a request is denied only when every shard denies it (the deny
-// cache answers for shards known to be full), so a sharded policy admits
-// exactly its limit, at the price of up to one call per shard for a denial
-// the cache does not know yet.
-func (c *Counter) decideSharded(ctx context.Context, key string, cost, t int64) (edgelimit.Decision, error) {
-	n := len(c.algs)
-	start := rand.IntN(n)
-	var worst edgelimit.Decision
-	for k := range n {
-		d, err := c.decide(ctx, (start+k)%n, key, cost, t)
-		if err != nil {
-			return edgelimit.Decision{}, err
-		}
-		if d.Allowed {
-			return d, nil
-		}
-		if k == 0 {
-			worst = d
-			continue
-		}
-		// Denied by every shard: the most any shard has left, the soonest
-		// any could take the request.
-		worst.Remaining = max(worst.Remaining, d.Remaining)
-		worst.RetryAfter = min(worst.RetryAfter, d.RetryAfter)
-		worst.Reset = max(worst.Reset, d.Reset)
-	}
-	return worst, nil
-}
+// Quota returns what the Counter's decisions tell the client in
+// RateLimit-Policy: the limit and window, or for gcra with a burst other
+// than the limit, the burst over the time the bucket takes to fill.
+func (c *Counter) Quota() (limit int64, window time.Duration) { return c.qLimit, c.qWindow }
 
-// Refund gives back the units an allowed req spent, as the engine does when
-// another policy on the route denies the request. It never takes a count
-// below zero, and is a no-op when nothing of req's size is left to give
-// back. It refunds at the current time: a refund that arrives after the
-// window of its Allow has ended gives nothing back to the old window (which
-// no longer matters) but may give up to the request's cost to the new one
-// (fixed and sliding window). On a sharded policy it gives back to the
-// first shard, from a random one on, that has that much spent.
-func (c *Counter) Refund(ctx context.Context, req edgelimit.Request, _ edgelimit.Decision) error {
-	if req.Key == "" {
-		return ErrNoKey
-	}
-	if c.limit == 0 {
-		return nil
-	}
-	t, cost := c.now().UnixNano(), req.Units()
-	n, start := len(c.algs), 0
-	if n > 1 {
-		start = rand.IntN(n)
-	}
-	for k := range n {
-		o := c.op((start+k)%n, req.Key, cost, t)
-		if c.deny != nil {
-			c.deny.del(o.id)
-		}
-		ok, err := c.store.refund(ctx, o)
-		if err != nil || ok {
-			return err
-		}
-	}
-	return nil
-}
-
-// BatchKey identifies the Counter's Store: Counters with equal keys can be
-// decided together by AllowBatch.
-func (c *Counter) BatchKey() string { return c.store.batchKey() }
-
-// AllowBatch decides several requests, each against its own Counter, all or
-// nothing: either every decision is allowed and every request spent its
-// units, or nothing was spent; then every member whose quota was exceeded
-// is denied and the others are reported allowed with their quota without
-// this request. Every member must be a *Counter on c's Store, each policy
-// at most once. The batch is decided at one instant, read from c's clock.
-//
-// On a MemoryStore the batch is decided under the members' shard locks; on
-// a DynamoStore with one TransactWriteItems, or, on a server without
-// transactions, as documented at TransactionMode. When the members' deny
-// caches prove that the batch is denied and know every member's state, the
-// batch is answered without a store call.
-func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) ([]edgelimit.Decision, error) {
-	if len(items) == 0 {
-		return nil, nil
-	}
-	t := c.now().UnixNano()
-	n := len(items)
-	members := make([]*Counter, n)
-	for i, it := range items {
-		m, ok := it.Limiter.(*Counter)
-		if !ok || m == nil {
-			return nil, fmt.Errorf("%w: member %d is a %T, not a *durablecounter.Counter", ErrBatch, i, it.Limiter)
-		}
-		if m.store != c.store {
-			return nil, fmt.Errorf("%w: policy %q is on another store", ErrBatch, m.name)
-		}
-		if slices.ContainsFunc(members[:i], func(o *Counter) bool { return o.name == m.name }) {
-			return nil, fmt.Errorf("%w: policy %q appears twice", ErrBatch, m.name)
-		}
-		if it.Request.Key == "" {
-			return nil, fmt.Errorf("policy %q: %w", m.name, ErrNoKey)
-		}
-		members[i] = m
-	}
-	// cur is each member's shard, tried how many shards it has tried.
-	cur, tried := make([]int, n), make([]int, n)
-	for i, m := range members {
-		if len(m.algs) > 1 {
-			cur[i] = rand.IntN(len(m.algs))
-		}
-	}
-	ops := make([]op, n)
-	res := make([]result, n)
-	for {
-		for i, m := range members {
-			key, cost := items[i].Request.Key, items[i].Request.Units()
-			ops[i] = m.op(cur[i], key, cost, t)
-			// A sharded member skips the shards its deny cache knows are full.
-			for len(m.algs) > 1 && tried[i] < len(m.algs)-1 {
-				if _, full, _, _ := m.cached(&ops[i]); !full {
-					break
-				}
-				cur[i], tried[i] = (cur[i]+1)%len(m.algs), tried[i]+1
-				ops[i] = m.op(cur[i], key, cost, t)
-			}
-		}
-		if out, ok := fromCaches(members, ops); ok {
-			return out, nil
-		}
-		committed, err := c.store.applyAll(ctx, ops, res)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]edgelimit.Decision, n)
-		denied, retry := false, true
-		until := t
-		for i, m := range members {
-			out[i] = res[i].d
-			out[i].Policy, out[i].Limit = m.name, m.limit
-			if !res[i].ok {
-				denied = true
-				until = max(until, t+int64(res[i].d.RetryAfter))
-				// A sharded member may fit in a shard it has not tried.
-				retry = retry && len(m.algs) > 1 && tried[i] < len(m.algs)-1
-			}
-		}
-		if committed {
-			for i, m := range members {
-				switch {
-				case m.deny == nil:
-				case res[i].d.Remaining == 0:
-					m.remember(&ops[i], &res[i], 0)
-				default:
-					m.deny.del(ops[i].id)
-				}
-			}
-			return out, nil
-		}
-		if !denied {
-			return nil, fmt.Errorf("durablecounter: batch of %d was not committed, yet no member was denied", n)
-		}
-		for i, m := range members {
-			m.remember(&ops[i], &res[i], until)
-		}
-		if !retry {
-			return out, nil
-		}
-		for i, m := range members {
-			if !res[i].ok {
-				cur[i], tried[i] = (cur[i]+1)%len(m.algs), tried[i]+1
-			}
-		}
-	}
-}
-
-// fromCaches answers a batch from its members' deny caches when one of
-// them proves a denial and every member's state is cached: no store call.
-func fromCaches(members []*Counter, ops []op) ([]edgelimit.Decision, bool) {
-	denied := false
-	sts := make([]state, len(ops))
-	for i, m := range members {
-		o := &ops[i]
-		if m.limit == 0 {
-			denied = true
-			continue
-		}
-		if m.deny == nil {
-			return nil, false
-		}
-		st, ok := m.deny.get(o.id, o.t)
-		if !ok {
-			return nil, false
-		}
-		sts[i] = st
-		if !o.alg.fits(st, o.t, o.cost) {
-			denied = true
-		}
-	}
-	if !denied {
-		return nil, false
-	}
-	out := make([]edgelimit.Decision, len(ops))
-	for i, m := range members {
-		o := &ops[i]
-		out[i] = o.alg.decision(sts[i], o.t, o.cost, m.limit > 0 && o.alg.fits(sts[i], o.t, o.cost))
-		out[i].Policy, out[i].Limit = m.name, m.limit
-	}
-	return out, true
+// receiptOf returns the receipt of an admission r on shard.
+func receiptOf(r *result, shard int) edgelimit.Receipt {
+	rc := r.rc
+	rc.Slot |= int64(shard)
+	return rc
 }

@@ -27,22 +27,49 @@
 //     counts the requests beyond the first: burst B here is nginx's
 //     burst=B-1.
 //
-// A Decision's Remaining is the units that would pass now, Reset the time
-// until the quota is whole again (for the fixed and sliding windows, at
-// least until the current window ends), and RetryAfter, on a denial, the
-// time until a request of the same cost would fit if nothing else arrived.
-// A request whose cost exceeds the limit (gcra: the burst) can never fit;
-// it is denied with RetryAfter one window. A policy with limit 0 is denied
-// without a store call.
+// # What a decision says
+//
+// A Decision's Limit and Window are what the client is told in
+// RateLimit-Policy (q, w): the policy's limit and window, and for gcra with
+// a burst other than the limit, the burst over the time the bucket takes
+// to fill (10/s with burst 20 is q=20, w=2s), so that Remaining, the units
+// that would pass now, never exceeds Limit. Reset is draft-11's effective
+// window t, the time within which the client can use no more than
+// Remaining:
+//
+//   - fixed-window: until the window ends;
+//   - sliding-window: until the estimate falls by one unit (the end of the
+//     window when nothing is counted);
+//   - sliding-log: until the oldest unit in the window leaves it (the whole
+//     window when nothing is in it);
+//   - gcra: until the next unit comes back into the bucket (for a full
+//     bucket, one emission interval: the time a unit spent now takes to
+//     come back).
+//
+// RetryAfter, on a denial, is the time until a request of the same cost
+// would fit if nothing else arrived, never shorter than Reset. A request
+// whose cost exceeds the limit (gcra: the burst) can never fit; it is denied
+// with RetryAfter one window (or Reset, if longer). A policy with limit 0
+// is denied without a store call. An allowed decision carries a Receipt:
+// what it spent, for Counter.Refund (see Refunds).
 //
 // # Stores
 //
-// A Counter keeps its state in a Store. A DynamoStore shares it through a
-// DynamoDB table between every instance; a MemoryStore keeps it in the
-// process (the embedded default of `edgelimit serve`, right for one
-// process). Counters on one Store can be decided together, all or nothing
-// (Counter.AllowBatch); the engine does that for the durable policies of a
-// route.
+// A Counter keeps its state in a Store. A dynamostore.Store (package
+// durablecounter/dynamostore) shares it through a DynamoDB table between
+// every instance; a Memory store keeps it in the process (the embedded
+// default of `edgelimit serve`, right for one process). Counters on one
+// Store can be decided together, all or nothing (Counter.AllowBatch); the
+// engine does that for the durable policies of a route.
+//
+// This package links no AWS SDK: the algorithms describe their DynamoDB
+// conditional updates as expression strings, attribute names and numbers,
+// and read items back through an accessor; the DynamoDB protocol (one
+// write, retries on an out-of-date view, transactions, the sequential
+// fallback, views, refunds, peeks) is here too, in those terms. Only
+// dynamostore converts them to the SDK's types and sends them, so a program
+// that keeps its counts in memory (or uses only middleware, pow or
+// signedwindow) does not link the SDK.
 //
 // # Data model and the one write
 //
@@ -56,19 +83,22 @@
 //	fixed-window    fw#<policy>#<key>#<window start>  n
 //	    ADD n :cost SET expires_at = :e
 //	    if attribute_not_exists(n) OR n <= :limit_minus_cost
-//	sliding-window  sw#<policy>#<key>                 w (newest window index), c<i> (count of window i)
-//	    ADD c<i> :cost SET w = :i, expires_at = :e [REMOVE c<j>, j < i-1]
+//	sliding-window  sw#<policy>#<key>                 w (newest window index), c<i> (count of window i), a
+//	    ADD c<i> :cost SET w = :i, a = :te, expires_at = :e [REMOVE c<j>, j < i-1]
 //	    if (attribute_not_exists(w) OR w <= :i) AND (attribute_not_exists(c<i>) OR c<i> <= :m)
 //	       AND (attribute_not_exists(c<i-1>) OR c<i-1> <= :cached_prev)
 //	sliding-log     sl#<policy>#<key>                 b<ms> (units of that millisecond), n, x, g, r
 //	    ADD n :cost, b<ms> :cost SET g = if_not_exists(g, :new_g), expires_at = :e
 //	    if attribute_not_exists(n) OR (n <= :limit_minus_cost_plus_expired
 //	       [AND g = :g when expired units are counted] [AND r = :r when expired buckets are])
-//	gcra            gcra#<policy>#<key>               tat (Unix nanoseconds)
-//	    idle: SET tat = :now_plus_cost_T   if attribute_not_exists(tat) OR tat <= :now
-//	    busy: SET tat = tat + :cost_T      if tat > :now AND tat <= :now_plus_burst_minus_cost_T
+//	gcra            gcra#<policy>#<key>               tat (Unix nanoseconds), a, p, z
+//	    idle: SET tat = :te_plus_cost_T, a = :te, p = :new REMOVE z
+//	          if (attribute_not_exists(tat) OR tat <= :te) AND (attribute_not_exists(a) OR a <= :te)
+//	    busy: SET tat = tat + :cost_T, a = :te   if tat > :te AND tat <= :te_plus_burst_minus_cost_T
 //
-// (Attribute names go through ExpressionAttributeNames.) DynamoDB applies
+// (Attribute names go through ExpressionAttributeNames; a is the instant
+// the writer decided at, :te, see Clock skew; gcra's p and z serve
+// refunds.) DynamoDB applies
 // writes to one item one at a time, so two requests can never both take
 // the last unit, and concurrent requests on one key do not conflict: ADD
 // commutes, and so does gcra's busy update. No version numbers, no
@@ -119,13 +149,16 @@
 // return the error, and the engine applies on_store_error.
 //
 // dynalite lacks TransactWriteItems. With TransactionsAuto (the default) a
-// DynamoStore detects that from the first batch's UnknownOperationException
+// dynamostore.Store detects that from the first batch's UnknownOperationException
 // and from then on commits batches sequentially: one conditional update per
-// member; at the first denial, the members already spent are given back with
-// a guarded refund, and the remaining members are read to name every
-// violated policy. That never over-admits, but it may deny a concurrent
-// request to an already spent member spuriously until the compensation
-// lands; see TransactionMode to force either protocol.
+// member; at the first denial, the members already spent are refunded by
+// their receipts (exactly what each spent), and the remaining members are
+// read to name every violated policy. That never over-admits, but it may
+// deny a concurrent request to an already spent member spuriously until the
+// compensation lands. A compensation is retried until it lands or the
+// context ends, and one that cannot land fails AllowBatch with its error
+// (TestSequentialBatchRefundsEveryUnit: 150 concurrent batches, every unit
+// comes back); see dynamostore.TransactionMode to force either protocol.
 //
 // # Several policies on one request
 //
@@ -135,8 +168,11 @@
 // name every violated policy (a member whose condition failed only for an
 // out-of-date view is retried, not reported), and a BatchGetItem reads the
 // states the headers need (a transaction returns no values): two calls. A
-// transaction cancelled only by conflicts with other transactions is
-// retried, within the engine's time budget and at most 4 times in all.
+// transaction cancelled although every member fits (its condition failed
+// only for an out-of-date view, or another transaction held its item) is
+// sent again with the views the cancellation corrected: one retry decision
+// for both causes, within the engine's time budget and at most 32
+// transactions, then ErrContention.
 //
 // # Deny cache
 //
@@ -155,6 +191,22 @@
 // (under-admission, bounded by the denial's RetryAfter). DenyCacheSize
 // bounds it.
 //
+// # Peek
+//
+// Counter.Peek reports whether a request would be allowed, and the
+// policy's state, without spending anything (edgelimit.Peeker: the engine
+// peeks at a route's other policies once one has denied, so that a 429 names
+// every violated policy). A denial it reports is real. It answers from the
+// deny cache only where the cached state proves the denial: no store call.
+// Otherwise it makes one consistent read (GetItem; a sharded policy reads
+// its shards with one BatchGetItem) and remembers what the read showed in
+// the deny cache, as a lower bound, so that repeat peeks (and requests) of a
+// key it shows denied cost no call until the key could fit. No cache can
+// prove that something fits, so a peek that finds room answers from the read
+// it made for PeekFreshness (1 s) and then reads again: a flood that another
+// policy denies costs at most one read per key per second per instance, and
+// the room a 429 shows may be up to a second old (TestDynamoCallsPerPeek).
+//
 // # Hot keys: shards
 //
 // DynamoDB serves about 1,000 writes a second per partition; a `global`
@@ -163,39 +215,60 @@
 // of the limit (and of gcra's burst). A request goes to a random shard and,
 // if that one denies, to the others in turn (the deny cache skips those it
 // knows are full), so the policy still admits exactly its limit and denies
-// only when every shard is full. The trade-off: a request must fit one
-// shard's share (cost <= limit/N), the headers report the shard that
-// answered, a first denial costs up to N calls, and a refund gives back to
-// the first shard that has that much spent. Each shard of a sliding-log may
-// hold MaxSlidingLogLimit units.
+// only when every shard is full. Remaining is a conservative bound of the
+// whole policy's that reads 0 only when the policy has nothing left: the
+// answering shard's, and when an admission leaves that shard with nothing,
+// what every other shard has left (one read of them, one BatchGetItem, only
+// then; Reset is then the soonest a unit comes back in any shard). A denial
+// reports the most any shard has left (less than the cost). The trade-off:
+// a request must fit one shard's share (cost <= limit/N), Remaining may be
+// lower than the policy's, a first denial costs up to N calls, and an
+// admission that empties its shard one read. A refund goes back to the shard
+// its decision spent in (the Receipt names it). Each shard of a sliding-log
+// may hold MaxSlidingLogLimit units.
 //
 // # Clock skew
 //
-// Lambda instances' clocks differ. No instance can make the stored state
-// admit more than the limit by its algorithm's own rule, evaluated at the
-// latest clock (TestClockSkew, two clocks 2 s apart):
+// Lambda instances' clocks differ, and even one instance's concurrent
+// requests reach the store in another order than they read the clock. A
+// request is decided at the later of its own instant and the latest
+// instant its item records of its writers (the sliding window's and gcra's
+// a, the sliding log's newest millisecond), never earlier: otherwise a
+// request a moment behind the item's last writer would be denied by that
+// moment although it fits (issue #10: two requests reaching an idle gcra
+// key at once admitted one of two; TestTwoClocksOneMillisecondApart,
+// TestNoSpuriousDenialOfFirstRequests: no spurious denial of concurrent
+// first requests, on every store and algorithm). Every rule only loosens
+// as time passes, so a decision at a later instant that some writer really
+// reached never admits what the rule at the latest clock denies. (On
+// DynamoDB, a writer with a stale view may record a slightly earlier
+// instant than one already recorded, and a request is then decided as if
+// at that instant, by at most that gap. The fixed window counts each
+// request in the window of its own clock: its windows are separate items.)
+// No instance can make the stored state admit more than the limit by its
+// algorithm's own rule, evaluated at the latest clock (TestClockSkew, two
+// clocks 2 s apart):
 //
 //   - fixed-window: each instance counts in the window of its own clock;
 //     each window's item holds at most the limit, whoever wrote it. Around a
 //     boundary a lagging instance adds to the window the others left.
-//   - sliding-window: the item records its newest window, and no instance
-//     writes an older one: a lagging instance is decided at the start of the
-//     item's newest window, where the previous count weighs fully: it can
-//     only be stricter.
-//   - sliding-log: units carry the writer's clock, and a unit stamped ahead
-//     of a reader's clock counts as in its window: a lagging instance sees
-//     every unit the others admitted, and stricter. Every window-long
-//     interval of the log holds at most the limit.
-//   - gcra: the TAT only grows; a lagging instance compares it with its own
-//     earlier time, which is stricter, and an idle write moves it forward.
-//     The TAT never gets more than the tolerance ahead of any instance's
-//     clock.
+//   - sliding-window: the item records its newest window and the instant
+//     of its latest writer, and no instance writes an older window: a
+//     lagging instance is decided at that instant.
+//   - sliding-log: units carry the instant they were decided at, and a
+//     unit stamped ahead of a reader's clock counts as in its window: a
+//     lagging instance sees every unit the others admitted, is decided at
+//     the item's newest millisecond, and stamps its units there. Every
+//     window-long interval of the log holds at most the limit.
+//   - gcra: the TAT only grows; a lagging instance is decided at the
+//     instant of the item's latest writer, and an idle write never sets the
+//     TAT behind an instant already recorded. The TAT never gets more than
+//     the tolerance ahead of the latest clock.
 //
-// Measured in real time, a unit admitted by a lagging instance is dated s
-// earlier than it happened, so it leaves the window s early: across
-// instances s apart, up to (s / window) * limit units more may pass in a
-// real-time window (gcra: s / T), never more per the stored state. The
-// table's TTL tolerates skew up to ExpiryMargin.
+// Measured in real time, instances s apart count time from different
+// origins: up to (s / window) * limit units more may pass in a real-time
+// window (gcra: s / T), never more per the stored state. The table's TTL
+// tolerates skew up to ExpiryMargin.
 //
 // # Expiry
 //
@@ -206,7 +279,7 @@
 // fixed window, a sliding window's next window, the log's newest unit plus
 // a window, gcra's TAT), plus ExpiryMargin, rounded up to a second.
 //
-// The MemoryStore treats expired items as absent the same way and sweeps a
+// The Memory store treats expired items as absent the same way and sweeps a
 // shard when it has doubled in size since its last sweep, so memory stays
 // within about twice the live items; MaxKeys bounds those, and a new key
 // beyond it is refused with ErrStoreFull rather than evicting a live count.
@@ -220,22 +293,44 @@
 // on_store_error, and logs and counts it. The context goes straight to the
 // SDK, so the engine's time budget (store_timeout, default 100 ms) bounds
 // every call, the SDK's own retries included; the store caps the SDK's
-// retry back-off (DynamoConfig.RetryBackoff) so that they fit the budget.
+// retry back-off (dynamostore.Config.RetryBackoff) so that they fit the budget.
 // The Counter retries nothing but conditional updates whose failure showed
-// an out-of-date view, at most 4 in all, and gives up with ErrContention.
+// an out-of-date view: while the context lasts (the engine's budget) and at
+// most 32 in all, then gives up with ErrContention. A failure that another
+// attempt would resolve is retried, not reported as a store failure.
 // Errors name the operation and item and wrap the SDK's error; throttling
 // (ProvisionedThroughputExceeded, ThrottlingException, RequestLimitExceeded)
 // also wraps ErrThrottled.
 //
 // # Refunds
 //
-// A refund (Counter.Refund, used by the engine when a later policy on the
-// route denies) gives back at the current time, under a guard that keeps
-// every count at or above zero: the fixed and sliding windows from the
-// current window (a refund issued just after a window boundary, for a
-// request admitted before it, gives its cost to the new window, the one
-// exception to "at most the limit per window", bounded by that cost), the
-// sliding log from its oldest units in the window (conservative: they would
-// have left first), gcra by moving the TAT back if it is that far ahead.
-// Batches need no refunds.
+// Counter.Refund undoes what an allowed decision spent, by the decision's
+// Receipt (its instant, its shard, and what its algorithm needs), as the
+// engine does when a later policy on the route denies the request: on the
+// same item, as of the later of the decision's instant and the refund's,
+// never below zero:
+//
+//   - fixed-window: the count of the decision's window; a refund after that
+//     window ended gives nothing (nothing to the new window);
+//   - sliding-window: the count of the decision's window, while it weighs
+//     (until the end of the next window), never a later window's;
+//   - sliding-log: the millisecond the decision's units were stamped with,
+//     while it is in the window (not the oldest units);
+//   - gcra: the decision occupied a slot of the emission schedule that the
+//     TAT ends, and its units come back as time passes the slot; the refund
+//     removes what of the slot is still to come (all of it as of the
+//     decision's instant, the engine's case). Refunds of earlier slots move
+//     the later ones forward; a refund bounds where its slot is now by the
+//     refunds made since (the item's z) and takes only what certainly is
+//     still to come, guarded so that a concurrent refund makes it look again
+//     (at most 4 guarded attempts, then what the decision's instant alone
+//     proves). Nothing once the bucket has been full since (a new period, p).
+//
+// A decision without a Receipt (a denial, a peek, a member of a batch that
+// was not committed) spent nothing and refunds nothing. A refund's guard
+// fails only when nothing is left to give back (or, gcra, when a concurrent
+// refund changed what is), so refunds never contend with admissions. A
+// refund whose call fails is retried until it lands or the context ends, and
+// is then returned as an error, never dropped. Batches need no refunds
+// (except the sequential fallback's compensation, above).
 package durablecounter

@@ -28,7 +28,7 @@ policies:
 		t.Fatal(err)
 	}
 	clock := limitertest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	e, err := edgelimit.New(edgelimit.Config{
 		Policies:   file,
 		HashSecret: []byte(strings.Repeat("s", 32)),
@@ -44,12 +44,12 @@ policies:
 	do := func() *edgelimit.Verdict {
 		return e.Decide(context.Background(), &edgelimit.Input{
 			Method: "GET", Path: "/paid/report", SourceIP: "203.0.113.7",
-			Header: edgelimit.MapHeaders{"x-api-key": "key-1"},
+			Header: limitertest.Headers{"x-api-key": "key-1"},
 		})
 	}
 	rateLimit := func(v *edgelimit.Verdict) string {
 		for _, f := range v.Header() {
-			if f.Name == edgelimit.HeaderRateLimit {
+			if f.Name == "RateLimit" {
 				return f.Value
 			}
 		}
@@ -64,7 +64,7 @@ policies:
 	if v.Allowed || v.Status != 429 {
 		t.Fatalf("third request: %+v, want 429", v)
 	}
-	var p edgelimit.Problem
+	var p limitertest.Problem
 	if err := json.Unmarshal(v.Body, &p); err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,11 @@ import (
 )
 
 func ExampleNew() {
-	// One store per process; on Lambda use NewDynamoStore so that every
+	// One store per process; on Lambda use dynamostore.New so that every
 	// instance shares the counts.
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "paid-daily", Algorithm: edgelimit.AlgorithmFixedWindow, Limit: 1000, Window: 24 * time.Hour},
+		Policy: &edgelimit.Policy{Name: "paid-daily", Limit: 1000, Window: 24 * time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow}},
 		Store:  store,
 	})
 	if err != nil {
@@ -24,7 +24,7 @@ func ExampleNew() {
 	fmt.Printf("%T\n", counter)
 
 	_, err = durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "burst", Algorithm: edgelimit.AlgorithmFixedWindow, Limit: 10, Window: 0},
+		Policy: &edgelimit.Policy{Name: "burst", Limit: 10, Window: 0, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow}},
 	})
 	fmt.Println(err)
 	// Output:
@@ -37,14 +37,14 @@ func ExampleCounter_Allow() {
 	now := t0
 	counter, err := durablecounter.New(durablecounter.Config{
 		Policy: &edgelimit.Policy{Name: "login", Limit: 3, Window: time.Minute},
-		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	// Keys arrive hashed (edgelimit.KeyHasher); any stable string works.
+	// Keys arrive hashed (keyhash.Hasher); any stable string works.
 	req := edgelimit.Request{Key: "client-1"}
 	for i := range 5 {
 		now = t0.Add(time.Duration(i) * 10 * time.Second)
@@ -70,7 +70,7 @@ func ExampleCounter_Allow() {
 
 func ExampleCounter_AllowBatch() {
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	newCounter := func(name string, limit int64, window time.Duration) *durablecounter.Counter {
 		c, err := durablecounter.New(durablecounter.Config{
 			Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: window},
@@ -110,8 +110,8 @@ func ExampleNew_slidingWindow() {
 	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	now := start
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "search", Algorithm: edgelimit.AlgorithmSlidingWindow, Limit: 10, Window: time.Minute},
-		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Policy: &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingWindow}},
+		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
 	if err != nil {
@@ -137,12 +137,13 @@ func ExampleNew_slidingWindow() {
 
 // gcra is nginx's limit_req with nodelay: from idle, burst requests pass
 // at once, then one per interval (window / limit). (nginx's burst=b passes
-// b+1 at once: burst B here is nginx's burst=B-1.)
+// b+1 at once: burst B here is nginx's burst=B-1.) Reset is until the next
+// unit comes back: one interval here.
 func ExampleNew_gcra() {
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "paid-burst", Algorithm: edgelimit.AlgorithmGCRA, Limit: 10, Window: time.Second, Burst: 3},
-		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Policy: &edgelimit.Policy{Name: "paid-burst", Limit: 10, Window: time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.GCRA, Burst: 3}},
+		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
 	if err != nil {
@@ -158,9 +159,9 @@ func ExampleNew_gcra() {
 	fmt.Printf("100ms later: allowed=%v\n", d.Allowed)
 	// Output:
 	// allowed=true remaining=2 reset=100ms retry-after=0s
-	// allowed=true remaining=1 reset=200ms retry-after=0s
-	// allowed=true remaining=0 reset=300ms retry-after=0s
-	// allowed=false remaining=0 reset=300ms retry-after=100ms
+	// allowed=true remaining=1 reset=100ms retry-after=0s
+	// allowed=true remaining=0 reset=100ms retry-after=0s
+	// allowed=false remaining=0 reset=100ms retry-after=100ms
 	// 100ms later: allowed=true
 }
 
@@ -170,8 +171,8 @@ func ExampleNew_slidingLog() {
 	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	now := start
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "login", Algorithm: edgelimit.AlgorithmSlidingLog, Limit: 3, Window: time.Minute},
-		Store:  durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}),
+		Policy: &edgelimit.Policy{Name: "login", Limit: 3, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingLog}},
+		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
 	if err != nil {

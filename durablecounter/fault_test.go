@@ -23,6 +23,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
@@ -95,7 +96,7 @@ func (fe *faultEngine) do(route string) (*edgelimit.Verdict, []edgelimit.Event, 
 	start := time.Now()
 	v := fe.Decide(context.Background(), &edgelimit.Input{
 		Method: "GET", Path: route, SourceIP: "203.0.113.9",
-		Header: edgelimit.MapHeaders{"x-api-key": "client-1"},
+		Header: limitertest.Headers{"x-api-key": "client-1"},
 	})
 	took := time.Since(start)
 	fe.mu.Lock()
@@ -202,7 +203,7 @@ func TestFaultServerKilled(t *testing.T) {
 	if err := ddb.CreateTable(ctx, client, "edgelimit"); err != nil {
 		t.Fatal(err)
 	}
-	store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: "edgelimit"})
+	store, err := dynamostore.New(dynamostore.Config{Client: client, Table: "edgelimit"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestFaultServerKilled(t *testing.T) {
 		if status != wantStatus {
 			t.Errorf("%s: GET %s = %d %s, want %d", phase, route, status, v.Body, wantStatus)
 		}
-		if wantStatus == 503 && header(v, edgelimit.HeaderRetryAfter) == "" {
+		if wantStatus == 503 && header(v, "Retry-After") == "" {
 			t.Errorf("%s: GET %s: 503 without Retry-After", phase, route)
 		}
 		for _, ev := range events {
@@ -309,7 +310,7 @@ func TestFaultHungServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: "edgelimit"})
+	store, err := dynamostore.New(dynamostore.Config{Client: client, Table: "edgelimit"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func TestFaultHungServer(t *testing.T) {
 
 // TestFaultThrottled: a server that throttles every call. The SDK retries
 // a throttled call (the store caps its back-off at
-// DynamoConfig.RetryBackoff, so its attempts fit a 100 ms budget) and gives
+// dynamostore.Config.RetryBackoff, so its attempts fit a 100 ms budget) and gives
 // up after its attempts, no retries of ours; the error is classified
 // durablecounter.ErrThrottled; fail-open answers allowed, fail-closed 503.
 func TestFaultThrottled(t *testing.T) {
@@ -355,7 +356,7 @@ func TestFaultThrottled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: "edgelimit"})
+	store, err := dynamostore.New(dynamostore.Config{Client: client, Table: "edgelimit"})
 	if err != nil {
 		t.Fatal(err)
 	}

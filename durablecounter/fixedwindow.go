@@ -3,7 +3,7 @@ package durablecounter
 import (
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/edgelimit/edgelimit/durablecounter/internal/wire"
 
 	"github.com/edgelimit/edgelimit"
 )
@@ -54,8 +54,16 @@ func (f *fixedWindow) commit(s state, _, cost int64) state {
 	return s
 }
 
-func (f *fixedWindow) giveBack(s state, _, cost int64) (state, bool) {
-	if !s.exists || s.n < cost {
+func (f *fixedWindow) instant(_ state, t int64) int64 { return t }
+
+func (f *fixedWindow) receipt(_ state, te, _ int64) edgelimit.Receipt {
+	return edgelimit.Receipt{At: te}
+}
+
+// giveBack undoes a spending in the item of rc's window (the caller found
+// it by rc.At); once that window has ended, nothing it held matters.
+func (f *fixedWindow) giveBack(s state, rc edgelimit.Receipt, tr, cost int64) (state, bool) {
+	if !s.exists || s.n < cost || tr >= f.start(rc.At)+f.window {
 		return s, false
 	}
 	s.n -= cost
@@ -64,9 +72,8 @@ func (f *fixedWindow) giveBack(s state, _, cost int64) (state, bool) {
 
 func (f *fixedWindow) decision(s state, t, cost int64, allowed bool) edgelimit.Decision {
 	d := edgelimit.Decision{
-		Allowed:   allowed,
-		Limit:     f.limit,
-		Window:    time.Duration(f.window),
+		Allowed: allowed,
+		// The effective window: until the window ends, nothing comes back.
 		Reset:     time.Duration(f.start(t) + f.window - t),
 		Remaining: max(0, f.limit-s.n),
 	}
@@ -84,8 +91,7 @@ func (f *fixedWindow) decision(s state, t, cost int64, allowed bool) edgelimit.D
 func (f *fixedWindow) unknown(t, _ int64, allowed bool) edgelimit.Decision {
 	// Remaining 0: an allowed batch whose counts could not be read reports
 	// none, conservatively; so does a denial whose count is unknown.
-	d := edgelimit.Decision{Allowed: allowed, Limit: f.limit, Window: time.Duration(f.window),
-		Reset: time.Duration(f.start(t) + f.window - t)}
+	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration(f.start(t) + f.window - t)}
 	if !allowed {
 		d.RetryAfter = d.Reset
 	}
@@ -111,20 +117,21 @@ const (
 	condRefund = "n >= :d"
 )
 
-func (f *fixedWindow) update(_ state, t, cost int64, margin time.Duration, u *ddbUpdate) {
-	u.update = exprAdd
-	u.cond = condFits
+func (f *fixedWindow) update(_ state, t, cost int64, margin time.Duration, u *condUpdate) {
+	u.Expr = exprAdd
+	u.Cond = condFits
 	if cost > f.limit {
-		u.cond = condNever
+		u.Cond = condNever
 	}
-	u.value(":d", cost)
-	u.value(":m", f.limit-cost)
-	u.value(":e", expSec(f.start(t)+f.window+int64(margin)))
-	u.ret = types.ReturnValueUpdatedNew // n after the write: Remaining = limit - n
+	u.Value(":d", cost)
+	u.Value(":m", f.limit-cost)
+	u.Value(":e", expSec(f.start(t)+f.window+int64(margin)))
+	u.Return = wire.ReturnUpdatedNew // n after the write: Remaining = limit - n
+	u.at, u.rc = t, f.receipt(state{}, t, cost)
 }
 
-func (f *fixedWindow) decode(item map[string]types.AttributeValue, now int64) (state, error) {
-	if len(item) == 0 {
+func (f *fixedWindow) decode(item wire.Item, now int64) (state, error) {
+	if item == nil || item.Len() == 0 {
 		return state{}, nil
 	}
 	if e, ok, _ := attrInt(item, "expires_at"); ok && e <= floorDiv(now, int64(time.Second)) {
@@ -137,11 +144,18 @@ func (f *fixedWindow) decode(item map[string]types.AttributeValue, now int64) (s
 	return state{exists: true, n: n}, nil
 }
 
-func (f *fixedWindow) refundUpdate(_ state, _, cost int64, u *ddbUpdate) bool {
-	u.update = exprRefund
-	u.cond = condRefund
-	u.value(":r", -cost)
-	u.value(":d", cost)
+// refundUpdate gives back to the item of rc's window (the caller names it by
+// rc.At), never to a later window: a refund after the window ended has
+// nothing left to do. A failed guard means the item holds less than the
+// cost (it expired): nothing to give back.
+func (f *fixedWindow) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, tr, cost int64, u *condUpdate) bool {
+	if seen != nil || tr >= f.start(rc.At)+f.window {
+		return false
+	}
+	u.Expr = exprRefund
+	u.Cond = condRefund
+	u.Value(":r", -cost)
+	u.Value(":d", cost)
 	return true
 }
 
@@ -156,6 +170,6 @@ func (f *fixedWindow) blind(_, cost int64) (state, bool) {
 
 func (f *fixedWindow) exact() bool { return true }
 
-func (f *fixedWindow) needsView() bool { return false }
+func (f *fixedWindow) refundRetries() bool { return false }
 
-func (f *fixedWindow) refundUsesView() bool { return false }
+func (f *fixedWindow) needsView() bool { return false }

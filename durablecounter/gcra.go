@@ -1,9 +1,10 @@
 package durablecounter
 
 import (
+	"math/rand/v2"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/edgelimit/edgelimit/durablecounter/internal/wire"
 
 	"github.com/edgelimit/edgelimit"
 )
@@ -37,6 +38,36 @@ import (
 // that turned busy since this instance last saw it, or one that went idle)
 // fails its condition, ALL_OLD returns the TAT, and the other update is sent
 // (two calls). The TAT only ever grows, except by a refund.
+//
+// The item also keeps a (the instant its latest writer decided at), p (the
+// bucket's period: a random number, new whenever a request finds the
+// bucket full) and z (the time refunds gave back in the period):
+//
+//	idle: SET tat = :te_plus_cT, a = :te, p = :new REMOVE z
+//	      if (attribute_not_exists(tat) OR tat <= :te) AND (attribute_not_exists(a) OR a <= :te)
+//	busy: SET tat = tat + :cT, a = :te  if tat > :te AND tat <= :te_plus_burst_minus_c_T
+//
+// A request is decided at te = max(its clock, a) (algorithm.instant): two
+// requests reaching an idle key at once used to deny the one whose clock
+// was a moment earlier, by that moment, although a token was left. The
+// idle update's second condition keeps a from going back and a TAT from
+// being set behind an instant a request was already decided at.
+//
+// A spending of c units at te occupies the slot [TAT - cT, TAT) of the
+// emission schedule that the TAT ends: the units come back, in that order,
+// as time passes the slot. A refund as of tr removes what of the slot is
+// still to come at tr: all of it, cT, when tr is the instant of the spend
+// (the engine refunds as of the request's instant), less if part of it has
+// passed. Refunds of earlier slots move the later ones forward, so the
+// refund bounds where its slot is now by the refunds made since the spend
+// (z then minus z now) and by te + cT, and takes only what certainly is
+// still to come: never more than removing the request from the schedule
+// would, and all of it when no other refund came in between
+// (TestGCRARefundNeverOverGives). A refund as of the spend's instant that
+// lands a moment later also gives back what of the slot came back in that
+// moment, if the slot was then at the head of the schedule: at most that
+// moment's worth. The period check keeps a refund from taking units of a
+// later period.
 type gcra struct {
 	prefix string
 	limit  int64
@@ -71,35 +102,87 @@ func (a *gcra) tat(s *state) int64 {
 	return s.n
 }
 
+func (a *gcra) instant(s state, t int64) int64 {
+	if s.exists {
+		return max(t, s.at)
+	}
+	return t
+}
+
 func (a *gcra) fits(s state, t, cost int64) bool {
 	if a.limit == 0 || cost > a.burst {
 		return false
 	}
-	return max(a.tat(&s), t)-t <= (a.burst-cost)*a.T
+	te := a.instant(s, t)
+	return max(a.tat(&s), te)-te <= (a.burst-cost)*a.T
 }
+
+// newPeriod returns a new bucket period, a random number in [1, 2^47), so
+// that it fits a Receipt's Slot above the shard.
+func newPeriod() int64 { return rand.Int64N(1<<47-1) + 1 }
 
 func (a *gcra) commit(s state, t, cost int64) state {
-	return state{exists: true, n: max(a.tat(&s), t) + cost*a.T}
+	te := a.instant(s, t)
+	if !s.exists || s.n <= te { // full: a new period
+		return state{exists: true, n: te + cost*a.T, p: newPeriod(), at: te}
+	}
+	s.n += cost * a.T
+	s.at = te
+	return s
 }
 
-func (a *gcra) giveBack(s state, t, cost int64) (state, bool) {
-	if !s.exists || s.n-cost*a.T < t {
+func (a *gcra) receipt(s state, te, _ int64) edgelimit.Receipt {
+	rc := edgelimit.Receipt{At: te, Slot: s.p << shardBits}
+	putInt64(rc.ID[:8], s.n)
+	putInt64(rc.ID[8:], s.r)
+	return rc
+}
+
+// refundOut is what a refund as of tr of the spending rc records (cost
+// units) gives back, given z, the time refunds gave back in the period by
+// now: the part of its slot still to come, by the latest end the slot can
+// have now. The slot ended at e when it was spent and has moved forward by
+// at most what refunds gave back since (z - zk, counting those of later
+// slots too, which do not move it); it never starts before te, the
+// instant of the spend. zk < 0: unknown, only te bounds it.
+func (a *gcra) refundOut(rc edgelimit.Receipt, z, tr, cost int64) int64 {
+	te, e, zk := rc.At, getInt64(rc.ID[:8]), getInt64(rc.ID[8:])
+	end := te + cost*a.T
+	if zk >= 0 && z >= zk {
+		end = max(end, e-(z-zk))
+	}
+	return min(cost*a.T, max(0, end-max(tr, te)))
+}
+
+func (a *gcra) giveBack(s state, rc edgelimit.Receipt, tr, cost int64) (state, bool) {
+	if !s.exists || s.p != rc.Slot>>shardBits {
+		return s, false // another period: the slot came back long ago
+	}
+	out := a.refundOut(rc, s.r, tr, cost)
+	if out == 0 {
 		return s, false
 	}
-	s.n -= cost * a.T
+	s.n -= out
+	s.r += out
 	return s, true
 }
 
 func (a *gcra) decision(s state, t, cost int64, allowed bool) edgelimit.Decision {
-	d := edgelimit.Decision{Allowed: allowed, Limit: a.limit, Window: time.Duration(a.window)}
+	d := edgelimit.Decision{Allowed: allowed}
 	if a.limit == 0 {
+		d.Reset = time.Duration(a.window)
 		denyNever(&d, time.Duration(a.window))
 		return d
 	}
-	tat := a.tat(&s)
-	base := max(tat, t)
-	d.Remaining = max(0, min(a.burst, (t+a.tau-base)/a.T))
-	d.Reset = time.Duration(max(0, tat-t)) // until the bucket is full
+	te := a.instant(s, t)
+	base := max(a.tat(&s), te)
+	x := te + a.tau - base // the bucket's content, in time
+	units := max(0, floorDiv(x, a.T))
+	d.Remaining = min(a.burst, units)
+	// Reset, the effective window: until the next unit comes back, which
+	// for a full bucket is one emission interval (the time a unit spent
+	// now takes to come back).
+	d.Reset = time.Duration(te + (units+1)*a.T - x - t)
 	if allowed {
 		return d
 	}
@@ -108,16 +191,16 @@ func (a *gcra) decision(s state, t, cost int64, allowed bool) edgelimit.Decision
 		denyNever(&d, time.Duration(a.window))
 		return d
 	}
-	d.RetryAfter = time.Duration(max(1, base-t-(a.burst-cost)*a.T))
-	d.Reset = max(d.Reset, d.RetryAfter)
+	// Until cost units are in the bucket: never sooner than the next one.
+	d.RetryAfter = time.Duration(max(1, te+cost*a.T-x-t))
 	return d
 }
 
 func (a *gcra) unknown(_, _ int64, allowed bool) edgelimit.Decision {
-	d := edgelimit.Decision{Allowed: allowed, Limit: a.limit, Window: time.Duration(a.window),
-		Reset: time.Duration(max(a.tau, 1))}
+	// Nothing left: a unit comes back within one interval.
+	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration(max(a.T, 1))}
 	if !allowed {
-		d.RetryAfter = d.Reset
+		d.RetryAfter = time.Duration(max(a.tau, 1))
 	}
 	return d
 }
@@ -129,52 +212,130 @@ func (a *gcra) expiry(s state, t int64) int64 {
 	return s.n // from then on the bucket is full: as if absent
 }
 
-func (a *gcra) compact(s state, _ int64) state { return state{exists: s.exists, n: s.n} }
+func (a *gcra) compact(s state, _ int64) state {
+	return state{exists: s.exists, n: s.n, p: s.p, r: s.r, at: s.at}
+}
 
-func (a *gcra) update(view state, t, cost int64, margin time.Duration, u *ddbUpdate) {
+func (a *gcra) update(view state, t, cost int64, margin time.Duration, u *condUpdate) {
 	if a.limit == 0 || cost > a.burst {
 		u.readOnly = true
 		return
 	}
-	u.name("#t", "tat")
-	u.value(":t", t)
-	if view.exists && view.n > t {
-		u.update = "SET #t = #t + :ct, expires_at = :e"
-		u.cond = "#t > :t AND #t <= :lim"
-		u.value(":ct", cost*a.T)
-		u.value(":lim", t+(a.burst-cost)*a.T)
-		u.value(":e", expSec(t+a.tau+int64(margin))) // the TAT can be at most t + tau
+	te := a.instant(view, t)
+	u.Name("#t", "tat")
+	u.Name("#a", "a")
+	u.Value(":te", te)
+	u.at = te
+	if view.exists && view.n > te {
+		u.Expr = "SET #t = #t + :ct, #a = :te, expires_at = :e"
+		u.Cond = "#t > :te AND #t <= :lim"
+		u.Value(":ct", cost*a.T)
+		u.Value(":lim", te+(a.burst-cost)*a.T)
+		u.Value(":e", expSec(te+a.tau+int64(margin))) // the TAT can be at most te + tau
+		// Without a reply the slot's end is known only to be after
+		// te + cT, and the period only if the condition pins it.
+		u.rc = edgelimit.Receipt{At: te}
+		putInt64(u.rc.ID[:8], te+cost*a.T)
+		putInt64(u.rc.ID[8:], -1)
+		if u.tx {
+			u.Name("#p", "p")
+			if view.p == 0 {
+				u.Cond += " AND attribute_not_exists(#p)"
+			} else {
+				u.Cond += " AND #p = :p"
+				u.Value(":p", view.p)
+			}
+			u.rc.Slot = view.p << shardBits
+		}
 	} else {
-		tat := t + cost*a.T
-		u.update = "SET #t = :nt, expires_at = :e"
-		u.cond = "attribute_not_exists(#t) OR #t <= :t"
-		u.value(":nt", tat)
-		u.value(":e", expSec(tat+int64(margin)))
+		tat, p := te+cost*a.T, newPeriod()
+		u.Name("#p", "p")
+		u.Name("#z", "z")
+		u.Expr = "SET #t = :nt, #a = :te, #p = :p, expires_at = :e REMOVE #z"
+		u.Cond = "(attribute_not_exists(#t) OR #t <= :te) AND (attribute_not_exists(#a) OR #a <= :te)"
+		u.Value(":nt", tat)
+		u.Value(":p", p)
+		u.Value(":e", expSec(tat+int64(margin)))
+		u.rc = a.receipt(state{exists: true, n: tat, p: p}, te, cost)
 	}
-	u.ret = types.ReturnValueUpdatedNew
+	u.Return = wire.ReturnAllNew
 }
 
-func (a *gcra) decode(item map[string]types.AttributeValue, _ int64) (state, error) {
+func (a *gcra) decode(item wire.Item, _ int64) (state, error) {
 	tat, ok, err := attrInt(item, "tat")
 	if err != nil || !ok {
 		return state{}, err
 	}
-	return state{exists: true, n: tat}, nil
+	s := state{exists: true, n: tat}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"a", &s.at}, {"p", &s.p}, {"z", &s.r}} {
+		if *f.v, _, err = attrInt(item, f.name); err != nil {
+			return state{}, err
+		}
+	}
+	return s, nil
 }
 
-func (a *gcra) refundUpdate(view state, t, cost int64, u *ddbUpdate) bool {
-	u.name("#t", "tat")
-	u.update = "SET #t = #t - :ct"
-	u.cond = "#t >= :min"
-	u.value(":ct", cost*a.T)
-	u.value(":min", t+cost*a.T)
+// maxRefundGuards is how many refunds of a gcra item guard the refunds
+// given back since the spend (to give back exactly the slot's part still to
+// come) before the next gives back what certainly is, unguarded.
+const maxRefundGuards = 4
+
+// refundUpdate moves the TAT back by the part of the spending's slot still
+// to come (refundOut). The guard on p fails once the period has ended
+// (nothing to give back); the guard on z, only present while it lets the
+// refund give back more than te bounds, fails when another refund landed
+// since the spend or the last attempt, and the next attempt uses the z the
+// failure showed.
+func (a *gcra) refundUpdate(rc edgelimit.Receipt, seen *state, attempt int, tr, cost int64, u *condUpdate) bool {
+	p, zk := rc.Slot>>shardBits, getInt64(rc.ID[8:])
+	if seen != nil && (!seen.exists || seen.p != p) {
+		return false
+	}
+	z := zk
+	if seen != nil {
+		z = seen.r
+	}
+	if attempt > maxRefundGuards {
+		zk = -1 // what te bounds, unguarded
+	}
+	guarded := rc
+	putInt64(guarded.ID[8:], zk)
+	out := a.refundOut(guarded, z, tr, cost)
+	if out == 0 {
+		return false
+	}
+	u.Name("#t", "tat")
+	u.Name("#p", "p")
+	u.Name("#z", "z")
+	u.Expr = "SET #t = #t - :out ADD #z :out"
+	u.Value(":out", out)
+	if p == 0 {
+		u.Cond = "attribute_not_exists(#p)"
+	} else {
+		u.Cond = "#p = :p"
+		u.Value(":p", p)
+	}
+	if zk >= 0 && out > a.refundOut(edgelimit.Receipt{At: rc.At, ID: unknownZ}, z, tr, cost) {
+		u.Cond += " AND (attribute_not_exists(#z) OR #z <= :z)"
+		u.Value(":z", z)
+	}
 	return true
 }
+
+// unknownZ is a gcra receipt's ID with the refunds before the spend unknown
+// (and no slot end beyond te + cT).
+var unknownZ = func() (id [16]byte) {
+	putInt64(id[8:], -1)
+	return id
+}()
 
 func (a *gcra) blind(_, _ int64) (state, bool) { return state{}, false }
 
 func (a *gcra) exact() bool { return false }
 
-func (a *gcra) needsView() bool { return true }
+func (a *gcra) refundRetries() bool { return true }
 
-func (a *gcra) refundUsesView() bool { return false }
+func (a *gcra) needsView() bool { return true }

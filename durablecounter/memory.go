@@ -8,9 +8,11 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/edgelimit/edgelimit"
 )
 
-// MemoryConfig configures a MemoryStore. The zero value is ready to use.
+// MemoryConfig configures a Memory store. The zero value is ready to use.
 type MemoryConfig struct {
 	// Shards is the number of independently locked parts of the store,
 	// rounded up to a power of two; default 64. One client key always lands
@@ -24,7 +26,7 @@ type MemoryConfig struct {
 	MaxKeys int
 	// ExpiryMargin is how long an item is kept after the end of its window;
 	// default 0. Counters sharing one process share its clock, so the
-	// margin for clock skew a DynamoStore needs is not needed here.
+	// margin for clock skew a dynamostore.Store needs is not needed here.
 	ExpiryMargin time.Duration
 }
 
@@ -37,19 +39,24 @@ const (
 	minSweep = 64
 )
 
-// MemoryStore is an in-process Store: exact, as fast as a map lookup under
-// a lock, and with the same semantics as a DynamoStore. It is the embedded
-// default of `edgelimit serve` and right for a single process; instances
-// that must share counts need a DynamoStore.
+// Memory is an in-process Store: exact, as fast as a map lookup under a
+// lock, and with the same semantics as a dynamostore.Store. It is the
+// embedded default of `edgelimit serve` and right for a single process;
+// instances that must share counts need a dynamostore.Store.
 //
 // Expired items are treated as absent when read (lazy expiry) and removed
 // by a sweep of a shard that runs when the shard has doubled in size since
 // its last sweep and some item in it has expired, so a shard holds at most
 // about twice its live items, and a sweep costs O(1) amortised per insert.
-// A decision on an existing item is one map lookup under the shard's lock
-// and allocates nothing (a sliding log's allocates when its buckets grow);
-// a new item allocates its 56-byte entry.
-type MemoryStore struct {
+// The shards' maps hold their entries as values (state and expiry, 64
+// bytes, inline in the map's slots), not pointers to them: a decision
+// reads its entry where the lookup found it, without a second, dependent
+// cache miss, and an admission writes it back (a second probe of the same
+// slot, cached by then). A decision allocates nothing (a sliding log's,
+// when its millisecond buckets grow, does: the buckets are the one part of
+// a state behind a pointer, shared by the entry and the state being
+// decided, which the shard's lock keeps consistent).
+type Memory struct {
 	seed   maphash.Seed
 	shards []memShard
 	mask   uint64
@@ -60,7 +67,7 @@ type MemoryStore struct {
 
 type memShard struct {
 	mu sync.Mutex
-	m  map[itemID]*memEntry
+	m  map[itemID]memEntry
 	// sweepAt is the size at which the next insert sweeps.
 	sweepAt int
 	// nextExpiry is a lower bound of every entry's expiry (UnixNano): no
@@ -76,11 +83,11 @@ type memEntry struct {
 	expires int64 // UnixNano
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ Store = (*Memory)(nil)
 
-// NewMemoryStore returns an empty MemoryStore. Zero or negative fields of
-// cfg take their defaults.
-func NewMemoryStore(cfg MemoryConfig) *MemoryStore {
+// NewMemory returns an empty Memory store. Zero or negative fields of cfg
+// take their defaults.
+func NewMemory(cfg MemoryConfig) *Memory {
 	n := cfg.Shards
 	if n <= 0 {
 		n = defaultMemoryShards
@@ -90,7 +97,7 @@ func NewMemoryStore(cfg MemoryConfig) *MemoryStore {
 	if maxKeys <= 0 {
 		maxKeys = DefaultMaxKeys
 	}
-	s := &MemoryStore{
+	s := &Memory{
 		seed:   maphash.MakeSeed(),
 		shards: make([]memShard, n),
 		mask:   uint64(n - 1),
@@ -99,7 +106,7 @@ func NewMemoryStore(cfg MemoryConfig) *MemoryStore {
 	}
 	s.key = fmt.Sprintf("durablecounter/memory/%p", s)
 	for i := range s.shards {
-		s.shards[i].m = make(map[itemID]*memEntry)
+		s.shards[i].m = make(map[itemID]memEntry)
 		s.shards[i].sweepAt = minSweep
 		s.shards[i].cap = s.perCap
 	}
@@ -108,7 +115,7 @@ func NewMemoryStore(cfg MemoryConfig) *MemoryStore {
 
 // Len returns the number of items held, including expired ones not yet
 // swept.
-func (s *MemoryStore) Len() int {
+func (s *Memory) Len() int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -119,61 +126,58 @@ func (s *MemoryStore) Len() int {
 	return n
 }
 
-func (s *MemoryStore) batchKey() string { return s.key }
+func (s *Memory) batchKey() string { return s.key }
 
-func (s *MemoryStore) shardIndex(key string) int {
+func (s *Memory) shardIndex(key string) int {
 	if s.mask == 0 {
 		return 0
 	}
 	return int(maphash.String(s.seed, key) & s.mask)
 }
 
-func (s *MemoryStore) apply(_ context.Context, o op) (result, error) {
+func (s *Memory) apply(_ context.Context, o op) (result, error) {
 	sh := &s.shards[s.shardIndex(o.id.key)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	// check and commit in one: a single map lookup.
-	e := sh.m[o.id]
+	e, found := sh.m[o.id]
 	var st state
-	if e != nil && e.expires > o.t {
+	if found && e.expires > o.t {
 		st = e.st // else absent or expired
 	}
 	if !o.alg.fits(st, o.t, o.cost) {
 		return result{known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, false)}, nil
 	}
-	if e == nil {
+	if !found {
 		if err := sh.makeRoom(o.t); err != nil {
 			return result{}, err
 		}
 	}
-	return sh.commitOp(&o, e, st, s.margin), nil
+	return sh.commitOp(&o, st, s.margin), nil
 }
 
-// commitOp spends o on the item's entry e (created when nil), whose current
-// state st admits it, and reports the admission.
-func (sh *memShard) commitOp(o *op, e *memEntry, st state, margin time.Duration) result {
-	if e == nil {
-		e = new(memEntry)
-		sh.m[o.id] = e
-	}
+// commitOp spends o on its item, whose current state st admits it, and
+// reports the admission.
+func (sh *memShard) commitOp(o *op, st state, margin time.Duration) result {
+	te := o.alg.instant(st, o.t)
 	st = o.alg.commit(st, o.t, o.cost)
-	e.st = st
-	e.expires = o.alg.expiry(st, o.t) + int64(margin)
+	e := memEntry{st: st, expires: o.alg.expiry(st, o.t) + int64(margin)}
+	sh.m[o.id] = e
 	sh.nextExpiry = min(sh.nextExpiry, e.expires)
-	return admitted(o, st)
+	return admitted(o, st, te)
 }
 
-// admitted reports an admission whose state after it is st (owned by the
-// store): the state itself only when nothing is left, for the deny cache.
-func admitted(o *op, st state) result {
-	r := result{ok: true, known: true, d: o.alg.decision(st, o.t, o.cost, true)}
+// admitted reports an admission decided at te whose state after it is st
+// (owned by the store): the state itself only when nothing is left, for
+// the deny cache.
+func admitted(o *op, st state, te int64) result {
+	r := result{ok: true, known: true, d: o.alg.decision(st, o.t, o.cost, true), rc: o.alg.receipt(st, te, o.cost)}
 	if r.d.Remaining == 0 {
 		r.st = o.alg.compact(st, o.t)
 	}
 	return r
 }
 
-func (s *MemoryStore) applyAll(_ context.Context, ops []op, res []result) (bool, error) {
+func (s *Memory) applyAll(_ context.Context, ops []op, res []result) (bool, error) {
 	var small [8]int
 	idx := small[:0]
 	for i := range ops {
@@ -199,7 +203,7 @@ func (s *MemoryStore) applyAll(_ context.Context, ops []op, res []result) (bool,
 			all = false
 			continue
 		}
-		if sh.m[o.id] == nil {
+		if _, found := sh.m[o.id]; !found {
 			if err := sh.makeRoom(o.t); err != nil {
 				return false, err
 			}
@@ -212,27 +216,56 @@ func (s *MemoryStore) applyAll(_ context.Context, ops []op, res []result) (bool,
 	}
 	for i := range ops {
 		o, sh := &ops[i], &s.shards[idx[i]]
-		res[i] = sh.commitOp(o, sh.m[o.id], sh.get(o), s.margin)
+		res[i] = sh.commitOp(o, sh.get(o), s.margin)
 	}
 	return true, nil
 }
 
-func (s *MemoryStore) refund(_ context.Context, o op) (bool, error) {
+func (s *Memory) refund(_ context.Context, o op, rc edgelimit.Receipt) (bool, error) {
 	sh := &s.shards[s.shardIndex(o.id.key)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[o.id]
-	if e == nil || e.expires <= o.t {
-		return false, nil
+	e, found := sh.m[o.id]
+	if !found || e.expires <= o.t {
+		return false, nil // the item stopped mattering: what it held came back
 	}
-	st, ok := o.alg.giveBack(e.st, o.t, o.cost)
-	e.st = st
+	st, ok := o.alg.giveBack(e.st, rc, o.t, o.cost)
+	if ok {
+		e.st = st
+		sh.m[o.id] = e
+	}
 	return ok, nil
+}
+
+func (s *Memory) get(_ context.Context, o op) (state, error) {
+	sh := &s.shards[s.shardIndex(o.id.key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return clone(sh.get(&o)), nil
+}
+
+func (s *Memory) read(_ context.Context, ops []op, out []state) error {
+	for i := range ops {
+		o := &ops[i]
+		sh := &s.shards[s.shardIndex(o.id.key)]
+		sh.mu.Lock()
+		out[i] = clone(sh.get(o))
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// clone returns a copy of s that shares no buckets with it.
+func clone(s state) state {
+	if s.ext != nil {
+		s.ext = &stateExt{buckets: slices.Clone(s.ext.buckets), stale: slices.Clone(s.ext.stale)}
+	}
+	return s
 }
 
 // get returns the live state of o's item. The shard is locked.
 func (sh *memShard) get(o *op) state {
-	if e := sh.m[o.id]; e != nil && e.expires > o.t {
+	if e, found := sh.m[o.id]; found && e.expires > o.t {
 		return e.st
 	}
 	return state{}

@@ -18,7 +18,7 @@ import (
 func TestMemorySweepBoundsMemory(t *testing.T) {
 	for _, shards := range []int{1, 64} {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
-			store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{Shards: shards})
+			store := durablecounter.NewMemory(durablecounter.MemoryConfig{Shards: shards})
 			clock := limitertest.NewClock(limitertest.T0)
 			c, err := durablecounter.New(durablecounter.Config{
 				Policy: &edgelimit.Policy{Name: "p", Limit: 5, Window: time.Second},
@@ -48,8 +48,8 @@ func TestMemorySweepBoundsMemory(t *testing.T) {
 	}
 }
 
-func TestMemoryStoreFull(t *testing.T) {
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{Shards: 1, MaxKeys: 100})
+func TestMemoryFull(t *testing.T) {
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{Shards: 1, MaxKeys: 100})
 	clock := limitertest.NewClock(limitertest.T0)
 	c, err := durablecounter.New(durablecounter.Config{
 		Policy: &edgelimit.Policy{Name: "p", Limit: 5, Window: time.Minute},
@@ -88,7 +88,7 @@ func TestMemoryAllocationFree(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	c, err := durablecounter.New(durablecounter.Config{
 		Policy: &edgelimit.Policy{Name: "p", Limit: 1 << 40, Window: time.Hour},
 		Store:  store, Now: func() time.Time { return limitertest.T0 },
@@ -109,7 +109,7 @@ func TestMemoryAllocationFree(t *testing.T) {
 // TestSharedClockSkew: two Counters of one policy, clocks 2 s apart, share
 // a store. Whatever the skew, no window admits more than the limit.
 func TestSharedClockSkew(t *testing.T) {
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	ahead := limitertest.NewClock(limitertest.T0.Add(2 * time.Second))
 	behind := limitertest.NewClock(limitertest.T0)
 	p := &edgelimit.Policy{Name: "p", Limit: 3, Window: time.Minute}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
@@ -32,18 +33,18 @@ func TestShards(t *testing.T) {
 		algs  []string
 	}
 	backends := []backend{{name: "memory", algs: allAlgorithms, store: func(t *testing.T) (durablecounter.Store, func() map[string]int) {
-		return durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}), nil
+		return durablecounter.NewMemory(durablecounter.MemoryConfig{}), nil
 	}}}
 	var servers []ddbtest.Server
 	t.Run("servers", func(t *testing.T) { servers = ddbtest.Servers(t) })
 	for _, s := range servers {
 		algs := allAlgorithms
 		if s.Name == "moto" {
-			algs = []string{edgelimit.AlgorithmGCRA}
+			algs = []string{string(durablecounter.GCRA)}
 		}
 		backends = append(backends, backend{name: s.Name, algs: algs, store: func(t *testing.T) (durablecounter.Store, func() map[string]int) {
 			client, table, _ := ddbtest.Table(t, s)
-			store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+			store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +59,7 @@ func TestShards(t *testing.T) {
 					store, items := b.store(t)
 					clock := limitertest.NewClock(limitertest.T0)
 					c, err := durablecounter.New(durablecounter.Config{
-						Policy: &edgelimit.Policy{Name: "global", Algorithm: alg, Limit: 100, Window: time.Hour, Shards: 4, DenyCache: true},
+						Policy: &edgelimit.Policy{Name: "global", Limit: 100, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Shards: 4, DenyCache: true}},
 						Store:  store, Now: clock.Now,
 					})
 					if err != nil {
@@ -125,13 +126,15 @@ func itemsByPrefix(t *testing.T, client *dynamodb.Client, table string) map[stri
 
 // TestShardsTradeOff pins what sharding costs: a request must fit one
 // shard's share of the limit (cost 30 of a limit of 100 over 4 shards is
-// denied although 100 units are free), the headers report the shard that
-// answered, and a denial the deny cache does not know yet asks every shard.
+// denied although 100 units are free), and a denial the deny cache does not
+// know yet asks every shard. Remaining describes the policy: an admission
+// that empties its shard reports what the others have left. A refund goes
+// back to the shard its decision spent in.
 func TestShardsTradeOff(t *testing.T) {
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	clock := limitertest.NewClock(limitertest.T0)
 	c, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "global", Algorithm: edgelimit.AlgorithmFixedWindow, Limit: 100, Window: time.Hour, Shards: 4},
+		Policy: &edgelimit.Policy{Name: "global", Limit: 100, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 4}},
 		Store:  store, Now: clock.Now,
 	})
 	if err != nil {
@@ -141,8 +144,9 @@ func TestShardsTradeOff(t *testing.T) {
 	if d, _ := c.Allow(ctx, edgelimit.Request{Key: "g", Cost: 30}); d.Allowed || d.Remaining != 25 || d.Limit != 100 {
 		t.Errorf("Allow(cost 30) over 4 shards of 25 = %+v, want denied with Remaining 25 (a shard's share) and Limit 100", d)
 	}
-	if d, _ := c.Allow(ctx, edgelimit.Request{Key: "g", Cost: 25}); !d.Allowed || d.Remaining != 0 {
-		t.Errorf("Allow(cost 25) = %+v, want allowed with Remaining 0 (the shard's)", d)
+	d25, _ := c.Allow(ctx, edgelimit.Request{Key: "g", Cost: 25})
+	if !d25.Allowed || d25.Remaining != 75 {
+		t.Errorf("Allow(cost 25) = %+v, want allowed with Remaining 75 (the shard is empty: what the others have left)", d25)
 	}
 	spent := int64(25)
 	for range 100 {
@@ -153,11 +157,11 @@ func TestShardsTradeOff(t *testing.T) {
 	if spent != 100 {
 		t.Errorf("spent %d, want 100", spent)
 	}
-	if err := c.Refund(ctx, edgelimit.Request{Key: "g", Cost: 5}, edgelimit.Decision{}); err != nil {
+	if err := c.Refund(ctx, edgelimit.Request{Key: "g", Cost: 25}, d25); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := c.Allow(ctx, edgelimit.Request{Key: "g", Cost: 5}); !d.Allowed {
-		t.Errorf("Allow(cost 5) after a refund of 5 = %+v, want allowed (the refund went to a shard with 5 spent)", d)
+	if d, _ := c.Allow(ctx, edgelimit.Request{Key: "g", Cost: 25}); !d.Allowed {
+		t.Errorf("Allow(cost 25) after refunding an admission of 25 = %+v, want allowed (the refund went back to its shard)", d)
 	}
 }
 
@@ -169,14 +173,14 @@ func TestShardedKeysInDynamo(t *testing.T) {
 			t.Skip("the partition keys are the same on every server; dynalite is faster")
 		}
 		client, table, _ := ddbtest.Table(t, s)
-		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}
 		clock := limitertest.NewClock(limitertest.T0)
 		for _, alg := range allAlgorithms {
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "hot", Algorithm: alg, Limit: 2, Window: time.Hour, Shards: 2},
+				Policy: &edgelimit.Policy{Name: "hot", Limit: 2, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Shards: 2}},
 				Store:  store, Now: clock.Now,
 			})
 			if err != nil {

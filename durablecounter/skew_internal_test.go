@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
@@ -25,12 +22,12 @@ type skewBackend struct {
 
 func skewBackends(t *testing.T) []skewBackend {
 	t.Helper()
-	mem := NewMemoryStore(MemoryConfig{})
+	mem := NewMemory(MemoryConfig{})
 	out := []skewBackend{{name: "memory", store: mem, steps: 400, read: func(t *testing.T, o op) state {
 		sh := &mem.shards[mem.shardIndex(o.id.key)]
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		if e := sh.m[o.id]; e != nil {
+		if e, ok := sh.m[o.id]; ok {
 			return o.alg.compact(e.st, o.t) // a copy
 		}
 		return state{}
@@ -38,23 +35,16 @@ func skewBackends(t *testing.T) []skewBackend {
 	var servers []ddbtest.Server
 	t.Run("servers", func(t *testing.T) { servers = ddbtest.Servers(t) }) // skips only itself
 	for _, s := range servers {
-		client, table, _ := ddbtest.Table(t, s)
-		store, err := NewDynamoStore(DynamoConfig{Client: client, Table: table})
-		if err != nil {
-			t.Fatal(err)
-		}
+		store, reader := newDynamoPair(t, s)
 		steps := 150
 		if s.Name == "moto" {
 			steps = 20 // moto answers one call at a time, in ~10 ms
 		}
 		out = append(out, skewBackend{name: s.Name, store: store, steps: steps, read: func(t *testing.T, o op) state {
-			got, err := client.GetItem(context.Background(), &dynamodb.GetItemInput{
-				TableName: aws.String(table), Key: store.key1(o.id.pk()), ConsistentRead: aws.Bool(true),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := o.alg.decode(got.Item, o.t)
+			// A consistent read through a second store on the table,
+			// without views, so that reading changes nothing the tested
+			// store knows.
+			st, err := reader.get(context.Background(), o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,14 +71,14 @@ func TestClockSkew(t *testing.T) {
 	for _, b := range skewBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			for _, alg := range []string{edgelimit.AlgorithmFixedWindow, edgelimit.AlgorithmSlidingWindow, edgelimit.AlgorithmSlidingLog, edgelimit.AlgorithmGCRA} {
+			for _, alg := range []string{string(FixedWindow), string(SlidingWindow), string(SlidingLog), string(GCRA)} {
 				t.Run(alg, func(t *testing.T) {
 					const limit, skew = 5, 2 * time.Second
 					window := 10 * time.Second
 					start := limitertest.WindowStart(limitertest.T0, time.Minute).Add(time.Minute)
 					behind := limitertest.NewClock(start)
 					ahead := limitertest.NewClock(start.Add(skew))
-					p := &edgelimit.Policy{Name: "skew-" + alg, Algorithm: alg, Limit: limit, Window: window}
+					p := &edgelimit.Policy{Name: "skew-" + alg, Limit: limit, Window: window, Options: &Options{Algorithm: Algorithm(alg)}}
 					a, err := New(Config{Policy: p, Store: b.store, Now: ahead.Now})
 					if err != nil {
 						t.Fatal(err)
@@ -109,7 +99,7 @@ func TestClockSkew(t *testing.T) {
 							return
 						}
 						admitted[who]++
-						if msg := checkStored(t, b, alg0, c.now().UnixNano(), ahead.Now().UnixNano()); msg != "" {
+						if msg := checkStored(t, b, alg0, c.clock().UnixNano(), ahead.Now().UnixNano()); msg != "" {
 							t.Fatalf("%s, after an admission of %d by the instance %s: %s", label, cost, who, msg)
 						}
 					}

@@ -1,13 +1,8 @@
 package durablecounter
 
 import (
-	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/edgelimit/edgelimit"
 )
@@ -98,7 +93,19 @@ func buckets(s *state) []bucket {
 // by a clock ahead of ours counts too).
 func (a *slidingLog) live(b bucket, tm int64) bool { return b.ms > tm-a.wms }
 
-// used returns the units in the window at t.
+// instant is t, or the start of the item's newest millisecond if that is
+// later (algorithm.instant): units only leave the window as time passes, so
+// a request a little behind the item's latest writer is decided there, and
+// its units are stamped there too, which keeps every window-long interval
+// of the log within the limit.
+func (a *slidingLog) instant(s state, t int64) int64 {
+	if bs := buckets(&s); len(bs) > 0 {
+		return max(t, bs[len(bs)-1].ms*int64(time.Millisecond))
+	}
+	return t
+}
+
+// used returns the units in the window at t (the decision's instant).
 func (a *slidingLog) used(s *state, t int64) int64 {
 	tm, n := msOf(t), int64(0)
 	for _, b := range buckets(s) {
@@ -110,11 +117,11 @@ func (a *slidingLog) used(s *state, t int64) int64 {
 }
 
 func (a *slidingLog) fits(s state, t, cost int64) bool {
-	return cost <= a.limit && a.used(&s, t) <= a.limit-cost
+	return cost <= a.limit && a.used(&s, a.instant(s, t)) <= a.limit-cost
 }
 
 func (a *slidingLog) commit(s state, t, cost int64) state {
-	tm := msOf(t)
+	tm := msOf(a.instant(s, t))
 	s.exists = true
 	if s.ext == nil {
 		s.ext = &stateExt{}
@@ -149,62 +156,50 @@ func cmp64(a, b int64) int {
 	return 0
 }
 
-// takeOldest returns which live buckets a refund of cost at t takes from,
-// oldest first (index and units), or false when fewer are in the window.
-// Taking from the oldest is conservative: the units given back would have
-// left the window first.
-func (a *slidingLog) takeOldest(s *state, t, cost int64) ([][2]int64, bool) {
-	if a.used(s, t) < cost {
-		return nil, false
-	}
-	tm := msOf(t)
-	var take [][2]int64
-	left := cost
-	for k, b := range buckets(s) {
-		if left == 0 {
-			break
-		}
-		if !a.live(b, tm) || b.units <= 0 {
-			continue
-		}
-		u := min(b.units, left)
-		take = append(take, [2]int64{int64(k), u})
-		left -= u
-	}
-	return take, true
+func (a *slidingLog) receipt(s state, te, _ int64) edgelimit.Receipt {
+	rc := edgelimit.Receipt{At: te}
+	putInt64(rc.ID[:8], s.w)
+	return rc
 }
 
-func (a *slidingLog) giveBack(s state, t, cost int64) (state, bool) {
-	take, ok := a.takeOldest(&s, t, cost)
-	if !ok {
+// giveBack takes the cost from the millisecond the spending went to, while
+// it is still in the window at tr (after that its units have left anyway).
+// Other refunds take only their own units from it, so it still holds the
+// cost unless something is wrong.
+func (a *slidingLog) giveBack(s state, rc edgelimit.Receipt, tr, cost int64) (state, bool) {
+	ms := msOf(rc.At)
+	if !a.live(bucket{ms: ms}, msOf(tr)) {
 		return s, false
 	}
-	for _, tk := range take {
-		s.ext.buckets[tk[0]].units -= tk[1]
+	bs := buckets(&s)
+	k, found := slices.BinarySearchFunc(bs, ms, func(b bucket, ms int64) int { return cmp64(b.ms, ms) })
+	if !found || bs[k].units < cost {
+		return s, false
 	}
+	bs[k].units -= cost
 	s.n -= cost
 	s.r++
 	return s, true
 }
 
 func (a *slidingLog) decision(s state, t, cost int64, allowed bool) edgelimit.Decision {
-	tm := msOf(t)
-	used, newest := int64(0), int64(0)
+	tm := msOf(a.instant(s, t))
+	used, oldest := int64(0), int64(0)
 	any := false
 	for _, b := range buckets(&s) {
 		if a.live(b, tm) && b.units > 0 {
 			used += b.units
-			newest, any = b.ms, true
+			if !any {
+				oldest, any = b.ms, true
+			}
 		}
 	}
-	d := edgelimit.Decision{
-		Allowed:   allowed,
-		Limit:     a.limit,
-		Window:    time.Duration(a.window),
-		Remaining: max(0, a.limit-used),
-	}
-	if any { // when the newest unit leaves the window
-		d.Reset = time.Duration((newest+a.wms)*int64(time.Millisecond) - t)
+	d := edgelimit.Decision{Allowed: allowed, Remaining: max(0, a.limit-used)}
+	// Reset, the effective window: until the oldest unit in the window
+	// leaves it, the whole window when nothing is in it.
+	d.Reset = time.Duration(a.window)
+	if any {
+		d.Reset = time.Duration((oldest+a.wms)*int64(time.Millisecond) - t)
 	}
 	if allowed {
 		return d
@@ -228,13 +223,11 @@ func (a *slidingLog) decision(s state, t, cost int64, allowed bool) edgelimit.De
 	if d.RetryAfter <= 0 { // not reached for a real denial
 		d.RetryAfter = time.Millisecond
 	}
-	d.Reset = max(d.Reset, d.RetryAfter)
 	return d
 }
 
 func (a *slidingLog) unknown(_, _ int64, allowed bool) edgelimit.Decision {
-	d := edgelimit.Decision{Allowed: allowed, Limit: a.limit, Window: time.Duration(a.window),
-		Reset: time.Duration(a.window)}
+	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration(a.window)}
 	if !allowed {
 		d.RetryAfter = d.Reset
 	}
@@ -274,158 +267,10 @@ func (a *slidingLog) compact(s state, t int64) state {
 	return out
 }
 
-// bucketName is the attribute of millisecond ms: "b" and ms in base 36
-// (8 digits until 2059), to keep the item small.
-func bucketName(ms int64) string { return "b" + strconv.FormatInt(ms, 36) }
-
-func (a *slidingLog) update(view state, t, cost int64, margin time.Duration, u *ddbUpdate) {
-	if cost > a.limit {
-		u.readOnly = true
-		return
-	}
-	tm := msOf(t)
-	u.name("#n", "n")
-	u.name("#b", bucketName(tm))
-	u.name("#g", "g")
-	u.update = "ADD #n :d, #b :d"
-	u.value(":d", cost)
-	u.value(":gn", rand.Int64())
-	newest := tm
-	var expired int64 // units the view shows expired but still in the item
-	var old []bucket
-	for _, b := range buckets(&view) {
-		newest = max(newest, b.ms)
-		if !a.live(b, tm) {
-			expired += b.units
-			old = append(old, b)
-		}
-	}
-	E := int64(0)
-	if view.exists {
-		E = view.p + expired
-	}
-	u.value(":m", a.limit-cost+E)
-	// The guards that keep E a lower bound of the real count of expired
-	// units, only as needed, so that concurrent writers do not conflict: the
-	// same incarnation (a recreated item may count less); no refund since
-	// the view (a refund lowers buckets the view counts as expired); and,
-	// when pruning, nobody pruned since the view (x would count twice).
-	guards := "#n <= :m"
-	if E > 0 {
-		guards += " AND #g = :g0"
-		u.value(":g0", view.w)
-	}
-	if expired > 0 {
-		u.name("#r", "r")
-		if view.r == 0 {
-			guards += " AND attribute_not_exists(#r)"
-		} else {
-			guards += " AND #r = :r0"
-			u.value(":r0", view.r)
-		}
-	}
-	var remove strings.Builder
-	if view.exists && len(old) >= pruneAt {
-		old = old[:min(len(old), prunePer)]
-		var units int64
-		for k, b := range old {
-			ph := "#o" + strconv.Itoa(k)
-			u.name(ph, bucketName(b.ms))
-			if k > 0 {
-				remove.WriteString(", ")
-			}
-			remove.WriteString(ph)
-			units += b.units
-		}
-		u.name("#x", "x")
-		u.update += ", #x :xs"
-		u.value(":xs", units)
-		if view.p == 0 {
-			guards += " AND attribute_not_exists(#x)"
-		} else {
-			guards += " AND #x = :x0"
-			u.value(":x0", view.p)
-		}
-	}
-	u.cond = "attribute_not_exists(#n) OR (" + guards + ")"
-	if guards == "#n <= :m" {
-		u.cond = "attribute_not_exists(#n) OR #n <= :m"
-	}
-	if remove.Len() > 0 {
-		u.update += " SET #g = if_not_exists(#g, :gn), expires_at = :e REMOVE " + remove.String()
-		u.value(":e", expSec((newest+a.wms)*int64(time.Millisecond)+int64(margin)))
-		u.ret = types.ReturnValueAllNew
-		return
-	}
-	u.update += " SET #g = if_not_exists(#g, :gn), expires_at = :e"
-	u.value(":e", expSec((newest+a.wms)*int64(time.Millisecond)+int64(margin)))
-	u.ret = types.ReturnValueAllNew
-}
-
-func (a *slidingLog) decode(item map[string]types.AttributeValue, _ int64) (state, error) {
-	n, ok, err := attrInt(item, "n")
-	if err != nil || !ok {
-		return state{}, err
-	}
-	s := state{exists: true, n: n, ext: &stateExt{}}
-	if s.p, _, err = attrInt(item, "x"); err != nil {
-		return state{}, err
-	}
-	if s.w, _, err = attrInt(item, "g"); err != nil {
-		return state{}, err
-	}
-	if s.r, _, err = attrInt(item, "r"); err != nil {
-		return state{}, err
-	}
-	for name := range item {
-		if len(name) < 2 || name[0] != 'b' {
-			continue
-		}
-		ms, err := strconv.ParseInt(name[1:], 36, 64)
-		if err != nil {
-			continue
-		}
-		units, _, err := attrInt(item, name)
-		if err != nil {
-			return state{}, err
-		}
-		s.ext.buckets = append(s.ext.buckets, bucket{ms: ms, units: units})
-	}
-	slices.SortFunc(s.ext.buckets, func(x, y bucket) int { return cmp64(x.ms, y.ms) })
-	return s, nil
-}
-
-func (a *slidingLog) refundUpdate(view state, t, cost int64, u *ddbUpdate) bool {
-	take, ok := a.takeOldest(&view, t, cost)
-	if !ok {
-		return false
-	}
-	u.name("#n", "n")
-	u.name("#g", "g")
-	u.name("#r", "r")
-	var add, cond strings.Builder
-	add.WriteString("ADD #n :nc, #r :one")
-	cond.WriteString("#g = :g0")
-	for k, tk := range take {
-		ph, v := "#t"+strconv.Itoa(k), ":t"+strconv.Itoa(k)
-		u.name(ph, bucketName(view.ext.buckets[tk[0]].ms))
-		add.WriteString(", " + ph + " :n" + strconv.Itoa(k))
-		cond.WriteString(" AND " + ph + " >= " + v)
-		u.value(v, tk[1])
-		u.value(":n"+strconv.Itoa(k), -tk[1])
-	}
-	u.update = add.String()
-	u.cond = cond.String()
-	u.value(":nc", -cost)
-	u.value(":one", 1)
-	u.value(":g0", view.w)
-	return true
-}
-
 func (a *slidingLog) blind(_, _ int64) (state, bool) { return state{}, false }
 
 func (a *slidingLog) exact() bool { return false }
 
-func (a *slidingLog) needsView() bool { return true }
+func (a *slidingLog) refundRetries() bool { return false }
 
-func (a *slidingLog) refundUsesView() bool { return true }
+func (a *slidingLog) needsView() bool { return true }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
@@ -79,12 +80,12 @@ func TestSlidingLogLargestItem(t *testing.T) {
 		if _, err := client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
 			t.Fatalf("PutItem of the largest item: %v", err)
 		}
-		store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table})
+		store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c, err := durablecounter.New(durablecounter.Config{
-			Policy: &edgelimit.Policy{Name: "largest", Algorithm: edgelimit.AlgorithmSlidingLog, Limit: limit, Window: time.Hour},
+			Policy: &edgelimit.Policy{Name: "largest", Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingLog}},
 			Store:  store, Now: clock.Now,
 		})
 		if err != nil {

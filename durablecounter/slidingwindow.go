@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/edgelimit/edgelimit/durablecounter/internal/wire"
 
 	"github.com/edgelimit/edgelimit"
 )
@@ -62,16 +62,28 @@ func (a *slidingWindow) itemFor(key string, shard int32, _ int64) itemID {
 
 func (a *slidingWindow) capacity() int64 { return a.limit }
 
-// at returns the window a decision at t is made in, and when: a state whose
-// newest window is later than t's (another instance's clock runs ahead) is
-// decided at that window's start, never in the past, so that a lagging
-// clock cannot add to a window the item has left behind.
+// at returns the window a decision at t is made in, and when: at the
+// instant the item's latest writer decided at, if that is later than t
+// (algorithm.instant: the weight of the previous window only falls with
+// time, so a request a little behind that writer is not denied by the
+// gap), and never in a window older than the item's newest (an item
+// written before writers recorded their instant), so that a lagging clock
+// cannot add to a window the item has left behind.
 func (a *slidingWindow) at(s *state, t int64) (i, te int64) {
-	i = floorDiv(t, a.window)
+	te = t
+	if s.exists && s.at > te {
+		te = s.at
+	}
+	i = floorDiv(te, a.window)
 	if s.exists && s.w > i {
 		return s.w, s.w * a.window
 	}
-	return i, t
+	return i, te
+}
+
+func (a *slidingWindow) instant(s state, t int64) int64 {
+	_, te := a.at(&s, t)
+	return te
 }
 
 // counts returns the counts of window i (c) and of window i-1 (p).
@@ -105,7 +117,7 @@ func (a *slidingWindow) fits(s state, t, cost int64) bool {
 }
 
 func (a *slidingWindow) commit(s state, t, cost int64) state {
-	i, _ := a.at(&s, t)
+	i, te := a.at(&s, t)
 	if !s.exists || s.w < i {
 		prev := int64(0)
 		if s.exists && s.w == i-1 {
@@ -114,34 +126,44 @@ func (a *slidingWindow) commit(s state, t, cost int64) state {
 		s = state{exists: true, w: i, p: prev}
 	}
 	s.n += cost
+	s.at = te
 	return s
 }
 
-func (a *slidingWindow) giveBack(s state, t, cost int64) (state, bool) {
-	i, _ := a.at(&s, t)
-	if !s.exists || s.w != i || s.n < cost {
-		return s, false
+func (a *slidingWindow) receipt(_ state, te, _ int64) edgelimit.Receipt {
+	return edgelimit.Receipt{At: te}
+}
+
+// giveBack takes the cost from the count of rc's window, wherever the item
+// keeps it: the current window's, or the previous one's (which still
+// weighs). Never from a later window's count.
+func (a *slidingWindow) giveBack(s state, rc edgelimit.Receipt, _, cost int64) (state, bool) {
+	i := floorDiv(rc.At, a.window)
+	switch {
+	case !s.exists:
+	case s.w == i && s.n >= cost:
+		s.n -= cost
+		return s, true
+	case s.w == i+1 && s.p >= cost:
+		s.p -= cost
+		return s, true
 	}
-	s.n -= cost
-	return s, true
+	return s, false
 }
 
 func (a *slidingWindow) decision(s state, t, cost int64, allowed bool) edgelimit.Decision {
 	i, te := a.at(&s, t)
 	c, p := a.counts(&s, i)
-	d := edgelimit.Decision{
-		Allowed:   allowed,
-		Limit:     a.limit,
-		Window:    time.Duration(a.window),
-		Remaining: max(0, a.limit-c-a.share(p, i, te)),
+	used := c + a.share(p, i, te)
+	d := edgelimit.Decision{Allowed: allowed, Remaining: max(0, a.limit-used)}
+	// Reset, the effective window: until the estimate falls by one unit,
+	// so that one more fits; with nothing counted, until the window ends
+	// (everything spent before then counts fully until it ends).
+	if target := min(used, a.limit) - 1; target >= 0 {
+		d.Reset = time.Duration(a.firstAt(c, p, i, te, target) - t)
+	} else {
+		d.Reset = time.Duration((i+1)*a.window - t)
 	}
-	// Reset: when the estimate is zero again. The current count weighs
-	// until the end of the next window.
-	end := (i + 1) * a.window
-	if c > 0 {
-		end += a.window
-	}
-	d.Reset = time.Duration(end - t)
 	if allowed {
 		return d
 	}
@@ -150,34 +172,33 @@ func (a *slidingWindow) decision(s state, t, cost int64, allowed bool) edgelimit
 		denyNever(&d, time.Duration(a.window))
 		return d
 	}
-	d.RetryAfter = time.Duration(a.retryAt(c, p, i, te, cost) - t)
+	// A cost of c fits once the estimate is at most limit - c, never
+	// sooner than it falls by one (limit - c <= estimate - 1 for a denial).
+	d.RetryAfter = time.Duration(a.firstAt(c, p, i, te, a.limit-cost) - t)
 	return d
 }
 
-// retryAt returns the earliest time a request of cost would fit, with the
-// counts c and p of window i and nothing else arriving.
-func (a *slidingWindow) retryAt(c, p, i, te, cost int64) int64 {
+// firstAt returns the earliest instant from te on at which the estimate,
+// with the counts c and p of window i and nothing else arriving, is at
+// most target (>= 0).
+func (a *slidingWindow) firstAt(c, p, i, te, target int64) int64 {
 	W := a.window
-	if room := a.limit - cost - c; room >= 0 {
+	if room := target - c; room >= 0 {
 		// In this window, once ceil(p*(end-t')/W) <= room, that is once
 		// end - t' <= floor(room*W/p).
 		if p <= room {
-			return te + 1 // fits already; not reached for a real denial
+			return te + 1 // already; not reached for a real denial or a Reset
 		}
 		return (i+1)*W - mulDivFloor(room, W, p)
 	}
-	// In the next window, where c weighs as the previous count.
-	room := a.limit - cost
-	if c <= room {
-		return (i + 1) * W
-	}
-	return (i+2)*W - mulDivFloor(room, W, c)
+	// In the next window, where c weighs as the previous count, once
+	// ceil(c*(end'-t')/W) <= target.
+	return (i+2)*W - mulDivFloor(target, W, c)
 }
 
 func (a *slidingWindow) unknown(t, cost int64, allowed bool) edgelimit.Decision {
 	i := floorDiv(t, a.window)
-	d := edgelimit.Decision{Allowed: allowed, Limit: a.limit, Window: time.Duration(a.window),
-		Reset: time.Duration((i+2)*a.window - t)}
+	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration((i+2)*a.window - t)}
 	if !allowed {
 		d.RetryAfter = d.Reset
 	}
@@ -192,7 +213,7 @@ func (a *slidingWindow) expiry(s state, t int64) int64 {
 }
 
 func (a *slidingWindow) compact(s state, _ int64) state {
-	return state{exists: s.exists, n: s.n, p: s.p, w: s.w}
+	return state{exists: s.exists, n: s.n, p: s.p, w: s.w, at: s.at}
 }
 
 // maxRemove bounds the stale attributes one write removes.
@@ -200,7 +221,7 @@ const maxRemove = 16
 
 func countName(i int64) string { return "c" + strconv.FormatInt(i, 10) }
 
-func (a *slidingWindow) update(view state, t, cost int64, margin time.Duration, u *ddbUpdate) {
+func (a *slidingWindow) update(view state, t, cost int64, margin time.Duration, u *condUpdate) {
 	if cost > a.limit {
 		u.readOnly = true
 		return
@@ -209,15 +230,16 @@ func (a *slidingWindow) update(view state, t, cost int64, margin time.Duration, 
 	_, pg := a.counts(&view, i) // this instance's count of window i-1
 	m := a.limit - cost - a.share(pg, i, te)
 	cur, prev := countName(i), countName(i-1)
-	u.name("#w", "w")
-	u.name("#c", cur)
-	u.name("#p", prev)
+	u.Name("#w", "w")
+	u.Name("#a", "a")
+	u.Name("#c", cur)
+	u.Name("#p", prev)
 	countCond := "(attribute_not_exists(#c) OR #c <= :m)"
 	if m < 0 {
 		countCond = "#c <= :m" // cannot fit with the cached count: fails, and returns the item
 	}
-	u.cond = "(attribute_not_exists(#w) OR #w <= :i) AND " + countCond + " AND (attribute_not_exists(#p) OR #p <= :pg)"
-	u.update = "ADD #c :d SET #w = :i, expires_at = :e"
+	u.Cond = "(attribute_not_exists(#w) OR #w <= :i) AND " + countCond + " AND (attribute_not_exists(#p) OR #p <= :pg)"
+	u.Expr = "ADD #c :d SET #w = :i, #a = :te, expires_at = :e"
 	// Remove counts of windows before i-1 that the view knows of (and
 	// i-2, which the previous window's writes left): the item keeps about
 	// two counts.
@@ -239,7 +261,7 @@ func (a *slidingWindow) update(view state, t, cost int64, margin time.Duration, 
 	}
 	if len(remove) > 0 {
 		var b strings.Builder
-		b.WriteString(u.update)
+		b.WriteString(u.Expr)
 		b.WriteString(" REMOVE ")
 		for k, name := range remove {
 			ph := "#s" + strconv.Itoa(k)
@@ -247,25 +269,30 @@ func (a *slidingWindow) update(view state, t, cost int64, margin time.Duration, 
 				b.WriteString(", ")
 			}
 			b.WriteString(ph)
-			u.name(ph, name)
+			u.Name(ph, name)
 		}
-		u.update = b.String()
+		u.Expr = b.String()
 	}
-	u.value(":d", cost)
-	u.value(":i", i)
-	u.value(":m", m)
-	u.value(":pg", pg)
-	u.value(":e", expSec((i+2)*a.window+int64(margin)))
-	u.ret = types.ReturnValueAllNew
+	u.Value(":d", cost)
+	u.Value(":i", i)
+	u.Value(":m", m)
+	u.Value(":pg", pg)
+	u.Value(":te", te)
+	u.Value(":e", expSec((i+2)*a.window+int64(margin)))
+	u.Return = wire.ReturnAllNew
+	u.at, u.rc = te, a.receipt(state{}, te, cost)
 }
 
-func (a *slidingWindow) decode(item map[string]types.AttributeValue, _ int64) (state, error) {
+func (a *slidingWindow) decode(item wire.Item, _ int64) (state, error) {
 	w, ok, err := attrInt(item, "w")
 	if err != nil || !ok {
 		return state{}, err
 	}
 	s := state{exists: true, w: w}
-	for name := range item {
+	if s.at, _, err = attrInt(item, "a"); err != nil {
+		return state{}, err
+	}
+	for name := range attrs(item) {
 		if len(name) < 2 || name[0] != 'c' {
 			continue
 		}
@@ -292,13 +319,20 @@ func (a *slidingWindow) decode(item map[string]types.AttributeValue, _ int64) (s
 	return s, nil
 }
 
-func (a *slidingWindow) refundUpdate(view state, t, cost int64, u *ddbUpdate) bool {
-	i, _ := a.at(&view, t)
-	u.name("#c", countName(i))
-	u.update = "ADD #c :r"
-	u.cond = "#c >= :d"
-	u.value(":r", -cost)
-	u.value(":d", cost)
+// refundUpdate takes the cost from the count of rc's window, while it still
+// weighs (until the end of the next window); never from a later window's.
+// A failed guard means the count is gone (the item moved on): nothing to
+// give back.
+func (a *slidingWindow) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, tr, cost int64, u *condUpdate) bool {
+	i := floorDiv(rc.At, a.window)
+	if seen != nil || tr >= (i+2)*a.window {
+		return false
+	}
+	u.Name("#c", countName(i))
+	u.Expr = "ADD #c :r"
+	u.Cond = "#c >= :d"
+	u.Value(":r", -cost)
+	u.Value(":d", cost)
 	return true
 }
 
@@ -306,6 +340,6 @@ func (a *slidingWindow) blind(_, _ int64) (state, bool) { return state{}, false 
 
 func (a *slidingWindow) exact() bool { return false }
 
-func (a *slidingWindow) needsView() bool { return true }
+func (a *slidingWindow) refundRetries() bool { return false }
 
-func (a *slidingWindow) refundUsesView() bool { return false }
+func (a *slidingWindow) needsView() bool { return true }

@@ -7,17 +7,24 @@ import (
 	"github.com/edgelimit/edgelimit"
 )
 
-// Store keeps the state of Counters: a *MemoryStore (in-process, the default
-// for `edgelimit serve`) or a *DynamoStore (shared by every instance). Both
-// have identical semantics; the conformance suite in package limitertest
-// runs against each.
+// Store keeps the state of Counters: a *Memory (in-process, the default
+// for `edgelimit serve`) or a *dynamostore.Store (package
+// durablecounter/dynamostore: a DynamoDB table shared by every instance).
+// Both have identical semantics; the conformance suite in package
+// limitertest runs against each.
 //
 // Counters built on the same Store value can be decided together, all or
 // nothing, by AllowBatch.
 //
 // Store is sealed: its methods are the storage operations the algorithms
-// need, and they grow as algorithms are added, so only this package
-// implements it.
+// need, in this package's unexported types, and they grow as algorithms
+// are added, so only this package implements it. The DynamoDB store is
+// this package's protocol too (the algorithms' conditional updates, their
+// retries, batches and fallbacks, with no SDK type); dynamostore embeds it
+// and only converts to the SDK and back (see internal/wire), which keeps
+// the SDK out of every program that does not import dynamostore. Exporting
+// the operations instead would freeze them and invite backends that cannot
+// keep the exactness the conformance suite checks.
 type Store interface {
 	// apply decides one operation: it spends o.cost if it fits the item's
 	// state at o.t, and reports the decision.
@@ -26,9 +33,16 @@ type Store interface {
 	// one fits. res[i] reports ops[i]; with committed false nothing was
 	// spent, and a member that fits reports its state without the batch.
 	applyAll(ctx context.Context, ops []op, res []result) (committed bool, err error)
-	// refund gives back what a successful o spent, never below zero. It
-	// reports whether anything was given back.
-	refund(ctx context.Context, o op) (bool, error)
+	// refund undoes the spending rc records (of o.cost units, on o's item)
+	// as of o.t, never below zero, retrying until it lands, proves that
+	// nothing is left to give back, or ctx ends. It reports whether
+	// anything was given back; an error means the refund did not land.
+	refund(ctx context.Context, o op, rc edgelimit.Receipt) (bool, error)
+	// get returns the state of o's item (the zero state if absent), read
+	// consistently, without spending anything; read does that for several
+	// items, filling out[i] for ops[i].
+	get(ctx context.Context, o op) (state, error)
+	read(ctx context.Context, ops []op, out []state) error
 	// batchKey identifies the store for edgelimit.BatchLimiter.
 	batchKey() string
 }
@@ -93,4 +107,7 @@ type result struct {
 	st    state
 	// d is the decision, filled by the store.
 	d edgelimit.Decision
+	// rc is what an admission spent (ok, and spent: not for a member of a
+	// batch that was not committed).
+	rc edgelimit.Receipt
 }

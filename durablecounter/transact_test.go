@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 )
@@ -23,7 +24,7 @@ func txBackends(t *testing.T) map[string]func(t *testing.T) (durablecounter.Stor
 	t.Helper()
 	out := map[string]func(t *testing.T) (durablecounter.Store, *ddbtest.Counter){
 		"memory": func(t *testing.T) (durablecounter.Store, *ddbtest.Counter) {
-			return durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}), nil
+			return durablecounter.NewMemory(durablecounter.MemoryConfig{}), nil
 		},
 	}
 	var servers []ddbtest.Server
@@ -35,7 +36,7 @@ func txBackends(t *testing.T) map[string]func(t *testing.T) (durablecounter.Stor
 		}
 		out[s.Name] = func(t *testing.T) (durablecounter.Store, *ddbtest.Counter) {
 			client, table, calls := ddbtest.Table(t, s)
-			store, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: client, Table: table, Transactions: durablecounter.TransactionsRequired})
+			store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table, Transactions: dynamostore.TransactionsRequired})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +60,7 @@ func TestBatchAcrossAlgorithms(t *testing.T) {
 			clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Hour).Add(time.Hour))
 			mk := func(name, alg string, limit int64, window time.Duration, burst int64) *durablecounter.Counter {
 				c, err := durablecounter.New(durablecounter.Config{
-					Policy: &edgelimit.Policy{Name: name, Algorithm: alg, Limit: limit, Window: window, Burst: burst},
+					Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: burst}},
 					Store:  store, Now: clock.Now,
 				})
 				if err != nil {
@@ -67,10 +68,10 @@ func TestBatchAcrossAlgorithms(t *testing.T) {
 				}
 				return c
 			}
-			burst := mk("burst", edgelimit.AlgorithmGCRA, 10, 10*time.Second, 3) // one a second, 3 at once
-			daily := mk("daily", edgelimit.AlgorithmFixedWindow, 1000, 24*time.Hour, 0)
-			perIP := mk("per-ip", edgelimit.AlgorithmSlidingWindow, 5, time.Minute, 0)
-			audit := mk("audit", edgelimit.AlgorithmSlidingLog, 4, time.Minute, 0)
+			burst := mk("burst", string(durablecounter.GCRA), 10, 10*time.Second, 3) // one a second, 3 at once
+			daily := mk("daily", string(durablecounter.FixedWindow), 1000, 24*time.Hour, 0)
+			perIP := mk("per-ip", string(durablecounter.SlidingWindow), 5, time.Minute, 0)
+			audit := mk("audit", string(durablecounter.SlidingLog), 4, time.Minute, 0)
 			items := []edgelimit.BatchItem{
 				{Limiter: burst, Request: edgelimit.Request{Key: "api-key"}},
 				{Limiter: daily, Request: edgelimit.Request{Key: "api-key"}},
@@ -160,7 +161,7 @@ policies:
 			do := func() *edgelimit.Verdict {
 				return e.Decide(context.Background(), &edgelimit.Input{
 					Method: "GET", Path: "/paid/report", SourceIP: "203.0.113.7",
-					Header: edgelimit.MapHeaders{"x-api-key": "key-1"},
+					Header: limitertest.Headers{"x-api-key": "key-1"},
 				})
 			}
 			for i := range 2 {
@@ -169,7 +170,7 @@ policies:
 				}
 			}
 			v := do()
-			var p edgelimit.Problem
+			var p limitertest.Problem
 			if err := json.Unmarshal(v.Body, &p); err != nil || v.Status != 429 {
 				t.Fatalf("third request: %d %s (%v), want 429", v.Status, v.Body, err)
 			}
@@ -179,9 +180,9 @@ policies:
 			var rateLimit, retryAfter string
 			for _, f := range v.Header() {
 				switch f.Name {
-				case edgelimit.HeaderRateLimit:
+				case "RateLimit":
 					rateLimit = f.Value
-				case edgelimit.HeaderRetryAfter:
+				case "Retry-After":
 					retryAfter = f.Value
 				}
 			}
@@ -190,8 +191,11 @@ policies:
 			if retryAfter != "90" {
 				t.Errorf("Retry-After = %q, want 90", retryAfter)
 			}
-			// Nothing of daily or audit was spent by the denied request.
-			if want := `"burst";r=0;t=2, "daily";r=998;t=43200, "per-ip";r=0;t=120, "audit";r=3;t=60`; rateLimit != want {
+			// Nothing of daily or audit was spent by the denied request. t
+			// is each policy's effective window (issue #10): burst's next
+			// unit in 1 s, per-ip's estimate falls by one at 12:01:30 (its
+			// Retry-After), audit's oldest units leave at 12:01:00.
+			if want := `"burst";r=0;t=1, "daily";r=998;t=43200, "per-ip";r=0;t=90, "audit";r=3;t=60`; rateLimit != want {
 				t.Errorf("RateLimit of the 429 = %q, want %q", rateLimit, want)
 			}
 		})

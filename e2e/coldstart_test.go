@@ -31,11 +31,11 @@ func coldEnv(t *testing.T, fn handlers.Function) map[string]string {
 	}
 	env := map[string]string{}
 	for _, p := range pf.Policies {
-		switch p.Strategy {
-		case edgelimit.StrategyDurable, edgelimit.StrategyKV:
+		switch p.StrategyName() {
+		case "durable", "kv", "inflight":
 			env["EDGELIMIT_TABLE"] = "edgelimit"
 			env["EDGELIMIT_DYNAMODB_ENDPOINT"] = closedEndpoint(t)
-		case edgelimit.StrategySigned:
+		case "signed":
 			env["EDGELIMIT_SECRETS"] = "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
 		}
 	}
@@ -43,6 +43,11 @@ func coldEnv(t *testing.T, fn handlers.Function) map[string]string {
 }
 
 // TestColdStart measures every function's cold start under the emulator:
+// With EDGELIMIT_COLDSTART_BASELINE set to another checkout of the
+// repository (an older commit, in a git worktree), its functions are built
+// and measured in the same run, one cold start of each in turn with this
+// tree's, so the two columns compare like with like.
+//
 // the bootstrap's size and the init duration (from starting the process to
 // its first request for work), the median of coldStarts fresh starts. It
 // asserts the size budget of the deployed linux/arm64 bootstraps only:
@@ -55,10 +60,25 @@ func TestColdStart(t *testing.T) {
 		size, arm64Size   int64
 		median, low, high float64
 		missing           string
+		base              float64 // the baseline's median, ms (0: none)
+		baseSize          int64
 	}
 	var rows []row
+	var baseline map[string]string
+	if dir := os.Getenv("EDGELIMIT_COLDSTART_BASELINE"); dir != "" {
+		var err error
+		if baseline, err = buildTree(dir, runtime.GOARCH, t.TempDir()); err != nil {
+			t.Fatalf("build the baseline %s: %v", dir, err)
+		}
+	}
 	for _, fn := range handlers.All() {
 		r := row{name: fn.Name}
+		if old, ok := baseline[fn.Name]; ok {
+			r.base = measureColdStarts(t, fn.Name, old, coldEnv(t, fn))
+			if st, err := os.Stat(old); err == nil {
+				r.baseSize = st.Size()
+			}
+		}
 		st, err := os.Stat(bootstrap(t, fn.Name))
 		if err != nil {
 			t.Fatal(err)
@@ -105,15 +125,26 @@ func TestColdStart(t *testing.T) {
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "| function | bootstrap linux/arm64 | bootstrap %s/%s | init, median of %d (min-max) |\n", runtime.GOOS, runtime.GOARCH, coldStarts)
-	b.WriteString("|---|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| function | bootstrap linux/arm64 | bootstrap %s/%s | init, median of %d (min-max) |", runtime.GOOS, runtime.GOARCH, coldStarts)
+	if baseline != nil {
+		b.WriteString(" baseline bootstrap | baseline init, median |")
+	}
+	b.WriteString("\n|---|---:|---:|---:|")
+	if baseline != nil {
+		b.WriteString("---:|---:|")
+	}
+	b.WriteString("\n")
 	for _, r := range rows {
 		arm := mb(r.arm64Size)
 		init := fmt.Sprintf("%.1f ms (%.1f-%.1f)", r.median, r.low, r.high)
 		if r.missing != "" {
 			init = "cannot start yet: " + r.missing
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.name, arm, mb(r.size), init)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |", r.name, arm, mb(r.size), init)
+		if baseline != nil {
+			fmt.Fprintf(&b, " %s | %.1f ms |", mb(r.baseSize), r.base)
+		}
+		b.WriteString("\n")
 	}
 	t.Logf("cold starts under the Lambda Runtime Interface Emulator (%d CPUs):\n%s", runtime.NumCPU(), b.String())
 	if out := os.Getenv("EDGELIMIT_COLDSTART_REPORT"); out != "" {
@@ -124,3 +155,25 @@ func TestColdStart(t *testing.T) {
 }
 
 func mb(n int64) string { return fmt.Sprintf("%.2f MB", float64(n)/1e6) }
+
+// measureColdStarts returns the median init duration, in milliseconds, of
+// coldStarts fresh starts of the bootstrap at boot.
+func measureColdStarts(t *testing.T, name, boot string, env map[string]string) float64 {
+	t.Helper()
+	var inits []float64
+	for i := range coldStarts {
+		e := startEmulatorOf(t, name, boot, env)
+		ev := sampleEvent(t, "GET", "/cold-start", "192.0.2.1", nil, "")
+		ev.RequestContext.RequestID = fmt.Sprintf("base-%d", i)
+		status, body := e.post(t, mustJSON(t, ev), ev.RequestContext.RequestID)
+		if failed(status, body) {
+			t.Logf("baseline %s: cold start failed: %d %s", name, status, body)
+			e.stop()
+			return 0
+		}
+		inits = append(inits, e.initDuration(t))
+		e.stop()
+	}
+	slices.Sort(inits)
+	return inits[len(inits)/2]
+}

@@ -25,6 +25,14 @@
 // .ci/run; the test skips without it except in CI) beside `edgelimit serve`
 // and pins how gcra's burst maps to limit_req's.
 //
+// TestServeTokenVerifiesWithJose verifies a token that `edgelimit serve`
+// issued over HTTP with jose under Node, with docs/signed.md's example
+// (signedwindow/testdata/verify_jose.mjs).
+//
+// TestMakeRunStops runs the quick start's `make run` on a free port as a
+// user does, and checks that Ctrl-C (SIGINT to the process group), `kill`
+// of make alone and `kill -9` of make each leave nothing listening.
+//
 // TestColdStart measures each bootstrap's size and the emulator's Init
 // Duration (median of several cold starts); `make cold-start` prints the
 // table that docs/deploy.md shows.

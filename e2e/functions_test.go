@@ -16,8 +16,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/functions/handlers"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/pow"
 )
 
@@ -45,13 +45,13 @@ func wantStatus(t *testing.T, what string, resp events.APIGatewayV2HTTPResponse,
 }
 
 // wantProblem checks a problem+json answer and returns it.
-func wantProblem(t *testing.T, what string, resp events.APIGatewayV2HTTPResponse, code int, typ string) edgelimit.Problem {
+func wantProblem(t *testing.T, what string, resp events.APIGatewayV2HTTPResponse, code int, typ string) limitertest.Problem {
 	t.Helper()
 	wantStatus(t, what, resp, code)
-	if ct := header(resp, "Content-Type"); ct != edgelimit.ContentTypeProblemJSON {
-		t.Errorf("%s: Content-Type %q, want %q", what, ct, edgelimit.ContentTypeProblemJSON)
+	if ct := header(resp, "Content-Type"); ct != "application/problem+json" {
+		t.Errorf("%s: Content-Type %q, want %q", what, ct, "application/problem+json")
 	}
-	var p edgelimit.Problem
+	var p limitertest.Problem
 	if err := json.Unmarshal([]byte(resp.Body), &p); err != nil {
 		t.Fatalf("%s: body %q is not a problem: %v", what, resp.Body, err)
 	}
@@ -84,16 +84,21 @@ func wantEMF(t *testing.T, e *emulator, policy, route string, want map[string]fl
 	}
 }
 
-// wantLog finds a log line with message whose requestId is id.
+// wantLog finds a log line with message whose requestId is id, waiting
+// for the emulator to pass it on (up to invokeTimeout).
 func wantLog(t *testing.T, e *emulator, message, id string) map[string]any {
 	t.Helper()
-	for _, l := range e.logLines() {
-		if l["message"] == message && l["requestId"] == id {
-			return l
+	for deadline := time.Now().Add(invokeTimeout); ; time.Sleep(10 * time.Millisecond) {
+		for _, l := range e.logLines() {
+			if l["message"] == message && l["requestId"] == id {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line %q with requestId %q; output:\n%s", message, id, e.output())
+			return nil
 		}
 	}
-	t.Fatalf("no log line %q with requestId %q; output:\n%s", message, id, e.output())
-	return nil
 }
 
 // testBudget is the store budget of the functions whose tests count on a
@@ -140,7 +145,7 @@ func TestPaidFunction(t *testing.T) {
 		}
 	}
 	denied := get(key, "/paid/report")
-	p := wantProblem(t, "request 4", denied, 429, edgelimit.ProblemQuotaExceeded)
+	p := wantProblem(t, "request 4", denied, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
 	if !slices.Equal(p.ViolatedPolicies, []string{"paid-daily"}) {
 		t.Errorf("request 4: violated-policies %v, want [paid-daily]", p.ViolatedPolicies)
 	}
@@ -156,7 +161,7 @@ func TestPaidFunction(t *testing.T) {
 
 	// No API key: the middleware answers 400 and logs why, with the request id.
 	resp, id := e.invoke(t, sampleEvent(t, "GET", "/paid/report", "203.0.113.7", nil, ""))
-	wantProblem(t, "no API key", resp, 400, edgelimit.ProblemBadRequest)
+	wantProblem(t, "no API key", resp, 400, "about:blank")
 	l := wantLog(t, e, "edgelimit: request without a usable key", id)
 	if l["policy"] == nil || l["function"] != "paid" || l["level"] != "INFO" {
 		t.Errorf("log line %v: want policy, function paid and level INFO", l)
@@ -172,7 +177,7 @@ func TestPaidFunctionFailsClosed(t *testing.T) {
 		"EDGELIMIT_DYNAMODB_ENDPOINT": closedEndpoint(t),
 	})
 	resp, id := e.invoke(t, sampleEvent(t, "GET", "/paid/report", "203.0.113.7", map[string]string{"X-Api-Key": "k-1"}, ""))
-	wantProblem(t, "store down", resp, 503, edgelimit.ProblemReducedCapacity)
+	wantProblem(t, "store down", resp, 503, "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity")
 	wantEMF(t, e, "paid-daily", "GET /paid/*", map[string]float64{"Allowed": 0, "Denied": 1, "Degraded": 1})
 	l := wantLog(t, e, "edgelimit: store failed", id)
 	if l["level"] != "WARN" || l["on_store_error"] != "deny" {
@@ -206,7 +211,7 @@ func TestContactFunction(t *testing.T) {
 		}
 	}
 	resp, _ := e.invoke(t, contactEvent(t, ip, "application/json", contactJSON))
-	p := wantProblem(t, "message 4", resp, 429, edgelimit.ProblemQuotaExceeded)
+	p := wantProblem(t, "message 4", resp, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
 	if !slices.Equal(p.ViolatedPolicies, []string{"contact"}) {
 		t.Errorf("violated-policies %v, want [contact]", p.ViolatedPolicies)
 	}
@@ -252,7 +257,7 @@ func TestSearchFunction(t *testing.T) {
 		}
 	}
 	resp, _ := e.invoke(t, sampleEvent(t, "GET", "/search?q=walnut+lamp", ip, nil, ""))
-	p := wantProblem(t, "search 4", resp, 429, edgelimit.ProblemQuotaExceeded)
+	p := wantProblem(t, "search 4", resp, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
 	if !slices.Equal(p.ViolatedPolicies, []string{"search"}) {
 		t.Errorf("violated-policies %v, want [search]", p.ViolatedPolicies)
 	}
@@ -282,7 +287,7 @@ func TestTTSFunction(t *testing.T) {
 	})
 	ip := "203.0.113.99"
 	resp, _ := e.invoke(t, ttsEvent(t, ip, nil))
-	wantProblem(t, "no token", resp, 429, edgelimit.ProblemQuotaExceeded)
+	wantProblem(t, "no token", resp, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
 	challenge := header(resp, "Edgelimit-Challenge")
 	var body struct {
 		Challenge *pow.Challenge `json:"challenge"`
@@ -321,7 +326,7 @@ func TestTTSFunction(t *testing.T) {
 	if allowed != limit {
 		t.Fatalf("one proof bought %d requests, want exactly %d; last response %d %s", allowed, limit, resp.StatusCode, resp.Body)
 	}
-	wantProblem(t, "window spent", resp, 429, edgelimit.ProblemQuotaExceeded)
+	wantProblem(t, "window spent", resp, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
 	if header(resp, "Edgelimit-Challenge") == "" {
 		t.Errorf("window spent: no new challenge")
 	}
@@ -329,5 +334,5 @@ func TestTTSFunction(t *testing.T) {
 
 	// The token is bound to its client: another address gets a challenge.
 	resp, _ = e.invoke(t, ttsEvent(t, "203.0.113.100", map[string]string{"Edgelimit-Token": token}))
-	wantProblem(t, "token of another client", resp, 429, edgelimit.ProblemQuotaExceeded)
+	wantProblem(t, "token of another client", resp, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
 }

@@ -157,7 +157,12 @@ func buildAll(goarch string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := filepath.Join(base, goarch)
+	return buildTree(dir, goarch, filepath.Join(base, goarch))
+}
+
+// buildTree builds every example function of the checkout at dir for
+// linux/goarch into out/<fn>/bootstrap, with the flags of `make build`.
+func buildTree(dir, goarch, out string) (map[string]string, error) {
 	args := []string{"build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(out, "bin") + "/"}
 	for _, f := range handlers.All() {
 		args = append(args, "./functions/"+f.Name)
@@ -228,6 +233,9 @@ type emulator struct {
 	stdout, stderr *syncBuffer
 	done           chan struct{}
 	invocations    int
+	// emfMark is how many EMF lines the function had written when the last
+	// invocation was sent: its own lines come after.
+	emfMark int
 }
 
 func freePort(t testing.TB) int {
@@ -266,10 +274,16 @@ func randomKey() string {
 // Lambda. The emulator and the function stop when the test ends.
 func startEmulator(t *testing.T, name string, env map[string]string) *emulator {
 	t.Helper()
+	return startEmulatorOf(t, name, bootstrap(t, name), env)
+}
+
+// startEmulatorOf is startEmulator for the bootstrap at boot.
+func startEmulatorOf(t *testing.T, name, boot string, env map[string]string) *emulator {
+	t.Helper()
 	// A free port can be taken by another process between our probe and the
 	// emulator's listen: try again with new ports, a bounded number of times.
 	for attempt := 1; ; attempt++ {
-		e, err := tryStartEmulator(t, name, env)
+		e, err := tryStartEmulator(t, name, boot, env)
 		if err == nil {
 			return e
 		}
@@ -279,9 +293,9 @@ func startEmulator(t *testing.T, name string, env map[string]string) *emulator {
 	}
 }
 
-func tryStartEmulator(t *testing.T, name string, env map[string]string) (*emulator, error) {
+func tryStartEmulator(t *testing.T, name, boot string, env map[string]string) (*emulator, error) {
 	t.Helper()
-	rieBin, boot := rie(t), bootstrap(t, name)
+	rieBin := rie(t)
 	all := baseEnv(name)
 	for k, v := range env {
 		all[k] = v
@@ -357,6 +371,7 @@ type invokeError struct {
 func (e *emulator) post(t *testing.T, payload []byte, requestID string) (int, []byte) {
 	t.Helper()
 	e.invocations++
+	e.emfMark = len(e.emfLines())
 	ctx, cancel := context.WithTimeout(context.Background(), invokeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(payload))
@@ -577,15 +592,24 @@ func closedEndpoint(t *testing.T) string {
 
 var errNoEMF = errors.New("no EMF line")
 
-// lastEMF returns the last EMF line for policy.
+// lastEMF returns the last EMF line for policy that the last invocation
+// wrote. The emulator copies the function's output to its own stdout on
+// its own schedule, so a line can arrive after the invocation's answer: it
+// waits for one (up to invokeTimeout), never for a fixed time.
 func (e *emulator) lastEMF(policy string) (map[string]any, error) {
-	lines := e.emfLines()
-	for i := len(lines) - 1; i >= 0; i-- {
-		if lines[i]["Policy"] == policy {
-			return lines[i], nil
+	deadline := time.Now().Add(invokeTimeout)
+	for {
+		lines := e.emfLines()
+		for i := len(lines) - 1; i >= e.emfMark && i >= 0; i-- {
+			if lines[i]["Policy"] == policy {
+				return lines[i], nil
+			}
 		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w for policy %s from the last invocation", errNoEMF, policy)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return nil, fmt.Errorf("%w for policy %s", errNoEMF, policy)
 }
 
 func mustJSON(t *testing.T, v any) []byte {

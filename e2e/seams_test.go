@@ -35,7 +35,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/pow"
 )
 
@@ -304,12 +304,12 @@ func rateLimit(t *testing.T, field string) map[string]rlMember {
 }
 
 // problemOf decodes a problem+json body; anything else fails the test.
-func problemOf(t *testing.T, what string, r reply) edgelimit.Problem {
+func problemOf(t *testing.T, what string, r reply) limitertest.Problem {
 	t.Helper()
-	if ct := r.Header.Get("Content-Type"); ct != edgelimit.ContentTypeProblemJSON {
-		t.Fatalf("%s: Content-Type %q, want %s; answer %s", what, ct, edgelimit.ContentTypeProblemJSON, r)
+	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("%s: Content-Type %q, want %s; answer %s", what, ct, "application/problem+json", r)
 	}
-	var p edgelimit.Problem
+	var p limitertest.Problem
 	if err := json.Unmarshal(r.Body, &p); err != nil {
 		t.Fatalf("%s: body is not a problem: %v; answer %s", what, err, r)
 	}

@@ -20,7 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/edgelimit/edgelimit"
-	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 	"github.com/edgelimit/edgelimit/kvbucket"
@@ -112,7 +112,7 @@ func strategies(t *testing.T, fn handlers.Function) map[string]bool {
 	}
 	s := map[string]bool{}
 	for _, p := range pf.Policies {
-		s[p.Strategy] = true
+		s[p.StrategyName()] = true
 	}
 	return s
 }
@@ -206,21 +206,27 @@ func TestTemplateRoutesArePoliced(t *testing.T) {
 
 // TestTemplateSetsEveryVariableTheFunctionsRead compares each function's
 // environment in the template with what setup.FromEnv reads: every variable
-// is set, the table only where a policy keeps state, the key ring only
-// where a policy is signed, secrets only as Secrets Manager references, and
-// nothing the code does not read.
+// is set, the table only where a policy keeps state, the token secret only
+// where a policy is signed, the secrets themselves never (they are read
+// from Secrets Manager at start-up, so they are not in the configuration),
+// and nothing the code does not read.
 func TestTemplateSetsEveryVariableTheFunctionsRead(t *testing.T) {
 	c := loadTemplate(t)
 	storeOnly := map[string]bool{setup.EnvTable: true, setup.EnvEndpoint: true}
-	signedOnly := map[string]bool{setup.EnvSecrets: true}
-	secret := map[string]bool{setup.EnvHashKey: true, setup.EnvSecrets: true}
+	signedOnly := map[string]bool{setup.EnvTokenSecretID: true}
+	localOnly := map[string]bool{setup.EnvHashKey: true, setup.EnvSecrets: true}
+	refs := map[string]string{setup.EnvSecretID: "!Ref SecretName", setup.EnvTokenSecretID: "!Ref TokenSecretName"}
 	for _, fn := range handlers.All() {
 		s := strategies(t, fn)
-		store := s[edgelimit.StrategyDurable] || s[edgelimit.StrategyKV]
+		store := s["durable"] || s["kv"]
 		env := c.env(t, fn)
 		for _, name := range setup.EnvVars {
 			_, set := env[name]
-			switch want := !storeOnly[name] && !signedOnly[name] || storeOnly[name] && store || signedOnly[name] && s[edgelimit.StrategySigned]; {
+			want := !storeOnly[name] && !signedOnly[name] || storeOnly[name] && store || signedOnly[name] && s["signed"]
+			switch {
+			case localOnly[name] && set:
+				t.Errorf("%s: the template sets %s: a secret in the function's configuration (set %s instead)", fn.LogicalID, name, setup.EnvSecretID)
+			case localOnly[name]:
 			case want && !set:
 				t.Errorf("%s: the template does not set %s, which setup.FromEnv reads", fn.LogicalID, name)
 			case !want && set:
@@ -231,8 +237,11 @@ func TestTemplateSetsEveryVariableTheFunctionsRead(t *testing.T) {
 			if !slices.Contains(setup.EnvVars, name) {
 				t.Errorf("%s: the template sets %s, which no function reads", fn.LogicalID, name)
 			}
-			if secret[name] && !strings.HasPrefix(str(v), "!Sub {{resolve:secretsmanager:") {
-				t.Errorf("%s: %s = %q, want a Secrets Manager dynamic reference", fn.LogicalID, name, str(v))
+			if want, ok := refs[name]; ok && str(v) != want {
+				t.Errorf("%s: %s = %q, want %s", fn.LogicalID, name, str(v), want)
+			}
+			if strings.Contains(str(v), "{{resolve:") {
+				t.Errorf("%s: %s is a dynamic reference: its value would be in the function's configuration", fn.LogicalID, name)
 			}
 		}
 		if store {
@@ -278,9 +287,9 @@ func TestTemplateOverrideDefaultsMatchThePolicyFiles(t *testing.T) {
 		want, _ := edgelimit.ParsePolicies("file", fn.Policies)
 		for i, p := range want.Policies {
 			g := got.Policies[i]
-			if g.Limit != p.Limit || g.Window != p.Window || g.Burst != p.Burst {
-				t.Errorf("%s: with the template's defaults policy %s is limit %d window %s burst %d; %s says %d %s %d",
-					fn.LogicalID, p.Name, g.Limit, g.Window, g.Burst, fn.PolicyFile, p.Limit, p.Window, p.Burst)
+			if g.Limit != p.Limit || g.Window != p.Window || !reflect.DeepEqual(g.Options, p.Options) {
+				t.Errorf("%s: with the template's defaults policy %s is limit %d window %s options %v; %s says %d %s %v",
+					fn.LogicalID, p.Name, g.Limit, g.Window, g.Options, fn.PolicyFile, p.Limit, p.Window, p.Options)
 			}
 		}
 	}
@@ -363,16 +372,24 @@ func transactMembers(t *testing.T, dir string) []string {
 
 // TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls derives each
 // function's DynamoDB actions from its strategies' narrow SDK interfaces
-// (durablecounter.DynamoAPI, kvbucket.DynamoDBAPI) and compares them with
+// (dynamostore.DynamoAPI, kvbucket.DynamoDBAPI) and compares them with
 // the template's policy statements: the same set, on the table only.
 func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 	c := loadTemplate(t)
 	byStrategy := map[string][]string{
-		edgelimit.StrategyDurable: sdkActions(t, reflect.TypeFor[durablecounter.DynamoAPI](), "durablecounter"),
-		edgelimit.StrategyKV:      sdkActions(t, reflect.TypeFor[kvbucket.DynamoDBAPI](), "kvbucket"),
-		edgelimit.StrategySigned:  nil,
+		"durable": sdkActions(t, reflect.TypeFor[dynamostore.DynamoAPI](), "durablecounter/dynamostore"),
+		"kv":      sdkActions(t, reflect.TypeFor[kvbucket.DynamoDBAPI](), "kvbucket"),
+		"signed":  nil,
 	}
 	t.Logf("actions by strategy: %v", byStrategy)
+	secretGrants := map[string]bool{}
+	defer func() {
+		for _, fn := range handlers.All() {
+			if !secretGrants[fn.LogicalID] {
+				t.Errorf("%s may not read its secret (no EdgelimitSecret statement), so it cannot start", fn.LogicalID)
+			}
+		}
+	}()
 	for _, fn := range handlers.All() {
 		want := map[string]bool{}
 		for s := range strategies(t, fn) {
@@ -392,6 +409,11 @@ func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 					if str(get(st, "Effect")) != "Allow" {
 						continue
 					}
+					if str(get(st, "Sid")) == "EdgelimitSecret" {
+						checkSecretStatement(t, fn.LogicalID, st)
+						secretGrants[fn.LogicalID] = true
+						continue
+					}
 					if res := str(get(st, "Resource")); res != "!GetAtt Table.Arn" {
 						t.Errorf("%s: statement %s on %q, want only !GetAtt Table.Arn", fn.LogicalID, str(get(st, "Sid")), res)
 					}
@@ -408,6 +430,46 @@ func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 			t.Errorf("%s may call %v; its strategies call %v", fn.LogicalID, g, w)
 		}
 	}
+}
+
+// checkSecretStatement: the secret statement grants GetSecretValue alone,
+// on the function's secrets only (SecretName's, and TokenSecretName's for
+// a function that signs), each by its ARN with Secrets Manager's 6-character
+// suffix, never a wildcard over other secrets.
+func checkSecretStatement(t *testing.T, fn string, st *yaml.Node) {
+	t.Helper()
+	if a := get(st, "Action"); a == nil || a.Kind != yaml.ScalarNode || a.Value != "secretsmanager:GetSecretValue" {
+		t.Errorf("%s: the secret statement grants %s, want secretsmanager:GetSecretValue alone", fn, str(a))
+	}
+	res := flatten(get(st, "Resource"))
+	arn := regexp.MustCompile(`arn:\$\{AWS::Partition\}:secretsmanager:\$\{AWS::Region\}:\$\{AWS::AccountId\}:secret:\$\{(\w+)\}-\?{6}`)
+	found := arn.FindAllStringSubmatch(res, -1)
+	if len(found) == 0 {
+		t.Errorf("%s: the secret statement's resource %q is not a secret's ARN", fn, res)
+	}
+	for _, m := range found {
+		if m[1] != "SecretName" && !(m[1] == "TokenSecretName" && fn == "TTSFunction") {
+			t.Errorf("%s: the secret statement names ${%s}", fn, m[1])
+		}
+	}
+	if strings.Count(res, "*") > 0 {
+		t.Errorf("%s: the secret statement's resource has a wildcard: %q", fn, res)
+	}
+}
+
+// flatten joins every scalar under n (an intrinsic like !If included).
+func flatten(n *yaml.Node) string {
+	if n == nil {
+		return ""
+	}
+	if n.Kind == yaml.ScalarNode {
+		return n.Value
+	}
+	var parts []string
+	for _, c := range n.Content {
+		parts = append(parts, flatten(c))
+	}
+	return strings.Join(parts, " ")
 }
 
 func keys(m map[string]bool) []string {
@@ -436,7 +498,14 @@ func TestTemplateTableIsTheDataModel(t *testing.T) {
 	if str(get(ttl, "AttributeName")) != ddb.AttrExpiresAt || str(get(ttl, "Enabled")) != "true" {
 		t.Errorf("TimeToLiveSpecification must enable TTL on %s", ddb.AttrExpiresAt)
 	}
-	if get(p, "PointInTimeRecoverySpecification") == nil || get(c.root, "Parameters", "PointInTimeRecovery") == nil {
+	// A table has its point-in-time recovery in its properties; a Global
+	// Table (the kv option of a second region) in each replica's.
+	pitr := get(p, "PointInTimeRecoverySpecification") != nil
+	if reps := get(p, "Replicas"); reps != nil && len(reps.Content) > 0 {
+		own := reps.Content[0]
+		pitr = str(get(own, "Region")) == "!Ref AWS::Region" && get(own, "PointInTimeRecoverySpecification") != nil
+	}
+	if !pitr || get(c.root, "Parameters", "PointInTimeRecovery") == nil {
 		t.Errorf("point-in-time recovery must be a parameter")
 	}
 	if !strings.Contains(str(get(c.root, "Outputs", "ApiUrl", "Value")), "${Api}") {

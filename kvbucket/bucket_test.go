@@ -33,9 +33,10 @@ func (c *clock) Tick(d time.Duration) time.Time { return time.Unix(0, c.ns.Add(i
 // kvPolicy returns a loaded-looking kv policy.
 func kvPolicy(name string, limit, burst int64, window, sync time.Duration) *edgelimit.Policy {
 	return &edgelimit.Policy{
-		Name: name, Strategy: edgelimit.StrategyKV, Algorithm: edgelimit.AlgorithmTokenBucket,
-		Limit: limit, Burst: burst, Window: window, Cost: 1, SyncInterval: sync,
-		OnStoreError: edgelimit.FailOpen, StoreTimeout: edgelimit.DefaultStoreTimeout,
+		Name: name, Strategy: Strategy,
+		Limit: limit, Window: window, Cost: 1,
+		OnStoreError: edgelimit.FailOpen, StoreTimeout: 100 * time.Millisecond,
+		Options: &Options{Burst: burst, SyncInterval: sync},
 	}
 }
 
@@ -54,7 +55,7 @@ var ctx = context.Background()
 // through the Bucket, cached or not.
 func TestBucketStepTables(t *testing.T) {
 	for _, noCache := range []bool{false, true} {
-		for _, tc := range stepTables {
+		for _, tc := range bucketTables() {
 			t.Run(fmt.Sprintf("%s/nocache=%v", tc.name, noCache), func(t *testing.T) {
 				clk := newClock(t0)
 				kv := NewMemory(MemoryConfig{Now: clk.Now})
@@ -85,12 +86,12 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{"no policy", Config{KV: kv}, "Policy is required"},
 		{"no kv", Config{Policy: good}, "KV is required"},
-		{"durable policy", Config{Policy: &edgelimit.Policy{Name: "d", Strategy: "durable", Limit: 1, Window: time.Second}, KV: kv}, "not kv"},
-		{"gcra", Config{Policy: &edgelimit.Policy{Name: "g", Algorithm: "gcra", Limit: 1, Window: time.Second}, KV: kv}, "token-bucket"},
+		{"durable policy", Config{Policy: &edgelimit.Policy{Name: "d", Strategy: &edgelimit.Strategy{Name: "durable"}, Limit: 1, Window: time.Second}, KV: kv}, "not kv"},
+		{"another strategy's options", Config{Policy: &edgelimit.Policy{Name: "g", Limit: 1, Window: time.Second, Options: struct{}{}}, KV: kv}, "not *kvbucket.Options"},
 		{"no window", Config{Policy: kvPolicy("p", 1, 1, 0, 0), KV: kv}, "window"},
 		{"closed without window", Config{Policy: kvPolicy("p", 0, 0, 0, 0), KV: kv}, "window"},
 		{"huge limit", Config{Policy: kvPolicy("p", MaxTokens+1, 1, time.Second, 0), KV: kv}, "limit"},
-		{"cost above capacity", Config{Policy: &edgelimit.Policy{Name: "c", Limit: 10, Burst: 5, Cost: 7, Window: time.Second}, KV: kv}, "cost 7"},
+		{"cost above capacity", Config{Policy: &edgelimit.Policy{Name: "c", Limit: 10, Cost: 7, Window: time.Second}, Options: &Options{Burst: 5}, KV: kv}, "cost 7"},
 		{"negative sync", Config{Policy: kvPolicy("p", 1, 1, time.Second, -1), KV: kv}, "sync interval"},
 		{"negative cache", Config{Policy: good, KV: kv, CacheSize: -1}, "cache size"},
 	}
@@ -140,45 +141,68 @@ func TestBucketLimitZero(t *testing.T) {
 	}
 }
 
-// TestBucketCachedSkipsKV: within SyncInterval a hot key is decided
-// locally; after it, one read and one write.
+// tokensIn returns the whole tokens key's bucket holds in kv at n, as a
+// fresh reader of the KV (another instance) would see them.
+func tokensIn(t *testing.T, kv KV, b *Bucket, key string, n time.Time) int64 {
+	t.Helper()
+	tally, err := kv.Get(ctx, b.prefix+key, Strong)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", key, err)
+	}
+	var v view
+	v.own = tally.Own
+	v.setOthers(&b.u, tally.Others)
+	a := b.u.avail(v.tat(&b.u), n.UnixNano())
+	if a.Sign() <= 0 {
+		return 0
+	}
+	return a.div(b.u.w, false)
+}
+
+// TestBucketCachedSkipsKV: during its first sync interval in an instance
+// a key's admissions are written through (the instance cannot know yet
+// who else spends it); after it, a hot key is decided locally between
+// syncs, and each sync is one write and no read.
 func TestBucketCachedSkipsKV(t *testing.T) {
 	clk := newClock(t0)
 	kv := &faultKV{KV: NewMemory(MemoryConfig{Now: clk.Now})}
 	b := mustNew(t, Config{Policy: kvPolicy("hot", 100, 100, time.Minute, time.Second), KV: kv, Now: clk.Now})
 	req := edgelimit.Request{Key: "k"}
 	steps := []struct {
-		at         time.Duration
-		gets, puts int64
+		at            time.Duration
+		gets, updates int64
 	}{
-		{0, 1, 1},
-		{100 * time.Millisecond, 1, 1},
-		{999 * time.Millisecond, 1, 1},
-		{time.Second, 2, 2},
-		{1500 * time.Millisecond, 2, 2},
-		{2 * time.Second, 3, 3},
+		{0, 1, 1},                       // first read (strong), then a conditional write
+		{100 * time.Millisecond, 1, 2},  // probation: written through
+		{999 * time.Millisecond, 1, 3},  // probation
+		{time.Second, 1, 4},             // the first sync: one write, grants the share
+		{1500 * time.Millisecond, 1, 4}, // local
+		{2 * time.Second, 1, 5},         // sync
+		{2500 * time.Millisecond, 1, 5}, // local
 	}
 	for _, st := range steps {
 		clk.Set(t0.Add(st.at))
-		if _, err := b.Allow(ctx, req); err != nil {
-			t.Fatal(err)
+		if d, err := b.Allow(ctx, req); err != nil || !d.Allowed {
+			t.Fatalf("at t0+%s: %+v, %v", st.at, d, err)
 		}
-		if g, p := kv.gets.Load(), kv.puts.Load(); g != st.gets || p != st.puts {
-			t.Errorf("after t0+%s: %d gets, %d puts, want %d, %d", st.at, g, p, st.gets, st.puts)
+		if g, u := kv.gets.Load(), kv.updates.Load(); g != st.gets || u != st.updates {
+			t.Errorf("after t0+%s: %d gets, %d updates, want %d, %d", st.at, g, u, st.gets, st.updates)
 		}
 	}
-	s, _, _ := kv.Get(ctx, "hot#k", Strong)
-	if got := s.Tokens / TokenScale; got != 97 {
-		t.Errorf("KV holds %d whole tokens, want 97 (100 - 6 spent + 3.33 refilled in 2s)", got)
+	if got := tokensIn(t, kv, b, "k", clk.Now()); got != 98 {
+		t.Errorf("KV holds %d whole tokens, want 98 (100 - 6 written + 4.17 refilled in 2.5s; the last spend is local)", got)
 	}
 	st := b.Stats()
-	if st.Local != 3 || st.Synced != 3 || st.Writes != 3 || st.Errors != 0 || st.Keys != 1 {
+	if st.Local != 2 || st.Synced != 6 || st.Reads != 1 || st.Writes != 5 || st.Errors != 0 || st.Keys != 1 {
 		t.Errorf("Stats = %+v", st)
 	}
 }
 
-// TestBucketInstancesMerge: two instances sharing a KV see each other's
-// spending at their next sync, and the lower count wins.
+// TestBucketInstancesMerge pins issue #14's "merge instead of overwrite":
+// two instances sharing a KV add their spending up in it instead of the
+// last writer's copy replacing the other's. Before, B wrote its own copy
+// (read before A's local spends were written), and A's spending that B's
+// copy lacked was lost from the KV.
 func TestBucketInstancesMerge(t *testing.T) {
 	clk := newClock(t0)
 	kv := NewMemory(MemoryConfig{Now: clk.Now})
@@ -196,53 +220,125 @@ func TestBucketInstancesMerge(t *testing.T) {
 			t.Errorf("%s at t0+%s: allowed %v remaining %d, want true %d", name, clk.Now().Sub(t0), d.Allowed, d.Remaining, want)
 		}
 	}
-	allow(a, "A", 9) // sync: writes 9
-	allow(a, "A", 8) // local
-	allow(a, "A", 7) // local
-	allow(b, "B", 8) // sync: reads A's 9, spends: writes 8; B is contended
+	allow(a, "A", 9) // first sync interval: written through
+	allow(a, "A", 8)
+	allow(b, "B", 7) // B's first: sees A's two
 	clk.Add(time.Second)
-	// A syncs: the KV (8) lacks A's two local spends: 8 - 2 = 6 < A's own 7.
-	allow(a, "A", 5)
+	// A's sync: one write. A and B both wrote this key, so A's share of
+	// the 6 left is 3: Remaining counts in it.
+	allow(a, "A", 3)
+	allow(a, "A", 2) // local, from A's share
+	allow(a, "A", 1)
+	allow(a, "A", 0)
+	if d, _ := a.Allow(ctx, req); d.Allowed {
+		t.Errorf("A's fourth local spend = %+v, want denied: its share is 3 of the 6 left", d)
+	}
+	// B's sync: 5 left as far as the KV knows (A's three local spends are
+	// not written yet); B's share is 2.5.
+	allow(b, "B", 2)
 	clk.Add(time.Second)
-	allow(b, "B", 4) // B syncs: reads A's 5; B had spent nothing since
-	s, _, _ := kv.Get(ctx, "shared#k", Strong)
-	if s.Tokens/TokenScale != 4 {
-		t.Errorf("KV holds %d tokens, want 4 (10 - 6 spent)", s.Tokens/TokenScale)
+	// A's sync writes its three: every spend of both is in the KV, none
+	// replaced another.
+	allow(a, "A", 0)
+	if got := tokensIn(t, kv, a, "k", clk.Now()); got != 1 {
+		t.Errorf("KV holds %d tokens, want 1 (10 - 9 spent, every one of them)", got)
 	}
 }
 
-// TestBucketContendedFreezesRefill: once a sync has seen another writer,
-// local decisions spend only what that sync saw until the next one.
-func TestBucketContendedFreezesRefill(t *testing.T) {
+// TestShareArithmetic pins the allowance at fixed instants: after a sync
+// that finds n instances writing the key, each may spend locally
+// (R + r·(t − sync)) / n, R being what the bucket held then; beyond it a
+// request is denied until the share grows or the next sync, with Reset and
+// RetryAfter counted in the share.
+func TestShareArithmetic(t *testing.T) {
 	clk := newClock(t0)
 	kv := NewMemory(MemoryConfig{Now: clk.Now})
-	pol := kvPolicy("c", 2, 2, 2*time.Second, 10*time.Second) // 1 token/s
-	a := mustNew(t, Config{Policy: pol, KV: kv, Now: clk.Now})
-	b := mustNew(t, Config{Policy: pol, KV: kv, Now: clk.Now})
+	// 10 a second, burst 20; syncs every 2s.
+	pol := kvPolicy("share", 10, 20, time.Second, 2*time.Second)
+	inst := make([]*Bucket, 4)
+	for i := range inst {
+		inst[i] = mustNew(t, Config{Policy: pol, KV: kv, Now: clk.Now})
+	}
 	req := edgelimit.Request{Key: "k"}
-	if d, _ := a.Allow(ctx, req); !d.Allowed {
-		t.Fatal("A denied on a full bucket")
+	for _, b := range inst { // each writes once: 4 instances in this epoch
+		if d, _ := b.Allow(ctx, req); !d.Allowed {
+			t.Fatal("first spends denied")
+		}
 	}
-	d, _ := b.Allow(ctx, req) // reads A's write: contended
-	if !d.Allowed || d.Remaining != 0 {
-		t.Fatalf("B = %+v, want allowed with 0 left", d)
+	// 2s later the bucket is full again (16 + 20 refilled, capped at 20).
+	clk.Add(2 * time.Second)
+	a := inst[0]
+	d, _ := a.Allow(ctx, req) // sync: spends 1, 19 left, 4 instances: a share of 19/4 = 4.75
+	if !d.Allowed || d.Remaining != 4 {
+		t.Fatalf("sync = %+v, want allowed with 4 left (the share: 19/4 less the 0 spent since)", d)
 	}
-	clk.Add(3 * time.Second) // an uncontended bucket would hold 2 again
-	d, _ = b.Allow(ctx, req)
-	if d.Allowed {
-		t.Errorf("B decided locally from refilled tokens while contended: %+v", d)
+	if a.cacheEntry("k").insts != 4 {
+		t.Fatalf("instances = %d, want 4", a.cacheEntry("k").insts)
 	}
-	if d.RetryAfter != 7*time.Second {
-		t.Errorf("B's RetryAfter = %s, want 7s (until its next sync)", d.RetryAfter)
+	for i := range 4 {
+		if d, _ = a.Allow(ctx, req); !d.Allowed || d.Remaining != int64(3-i) {
+			t.Fatalf("local spend %d = %+v, want allowed with %d left", i+1, d, 3-i)
+		}
 	}
-	clk.Add(7 * time.Second) // B's next sync refills from the KV
-	if d, _ = b.Allow(ctx, req); !d.Allowed || d.Remaining != 1 {
-		t.Errorf("B after its sync = %+v, want allowed with 1 left", d)
+	// 4 spent of 4.75: the fifth needs 0.25 more, which the share gains in
+	// 0.25·4/10 s = 100ms; the next whole token of the share is the same.
+	d, _ = a.Allow(ctx, req)
+	if d.Allowed || d.Remaining != 0 || d.Reset != 100*time.Millisecond || d.RetryAfter != 100*time.Millisecond {
+		t.Errorf("beyond the share = %+v, want denied, 0 left, Reset and RetryAfter 100ms", d)
 	}
-	// A never saw another writer: it still refills locally... but its next
-	// sync (10s after its first) merges B's spending.
-	if d, _ = a.Allow(ctx, req); !d.Allowed || d.Remaining != 0 {
-		t.Errorf("A = %+v, want allowed with 0 left", d)
+	clk.Add(100 * time.Millisecond)
+	if d, _ = a.Allow(ctx, req); !d.Allowed {
+		t.Errorf("100ms later = %+v, want allowed (the share grew by 0.25)", d)
+	}
+	// A cost of 3 at 200ms needs (5+3)·4 − (19+2) = 11 tokens more of the
+	// bucket's refill (shared by 4): 1.1s, before the next sync (1.8s).
+	clk.Add(100 * time.Millisecond)
+	if d, _ = a.Allow(ctx, edgelimit.Request{Key: "k", Cost: 3}); d.Allowed || d.RetryAfter != 1100*time.Millisecond || d.Reset != 300*time.Millisecond {
+		t.Errorf("cost 3 = %+v, want denied, RetryAfter 1.1s, Reset 300ms", d)
+	}
+	// The other three spend nothing: at the next sync the share is renewed
+	// from what the KV holds.
+	clk.Add(1800 * time.Millisecond)
+	if d, _ = a.Allow(ctx, req); !d.Allowed {
+		t.Errorf("after the next sync = %+v, want allowed", d)
+	}
+}
+
+// cacheEntry returns key's entry (nil if none).
+func (b *Bucket) cacheEntry(key string) *entry {
+	s, h := b.cache.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.find(key, h)
+}
+
+// TestBucketAloneIsExact: an instance that is the only writer of a key
+// decides from the whole bucket, refill included, between syncs: exactly
+// a token bucket, with one write per sync interval.
+func TestBucketAloneIsExact(t *testing.T) {
+	clk := newClock(t0)
+	kv := &faultKV{KV: NewMemory(MemoryConfig{Now: clk.Now})}
+	pol := kvPolicy("alone", 5, 5, time.Second, time.Second) // a token every 200ms
+	b := mustNew(t, Config{Policy: pol, KV: kv, Now: clk.Now})
+	perfect := Params{Capacity: 5, Limit: 5, Window: time.Second}
+	ps := perfect.Full(t0)
+	for i := range 200 { // 10s, every 50ms
+		at := t0.Add(time.Duration(i) * 50 * time.Millisecond)
+		clk.Set(at)
+		d, err := b.Allow(ctx, edgelimit.Request{Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want edgelimit.Decision
+		ps, want = perfect.TakeAt(ps, at, 1)
+		if d.Allowed != want.Allowed || d.Remaining != want.Remaining {
+			t.Fatalf("at t0+%s: allowed %v remaining %d, want %v %d", at.Sub(t0), d.Allowed, d.Remaining, want.Allowed, want.Remaining)
+		}
+	}
+	// 1 read, the first interval's writes (its 5 admissions, then denials
+	// from the local state), then at most one write a second.
+	if g, u := kv.gets.Load(), kv.updates.Load(); g != 1 || u > 10+9 {
+		t.Errorf("%d gets, %d updates in 10s, want 1 and at most 19 (10 admissions in the first second, then one a second)", g, u)
 	}
 }
 
@@ -271,12 +367,11 @@ func TestBucketRefund(t *testing.T) {
 				t.Fatal(err)
 			}
 			clk.Add(time.Second)
-			if _, err := b.Allow(ctx, edgelimit.Request{Key: "k", Cost: 1}); err != nil {
-				t.Fatal(err)
+			if d, err := b.Allow(ctx, edgelimit.Request{Key: "k", Cost: 1}); err != nil || d.Allowed {
+				t.Fatalf("Allow = %+v, %v, want denied", d, err)
 			}
-			s, _, _ := kv.Get(ctx, "r#k", Strong)
-			if s.Tokens/TokenScale != 0 {
-				t.Errorf("KV holds %d nanotokens after the sync, want less than one token", s.Tokens)
+			if got := tokensIn(t, kv, b, "k", clk.Now()); got != 0 {
+				t.Errorf("KV holds %d tokens, want less than one", got)
 			}
 		})
 	}
@@ -302,22 +397,24 @@ func TestBucketCacheIsBounded(t *testing.T) {
 	}
 }
 
+// TestMemoryUpdateSemantics: the memory KV applies an Update as DynamoDB
+// does (see the conformance test TestKVUpdateSemantics for both).
 func TestMemoryExpiresAndBounds(t *testing.T) {
 	clk := newClock(t0)
 	m := NewMemory(MemoryConfig{MaxKeys: 2, Now: clk.Now})
 	put := func(k string, ttl time.Duration) {
 		t.Helper()
-		if err := m.Put(ctx, k, State{Tokens: 1, At: 2}, ttl); err != nil {
+		if _, err := m.Update(ctx, k, Update{Add: WideOf(5), Spent: 1, TTL: ttl}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	get := func(k string) bool {
 		t.Helper()
-		s, ok, err := m.Get(ctx, k, Eventual)
-		if err != nil || (ok && s != State{Tokens: 1, At: 2}) {
-			t.Fatalf("Get(%q) = %+v, %v, %v", k, s, ok, err)
+		tl, err := m.Get(ctx, k, Eventual)
+		if err != nil {
+			t.Fatalf("Get(%q) = %+v, %v", k, tl, err)
 		}
-		return ok
+		return tl.Own.Has
 	}
 	put("a", time.Second)
 	if !get("a") {
@@ -334,10 +431,6 @@ func TestMemoryExpiresAndBounds(t *testing.T) {
 	if !get("a") || get("b") || !get("c") || m.Len() != 2 {
 		t.Errorf("after overflowing 2 keys: a %v b %v c %v len %d, want a and c", get("a"), get("b"), get("c"), m.Len())
 	}
-	put("a", 0) // delete
-	if get("a") {
-		t.Error("a present after a put with ttl 0")
-	}
 	put("d", math.MaxInt64)
 	clk.Add(100 * 365 * 24 * time.Hour)
 	if !get("d") {
@@ -345,30 +438,30 @@ func TestMemoryExpiresAndBounds(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, _, err := m.Get(cctx, "d", Eventual); !errors.Is(err, context.Canceled) {
+	if _, err := m.Get(cctx, "d", Eventual); !errors.Is(err, context.Canceled) {
 		t.Errorf("Get(canceled) = %v, want context.Canceled", err)
 	}
-	if err := m.Put(cctx, "d", State{}, time.Second); !errors.Is(err, context.Canceled) {
-		t.Errorf("Put(canceled) = %v, want context.Canceled", err)
+	if _, err := m.Update(cctx, "d", Update{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Update(canceled) = %v, want context.Canceled", err)
 	}
 }
 
 // faultKV wraps a KV, counts calls, and fails, blocks or corrupts on demand.
 type faultKV struct {
 	KV
-	calls, gets, puts atomic.Int64
-	getErr, putErr    atomic.Pointer[error]
-	// putKey, if set, limits putErr to Puts of that key.
-	putKey atomic.Pointer[string]
-	// corrupt, if set, replaces what Get returns.
-	corrupt func() (State, bool)
+	calls, gets, updates atomic.Int64
+	getErr, updErr       atomic.Pointer[error]
+	// updKey, if set, limits updErr to Updates of that key.
+	updKey atomic.Pointer[string]
+	// corrupt, if set, replaces what Get and Update return.
+	corrupt func() Tally
 	// block, if set, is waited on by Get, which first sends on started
 	// (if set and not full).
 	block   chan struct{}
 	started chan struct{}
 }
 
-func (f *faultKV) Get(ctx context.Context, key string, c Consistency) (State, bool, error) {
+func (f *faultKV) Get(ctx context.Context, key string, c Consistency) (Tally, error) {
 	f.calls.Add(1)
 	f.gets.Add(1)
 	if f.block != nil {
@@ -379,39 +472,45 @@ func (f *faultKV) Get(ctx context.Context, key string, c Consistency) (State, bo
 		select {
 		case <-f.block:
 		case <-ctx.Done():
-			return State{}, false, fmt.Errorf("kvbucket: fake get %q: %w", key, ctx.Err())
+			return Tally{}, fmt.Errorf("kvbucket: fake get %q: %w", key, ctx.Err())
 		}
 	}
 	if e := f.getErr.Load(); e != nil {
-		return State{}, false, *e
+		return Tally{}, *e
 	}
 	if f.corrupt != nil {
-		s, ok := f.corrupt()
-		return s, ok, nil
+		return f.corrupt(), nil
 	}
 	return f.KV.Get(ctx, key, c)
 }
 
-func (f *faultKV) Put(ctx context.Context, key string, s State, ttl time.Duration) error {
+func (f *faultKV) Update(ctx context.Context, key string, u Update) (Tally, error) {
 	f.calls.Add(1)
-	f.puts.Add(1)
-	if e := f.putErr.Load(); e != nil {
-		if k := f.putKey.Load(); k == nil || *k == key {
-			return *e
+	f.updates.Add(1)
+	if e := f.updErr.Load(); e != nil {
+		if k := f.updKey.Load(); k == nil || *k == key {
+			return Tally{}, *e
 		}
 	}
-	return f.KV.Put(ctx, key, s, ttl)
+	t, err := f.KV.Update(ctx, key, u)
+	if err == nil && f.corrupt != nil {
+		c := f.corrupt()
+		c.Applied = t.Applied
+		return c, nil
+	}
+	return t, err
 }
 
-func (f *faultKV) failGets(err error) { f.getErr.Store(&err) }
-func (f *faultKV) failPuts(err error) { f.putKey.Store(nil); f.putErr.Store(&err) }
+func (f *faultKV) failGets(err error)    { f.getErr.Store(&err) }
+func (f *faultKV) failUpdates(err error) { f.updKey.Store(nil); f.updErr.Store(&err) }
 
-func (f *faultKV) failPutsOf(key string, err error) { f.putKey.Store(&key); f.putErr.Store(&err) }
+func (f *faultKV) failUpdatesOf(key string, err error) { f.updKey.Store(&key); f.updErr.Store(&err) }
 
 var errBroken = errors.New("kvbucket: test KV is broken")
 
 // TestBucketKVErrors: a failing KV yields an error and spends nothing; a
-// known key is then decided locally until its next sync is due.
+// known key is then decided locally until its next sync is due, so a
+// broken KV costs one error per key per sync interval.
 func TestBucketKVErrors(t *testing.T) {
 	clk := newClock(t0)
 	kv := &faultKV{KV: NewMemory(MemoryConfig{Now: clk.Now})}
@@ -423,50 +522,54 @@ func TestBucketKVErrors(t *testing.T) {
 		t.Fatalf("Allow with a failing read = %v, want errBroken", err)
 	}
 	kv.getErr.Store(nil)
-	kv.failPuts(errBroken)
+	kv.failUpdates(errBroken)
 	if _, err := b.Allow(ctx, req); !errors.Is(err, errBroken) {
 		t.Fatalf("Allow with a failing write = %v, want errBroken", err)
 	}
-	// The failed sync was the attempt of this interval: decided locally,
+	// The failed write was the attempt of this interval: decided locally,
 	// and neither failed call spent anything.
 	calls := kv.calls.Load()
-	d, err := b.Allow(ctx, req)
-	if err != nil || !d.Allowed || d.Remaining != 2 {
-		t.Errorf("Allow after the failures = %+v, %v, want allowed with 2 left", d, err)
+	for i, want := range []int64{2, 1} {
+		d, err := b.Allow(ctx, req)
+		if err != nil || !d.Allowed || d.Remaining != want {
+			t.Errorf("Allow #%d after the failures = %+v, %v, want allowed with %d left", i+1, d, err, want)
+		}
 	}
 	if kv.calls.Load() != calls {
 		t.Errorf("a local decision called the KV")
 	}
-	kv.putErr.Store(nil)
+	kv.updErr.Store(nil)
 	clk.Add(time.Second)
-	if d, err = b.Allow(ctx, req); err != nil || d.Remaining != 1 {
-		t.Errorf("Allow after recovery = %+v, %v, want 1 left", d, err)
+	if d, err := b.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Errorf("Allow after recovery = %+v, %v, want allowed with 0 left", d, err)
 	}
-	s, _, _ := kv.Get(ctx, "e#k", Strong)
-	if s.Tokens/TokenScale != 1 {
-		t.Errorf("KV holds %d nanotokens, want one token", s.Tokens)
+	if got := tokensIn(t, kv, b, "k", clk.Now()); got != 0 {
+		t.Errorf("KV holds %d tokens, want 0: the local spends were written with the sync", got)
 	}
 	if st := b.Stats(); st.Errors != 2 {
 		t.Errorf("Stats.Errors = %d, want 2", st.Errors)
 	}
 
 	// A refund whose write fails is kept and written with the next sync.
-	if err := b.RefundAt(ctx, clk.Now(), edgelimit.Request{Key: "fresh"}); err != nil {
-		t.Fatal(err)
+	b2 := mustNew(t, Config{Policy: kvPolicy("e2", 3, 3, time.Hour, time.Second), KV: kv, Now: clk.Now, NoCache: true})
+	var spent edgelimit.Decision
+	for range 3 {
+		var err error
+		if spent, err = b2.Allow(ctx, req); err != nil || !spent.Allowed {
+			t.Fatalf("b2.Allow = %+v, %v, want allowed", spent, err)
+		}
 	}
-	b2 := mustNew(t, Config{Policy: kvPolicy("e", 3, 3, time.Hour, time.Second), KV: kv, Now: clk.Now, NoCache: true})
-	spent, err := b2.Allow(ctx, req)
-	if err != nil || !spent.Allowed {
-		t.Fatalf("b2.Allow = %+v, %v, want allowed", spent, err)
-	}
-	kv.failPuts(errBroken)
+	kv.failUpdates(errBroken)
 	if err := b2.Refund(ctx, req, spent); !errors.Is(err, errBroken) {
 		t.Errorf("Refund with a failing write = %v, want errBroken", err)
 	}
-	kv.putErr.Store(nil)
+	kv.updErr.Store(nil)
 	// Without the refund the bucket holds less than a token.
 	if d, err := b2.Allow(ctx, edgelimit.Request{Key: "k", Cost: 1}); err != nil || !d.Allowed {
 		t.Errorf("Allow after a failed refund = %+v, %v, want the refund kept (allowed)", d, err)
+	}
+	if got := tokensIn(t, kv, b2, "k", clk.Now()); got != 0 {
+		t.Errorf("KV holds %d tokens for b2, want 0", got)
 	}
 }
 
@@ -476,8 +579,28 @@ func TestBucketSurvivesGarbage(t *testing.T) {
 	clk := newClock(t0)
 	rng := rand.New(rand.NewPCG(1, 2))
 	values := []int64{0, 1, -1, math.MaxInt64, math.MinInt64, t0.UnixNano(), TokenScale, 5 * TokenScale}
-	kv := &faultKV{KV: NewMemory(MemoryConfig{Now: clk.Now}), corrupt: func() (State, bool) {
-		return State{Tokens: values[rng.IntN(len(values))], At: values[rng.IntN(len(values))] + rng.Int64N(1e12) - 5e11}, rng.IntN(4) > 0
+	wide := func() Wide {
+		switch rng.IntN(4) {
+		case 0:
+			return mulWide(values[rng.IntN(len(values))], values[rng.IntN(len(values))])
+		case 1:
+			return mulWide(t0.UnixNano()+rng.Int64N(1e12)-5e11, 5)
+		}
+		return WideOf(values[rng.IntN(len(values))] + rng.Int64N(1e12) - 5e11)
+	}
+	part := func() Part {
+		p := Part{Has: rng.IntN(4) > 0, TAT: wide(), Spent: values[rng.IntN(len(values))]}
+		for range rng.IntN(3) {
+			p.Writers = append(p.Writers, Writer{Epoch: values[rng.IntN(len(values))] / int64(time.Millisecond), ID: rng.Uint32()})
+		}
+		return p
+	}
+	kv := &faultKV{KV: NewMemory(MemoryConfig{Now: clk.Now}), corrupt: func() Tally {
+		t := Tally{Own: part()}
+		for range rng.IntN(3) {
+			t.Others = append(t.Others, part())
+		}
+		return t
 	}}
 	for _, noCache := range []bool{false, true} {
 		b := mustNew(t, Config{Policy: kvPolicy("g", 5, 5, time.Minute, time.Millisecond), KV: kv, Now: clk.Now, NoCache: noCache})
@@ -571,7 +694,7 @@ func TestBucketSlowBucketKeepsItsState(t *testing.T) {
 	if d, err := b.Allow(ctx, edgelimit.Request{Key: "k", Cost: MaxTokens}); err != nil || !d.Allowed {
 		t.Fatalf("Allow(everything) = %+v, %v", d, err)
 	}
-	if _, ok, _ := kv.Get(ctx, "slow#k", Strong); !ok {
+	if tl, _ := kv.Get(ctx, "slow#k", Strong); !tl.Own.Has {
 		t.Fatal("the emptied bucket's state was not kept")
 	}
 	if d, err := b.Allow(ctx, edgelimit.Request{Key: "k"}); err != nil || d.Allowed {
@@ -582,7 +705,8 @@ func TestBucketSlowBucketKeepsItsState(t *testing.T) {
 // TestCacheHashCollisions: two keys with one 64-bit hash get two entries,
 // found again whichever of them is evicted first.
 func TestCacheHashCollisions(t *testing.T) {
-	s := &newCache(4, Params{Capacity: 1, Limit: 1, Window: time.Second}).shards[0]
+	u := newUnits(Params{Capacity: 1, Limit: 1, Window: time.Second})
+	s := &newCache(4, &u).shards[0]
 	n := t0.UnixNano()
 	get := func(key string, h uint64, at int64) *entry {
 		e, victim := s.lookup(key, h, at)

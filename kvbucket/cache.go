@@ -6,73 +6,66 @@ import (
 )
 
 // entry is one key's local state in this process (one Lambda instance).
-// The fields a cached decision reads and writes come first, so that it
-// touches one cache line of the entry.
+// The fields a cached decision reads and writes come first and together
+// (about two cache lines), the rest after.
 type entry struct {
-	// local is this instance's view of the bucket: a private token bucket,
-	// refilled at read time, never above what the last sync merged.
-	local State
-	// pending counts the nanotokens this instance spent, minus refunds,
-	// that the KV does not know of yet.
-	pending int64
-	// syncedAt is when the last sync was started (Unix nanoseconds).
-	syncedAt int64
+	// tat is the bucket's TAT as last learned from the KV (v.tat),
+	// without this instance's unwritten changes.
+	tat Wide
+	// pend are this instance's changes the KV does not know yet: local
+	// spending, refunds, an undone reservation.
+	pend op
+	// spent counts the units this instance spent locally since its share
+	// was granted (refunds subtract).
+	spent Wide
 	// used is when the entry was last used (Unix nanoseconds), for
 	// eviction.
 	used int64
-	// known: local holds a state (a sync has succeeded).
-	known bool
-	// contended: the last sync found another instance's write. Local
-	// decisions then spend only what the sync saw, without refilling, until
-	// the next sync.
-	contended bool
-	// syncing: a sync of this key is in flight in this process.
-	syncing bool
-	// hasWritten: written is meaningful.
-	hasWritten bool
-	// nextWrite indexes recent round-robin.
-	nextWrite uint8
-
-	key  string
 	hash uint64
-	// written is the state this instance last wrote to (or adopted from)
-	// the KV; reading it back unchanged means nobody else wrote since.
-	written State
-	// wait is closed when the in-flight first sync of an unknown key ends.
-	wait chan struct{}
-	// recent are this instance's last writes: when, and the nanotokens of
-	// its own spending each carried for the first time. A state another
-	// instance stamped before one of them was decided from a read that
-	// could not see that write, so it lacks that spending.
-	recent [recentWrites]write
+	// rid names this Bucket and the key in a receipt.
+	rid [16]byte
+	// firstAt is when the first store answer for the key came (probation
+	// ends a sync interval later); grantAt the instant of the share's grant;
+	// degradedUntil, after a failed store call, when the key may call the
+	// store again.
+	firstAt, grantAt, degradedUntil int64
+	// insts are the instances counted at the grant (1: this one alone,
+	// which then decides from the whole bucket).
+	insts int64
+	// known: a store answer came (v holds it).
+	known bool
+	// granted: a share was granted after probation.
+	granted bool
+	// syncing: a periodic sync (or the first read, or a write-back) of the
+	// key is in flight in this process.
+	syncing bool
+	// busy: flight or inflight is not empty (what is in flight counts in
+	// the local state).
+	busy bool
+
+	// flight are the changes a sync or a write-back in flight is writing
+	// (they count until its answer comes).
+	flight op
+	// inflight are the units reserved by the write-through in flight.
+	inflight Wide
+	// spentFlight are the units spent locally while the sync that grants
+	// the next share is in flight; grantR what the bucket held at the grant
+	// (units, at least 0): the share at n is
+	// (grantR + (n − grantAt)·Limit) / insts.
+	spentFlight, grantR Wide
+	// syncedAt is when the last periodic sync started.
+	syncedAt int64
+
+	key string
+	// v is the shared state as last learned.
+	v view
+	// wait is closed when the in-flight first read of an unknown key ends;
+	// writing when the write-through in flight ends.
+	wait, writing chan struct{}
 }
 
-// recentWrites is how many of its writes an entry remembers.
-const recentWrites = 4
-
-// write is one remembered write of an entry.
-type write struct {
-	at    int64 // State.At of the written state
-	delta int64 // own spending it carried first, in nanotokens
-}
-
-// remember records a successful write.
-func (e *entry) remember(at, delta int64) {
-	e.recent[e.nextWrite%recentWrites] = write{at, delta}
-	e.nextWrite++
-}
-
-// lostSince returns the spending of this entry's writes stamped after at:
-// what a state stamped at cannot contain.
-func (e *entry) lostSince(at int64) int64 {
-	var lost int64
-	for _, w := range e.recent {
-		if w.at > at {
-			lost += w.delta
-		}
-	}
-	return lost
-}
+// setBusy keeps busy in step with flight and inflight. s.mu is held.
+func (e *entry) setBusy() { e.busy = e.flight.has || e.inflight.Sign() != 0 }
 
 // shard is a part of the cache with its own lock. Entries are found by
 // the 64-bit hash of their key (computed anyway to pick the shard); the
@@ -82,10 +75,10 @@ type shard struct {
 	m        map[uint64]*entry
 	collided map[string]*entry
 	max      int
-	// p are the bucket's numbers, for telling a dirty entry whose bucket
+	// u are the bucket's numbers, for telling a dirty entry whose bucket
 	// has refilled (nothing left to write back) from one that must be
 	// written back before it is dropped.
-	p     Params
+	u     *units
 	stats Stats
 	_     [64]byte // keep shards' locks on separate cache lines
 }
@@ -102,7 +95,7 @@ type cache struct {
 // own entry instead of relinking a list.
 const evictSample = 8
 
-func newCache(size int, p Params) *cache {
+func newCache(size int, u *units) *cache {
 	n := 1
 	for n < 64 && n*128 <= size {
 		n *= 2
@@ -112,7 +105,7 @@ func newCache(size int, p Params) *cache {
 	for i := range c.shards {
 		c.shards[i].m = make(map[uint64]*entry)
 		c.shards[i].max = max(per, 1)
-		c.shards[i].p = p
+		c.shards[i].u = u
 	}
 	return c
 }
@@ -169,13 +162,14 @@ func (s *shard) remove(e *entry) {
 }
 
 // clean reports whether e can be dropped at n without losing anything:
-// the KV knows all its spending and refunds, or it holds only unwritten
-// spending of an uncontended bucket that has refilled completely since
-// (what the KV holds is then full too: dropping the spending changes no
-// answer).
+// the KV knows all its changes, or the bucket has refilled completely with
+// and without them (what they would change is then nothing).
 func (s *shard) clean(e *entry, n int64) bool {
-	return e.pending == 0 ||
-		e.pending > 0 && !e.contended && s.p.refill(e.local, n).Tokens >= s.p.Capacity*TokenScale
+	if !e.pend.has && !e.flight.has {
+		return true
+	}
+	nl := s.u.at(n)
+	return !nl.Less(e.tat) && !nl.Less(e.pend.apply(e.flight.apply(e.tat)))
 }
 
 // evict makes room for one entry at n. It samples a few entries that are
@@ -193,7 +187,7 @@ func (s *shard) evict(n int64) *entry {
 	var clean, oldest *entry
 	i := 0
 	look := func(e *entry) bool {
-		if !e.syncing {
+		if !e.syncing && e.inflight.Sign() == 0 {
 			if oldest == nil || e.used < oldest.used {
 				oldest = e
 			}

@@ -1,21 +1,25 @@
-// Package kvbucket is the kv strategy: a token bucket per key over an
-// eventually consistent KV, with an in-process cache in front. It is for
-// endpoints where "about 60 per minute" is good enough and latency matters
-// more than the exact count (contact forms, search, soft throttles); use
-// durablecounter where every unit is billed.
+// Package kvbucket is the kv strategy: a token bucket per key in a shared
+// KV, with an in-process cache in front. It is for endpoints where "about
+// 60 per minute" is good enough and latency matters more than the exact
+// count (contact forms, search, soft throttles); use durablecounter where
+// every unit is billed.
 //
 // # Model
 //
 // A bucket holds at most B = Policy.Capacity() tokens (burst, default
 // limit) and refills r = Limit/Window tokens per second, continuously. Its
-// state is two numbers, the tokens it held and when ([State]); refill is
-// computed when the state is read, so an idle bucket costs nothing and a
-// write happens only on a request. Tokens are counted in nanotokens
-// ([TokenScale] per token), so refill is exact integer arithmetic, rounded
-// down. A missing or expired state is a full bucket. A request spends
-// req.Units() tokens when the bucket holds them; a denial spends nothing.
-// [Params] is the pure algorithm, with the instant passed in
-// ([Params.TakeAt], [Bucket.AllowAt]), so tests need no clock.
+// state is a theoretical arrival time, TAT (the GCRA's), in bucket units:
+// an instant of n nanoseconds is n·Limit units and a token is Window units
+// (see [Wide]), so refill is exact integer arithmetic. The bucket at n
+// holds n·Limit + B·Window − max(TAT, n·Limit) units; a spend of c tokens
+// at n is TAT ← max(TAT, n·Limit) + c·Window, allowed when the bucket holds
+// c tokens; a denial spends nothing. A TAT in the past is a full bucket, so
+// refill is never written, an idle bucket costs nothing, and a missing
+// state is a full bucket. [Params] is the pure token bucket with the
+// instant passed in ([Params.TakeAt], [Bucket.AllowAt]); the Bucket
+// decides exactly as it does for a single client, but for a clock going
+// backwards (below) and sub-nanotoken roundings of a refill that is not a
+// whole number of units per step.
 //
 // A Decision tells the client (through the engine's RateLimit headers):
 //
@@ -23,7 +27,8 @@
 //     time the bucket takes to fill from empty ([Params.Advertised]): 10 per
 //     second with a burst of 20 is 20 per 2s, so Remaining never exceeds
 //     Limit.
-//   - Remaining (r): the whole tokens left.
+//   - Remaining (r): the whole tokens left, as this instance may spend them
+//     (the bucket's, or its share's if that is less: see below).
 //   - Reset (t): draft-11's effective window, the time within which the
 //     client can use no more than Remaining, which for a bucket is the time
 //     until the next whole token comes back ([Params.NextToken]); for a full
@@ -36,120 +41,147 @@
 //
 // An allowed Decision carries a Receipt of what it spent (the instant, the
 // tokens, and this Bucket and key): [Bucket.Refund] gives back exactly those
-// tokens, never beyond capacity, and refuses a receipt that is not its own
-// ([ErrBadReceipt]). [Bucket.Peek] answers whether a request would be
-// allowed, and the state, without spending or writing: from the local
-// state when the key was synced less than the sync interval ago (Allow
-// would decide from it too), else from one KV read. Allow, Refund and Peek
-// decide at [edgelimit.Request.At] unless the Bucket has its own clock
-// (Config.Now), and at time.Now when neither is set.
+// tokens, never beyond capacity (in the KV, minus those tokens added to
+// what this instance's region spent, never more), and refuses a receipt
+// that is not its own ([ErrBadReceipt]). [Bucket.Peek] answers whether a
+// request would be allowed, and the state, without spending or writing:
+// from the local state when Allow would decide from it, else from one KV
+// read. Allow, Refund and Peek decide at [edgelimit.Request.At] unless the
+// Bucket has its own clock (Config.Now), and at time.Now when neither is
+// set.
 //
-// A [KV] stores states with get (with a consistency hint) and put (with a
-// TTL), last writer wins: [DynamoDB] (one item "kv#<policy>#<keyhash>" per
-// bucket, read with an eventually consistent GetItem, strongly consistent
-// when the bucket asks (see below), written with an unconditional PutItem,
-// expires_at set to when the bucket would be full again so TTL deletes idle
-// buckets) and [Memory] (bounded, with expiry).
+// # The store: merge instead of overwrite
 //
-// # The cache
+// A [KV] holds the TAT of a bucket and changes it only by commutative
+// updates ([Update]): raise it to a floor (when it is below: the bucket had
+// refilled completely) and add to it. Concurrent instances' spending adds
+// up instead of the last writer's copy replacing the others'. On [DynamoDB]
+// an update is one UpdateItem: an ADD, which needs no condition, in the
+// common case; after an idle period a SET of the TAT to its floor under the
+// condition that it is below it; the item's answer (ReturnValues ALL_NEW)
+// is the bucket's fresh state, written by everyone, so a sync needs no
+// read. A reservation is the same update under the condition that it fits;
+// one that does not fit changes nothing. An instance's local changes
+// between writes (spends, refunds, an undone reservation) compose into one
+// update in the max-plus algebra, tat ← max(tat, F) + P, so a sync writes
+// them all at once. [Memory] applies the same updates in process.
+//
+// Across regions (a DynamoDB Global Table, replicated last writer wins per
+// item), each region writes only its own part of a bucket
+// (DynamoDBConfig.Region: an item "…@<region>") and reads the others' parts
+// from its replica: the bucket's TAT is
+//
+//	max over regions q of (TAT_q + Window·(tokens spent by every region but q))
+//
+// where each region raises its TAT_q to a floor less the others' spending
+// it knows. Replication then never has two regions' writes of one item to
+// choose between, and no region's spending is lost; a region sees the
+// others' one replication lag δ late.
+//
+// # The cache: reservations first, then a share
 //
 // Each process (each Lambda instance) keeps a bounded local state per key
-// ([Config.CacheSize], about 200 bytes a key). A key synced less than the
-// sync interval S ago (policy sync_interval, default 1s) is decided from
-// local state, with no network call: that is what makes a hot key cost
-// nanoseconds. Otherwise the decision syncs: it reads the KV, merges, decides
-// and writes the result back (only when it changed the state), so the KV is
-// written at most once per S per key per instance. The merge is
-// conservative, the lower token count wins, and it counts what the KV cannot
-// know yet:
+// ([Config.CacheSize]). A key it holds no state for (new to it, or dropped
+// from the cache) is read strongly consistent first: an eventually
+// consistent read just after this instance's own write could return an
+// older, fuller state.
 //
-//	merged = min(local, kv − unwritten − overwritten)
+// During a key's first sync interval S in an instance (policy
+// sync_interval, default 1s), the instance cannot know how many others spend
+// the key, so each admission is a reservation in the KV, one at a time per
+// key per instance (concurrent requests wait for the one in flight and are
+// then decided from its answer, usually denied without a call once the
+// bucket is empty). That is what makes a cold burst over many instances
+// exact.
 //
-// where unwritten is this instance's spending since its own last write,
-// and overwritten is the spending its recent writes carried that the KV's
-// state cannot contain (that state was stamped before them: its writer read
-// before they landed, and overwrote them). When the KV holds exactly what
-// this instance last wrote, nobody else wrote, and the local state is exact.
-// After a sync that found another writer, the key is contended: local
-// decisions spend only what that sync saw and do not refill until the next
-// one, so refill is shared through the KV instead of being spent once per
-// instance. [Config.NoCache] makes every decision sync.
+// After it, the first request of each sync interval syncs: one
+// unconditional update writes what the instance spent locally since its last
+// write with the request's own spend, and its answer decides the request
+// (when it did not fit after all, its spend is undone with the next write)
+// and grants the instance a share of the bucket until the next sync:
+//
+//	share(t) = (R + r·(t − g)) / n
+//
+// where g is the sync's instant, R what the bucket held after it, and n the
+// instances that wrote the key in the current or the previous sync interval
+// (each registers in the item's writer set of its epoch with every write).
+// Requests until the next sync are decided locally, with no KV call, within
+// both the share and the local state; beyond the share a request is denied
+// until the share grows (Reset and RetryAfter count in it) or the next sync.
+// An instance that is the only writer (n = 1) has the whole bucket: it is
+// exactly a token bucket. Writes of an instance are at most one per key per
+// S, but for the reservations of a key's first interval and the write-back
+// at eviction. [Config.NoCache] makes every admission a reservation.
+//
+// The local state can only overstate what the bucket holds (other
+// instances only add to it), so a denial it proves is one the KV would give:
+// it costs no call. What is in flight (a reservation, a sync's own write)
+// counts as spent locally until its answer comes; answers of concurrent
+// calls are ordered by the part's version ([Part.Version]).
 //
 // Eviction never loses spending. Beyond CacheSize a least recently used key
-// is dropped (sampled LRU). A key whose state the KV knows entirely (clean)
-// is just dropped. One with unwritten spending or refunds (dirty) is first
-// written back, a sync without a request, by the request that needed the
-// room, after that request's own decision (so that a slow or failed
-// write-back cannot fail it; it gets what is left of that request's time
-// budget), and dropped once written; if the write fails the key stays,
-// dirty, for a later eviction. (A dirty key whose bucket has refilled
-// completely has nothing worth writing and is dropped as clean.) A key this
-// process holds no state for (new to it, or dropped and asked for again)
-// is read strongly consistent, at its first sync only: an eventually
-// consistent read just after this instance's own write may return an older,
-// fuller state, and a dropped key would come back more generous than it
-// left. On DynamoDB that first read costs 1 read unit instead of 0.5 (a
-// strongly consistent GetItem of an item under 4 KB); every later sync
-// reads eventually consistent. Stats.Flushed counts the write-backs.
+// is dropped (sampled LRU). A key whose changes the KV knows is just
+// dropped; one with unwritten changes is first written back (one update, by
+// the request that needed the room, after that request's own decision) and
+// dropped once written; if the write fails the key stays, dirty, for a later
+// eviction. Stats.Flushed counts the write-backs.
 //
 // # Accuracy: the over-admission bound
 //
-// Let C be the number of instances deciding one key concurrently, S the
-// sync interval (0 without the cache), ρ one KV round trip (read to write)
-// and δ the replication lag of an eventually consistent read (usually well
-// under a second on DynamoDB; seconds between Global Table regions). A
-// spend stays invisible to the other instances for at most the staleness
-// interval Δ = S + ρ + δ.
+// Let C be the instances deciding one key, S the sync interval, and T any
+// period. In one region:
 //
-//   - One instance, whatever the number of concurrent requests in it and
-//     whatever the number of keys it sees, is exactly a token bucket while
-//     no other instance writes the key: it never admits more than a perfect
-//     bucket (requests arriving while a sync of their key is in flight are
-//     decided from the local state and written with the next; an evicted
-//     key's spending is written back before it is dropped, and read back
-//     strongly consistent), and admits no fewer except in one case: a key
-//     read back after its eviction (or a sync whose eventually consistent
-//     read returned this instance's own older write) looks like another
-//     instance's write, so it is treated as contended until its next sync,
-//     which can only deny a refilled token early, for at most one sync
-//     interval each time.
-//     ([Memory]'s own bound, MemoryConfig.MaxKeys, is a different matter:
-//     beyond it the store itself forgets its least recently used states,
-//     and a forgotten state reads as a full bucket.)
+//	admitted(T) ≤ B + r·T + E,   E = (B + r·S) · Σ_i 1/n_i  ≤  H_C · (B + r·S)
 //
-//   - Each instance's local state is a private token bucket that merges
-//     only downwards, so no instance admits more than a perfect bucket would
-//     on its own while the key stays in its cache. Hence, over any period
-//     T,
+// where the sum is over the shares outstanding at one moment, n_i being the
+// instances share i was divided by, and H_C = 1 + 1/2 + … + 1/C the C-th
+// harmonic number. In the steady state, where every instance holding a
+// share has written within the sync interval before every other's grant,
+// each n_i counts all of them and Σ 1/n_i ≤ 1: E ≤ B + r·S, one extra
+// bucket and one sync interval's refill, however long T is. One instance
+// alone is exactly the bucket (E = 0, and it admits no fewer). A burst of
+// any number of instances on a cold key is exactly the bucket: every
+// admission is a reservation. Before (issue #14), each instance decided
+// from its own copy and the KV kept the last blind write, so instances
+// overwrote each other's spending instead of adding to it, and the bound was
+// C·⌊B + r·T⌋, growing with T.
 //
-//     admitted ≤ C · ⌊B + r·T⌋, an over-admission of at most (C−1)·⌊B + r·T⌋,
+// Proof. Every admission is (a) a reservation (or a sync's own spend),
+// applied atomically by the KV, or (b) a local spend out of a share. (1) The
+// KV's TAT is never less than the GCRA of the spends it holds taken in time
+// order: it applies each update with its floor in arrival order, and a
+// spend applied after one that happened later is charged no less than in
+// time order (max-plus maps are monotone). (2) Count each share as spent in
+// full at its grant g: a virtual stream V that every actual local spend
+// stays within. A reservation is allowed only if the KV's TAT with it stays
+// within the limit; a share is at most 1/n of what the KV's state left, plus
+// its refill until the next sync. The KV's state lacks only the spending of
+// the other outstanding shares (and, with regions, of the others' last δ +
+// S). So each element of V leaves the GCRA of V within the limit plus E.
+// (3) A stream whose GCRA stays within the limit plus E admits at most
+// B + r·(t − s) + E in any interval (s, t] (the GCRA's TAT after the stream
+// is at least s·Limit plus Window times the tokens spent in it). Hence the
+// bound. For Σ 1/n_i ≤ H_C: order the shares outstanding at a moment by
+// grant; each was granted within S of the later ones, and every grant is a
+// write registered in its epoch, so the k-th counts the k − 1 before it:
+// n_k ≥ k.
 //
-//     for keys the instances keep cached. An instance that drops a key and
-//     reads it back starts again from the KV's state, which holds all of
-//     its own spending (written back, read strongly) but may lack another
-//     instance's, lost to a read-modify-write race (last writer wins): each
-//     read-back less than B/r (the time the bucket takes to fill) after the
-//     drop can add up to B to that instance's share; a later one adds
-//     nothing, since the private bucket would be full by then. A single
-//     instance loses nothing.
+// Across R regions with replication lag δ, each region additionally misses
+// what every other region spent in its last δ + S, which by the same bound
+// is at most B + r·(δ + S) + E per region:
 //
-//   - Per staleness interval: instances that read the same stale state can
-//     each spend all of it before seeing the others, so the over-admission
-//     per staleness interval is at most (C−1)·(A + r·Δ), where A ≤ B is what
-//     that state held. A cold burst (C instances meeting a full bucket within
-//     one Δ) reaches it: up to C·B admitted, (C−1)·B beyond capacity.
+//	admitted(T) ≤ B + r·T + R·E + (R − 1)·(B + r·(δ + S))
 //
-//   - Syncs that do not overlap lose nothing: every spend reaches the KV
-//     within S and every later sync subtracts it. The excess then comes only
-//     from spending not yet synced, and it shrinks as syncs spread out
-//     (C·ρ ≪ S). Overlapping syncs (read-modify-write races, last writer
-//     wins) lose updates; the merge re-applies an instance's own overwritten
-//     spending when it can tell, and the second bullet bounds the rest.
+// In words: regions that meet a full bucket at once can each spend it (a
+// cold burst gets a bucket per region); after that, what another region
+// spends within a replication lag. The spending of every region adds up in
+// the end, so the excess does not grow with T. (The one exception: when a
+// region's part of an idle key expires and is deleted, its spending
+// vanishes from the sum: a bucket that another region had spent can come
+// back full once, at most B. Parts of a multi-region table are therefore
+// kept a day at least.)
 //
-// With the policy's defaults a client spread over C concurrent instances
-// can therefore get up to C times its quota during a burst; a client that
-// lands on one instance (the usual case for a browser on a warm function)
-// gets exactly its quota. docs/kvbucket.md has the measured numbers.
+// docs/kvbucket.md has the measured numbers, with separate processes.
 //
 // # Failure modes
 //
@@ -160,14 +192,19 @@
 // client's attempts (4 for DynamoDB by default: 3 back-offs, 30 ms) well
 // inside the budget, instead of waiting it out. A KV error is returned
 // with context (the engine applies on_store_error, fail open by default for
-// this strategy, logs and counts it), and the failed call spent nothing.
-// A failed sync of a key this process knows counts as that interval's
-// attempt: the key is decided locally until the next sync is due, so a
-// broken KV costs one error per key per S per instance, not one timeout per
-// request. A failed write-back of an evicted key keeps it in the cache.
-// Whatever a KV returns is clamped into range; nothing panics. A
-// state stamped in the future (clock skew between instances) refills only
-// once the clock catches up; one more than [MaxClockSkew] ahead is
-// re-stamped. Sentinel errors: [ErrBadConfig], [ErrBadKey], [ErrBadItem],
+// this strategy, logs and counts it), and the failed call spent nothing. A
+// failed call of a key this process knows counts as that interval's
+// attempt: the key is decided locally (as if this instance were alone)
+// until a sync interval has passed, so a broken KV costs one error per key
+// per S per instance, not one timeout per request. A failed write-back of
+// an evicted key keeps it in the cache. Whatever a KV returns is clamped
+// into range; nothing panics.
+//
+// Clocks: a TAT written by an instance whose clock runs ahead counts as
+// spending until the others' clocks catch up (they wait, rather than spend
+// the tokens that instance had left); this region's part more than
+// [MaxClockSkew] beyond a bucket spent empty twice over is repaired to an
+// empty bucket at the reader's instant, so one bad clock cannot freeze a
+// bucket. Sentinel errors: [ErrBadConfig], [ErrBadKey], [ErrBadItem],
 // [ErrBadReceipt], [ErrThrottled].
 package kvbucket

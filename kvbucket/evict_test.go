@@ -14,52 +14,48 @@ import (
 )
 
 // laggingKV is a KV whose eventually consistent reads lag one write
-// behind: they return the state a key held before its last write (none
+// behind: they return the state a key held before its last update (none
 // before its second). It stands for DynamoDB's eventually consistent
-// GetItem just after this instance's own PutItem; strong reads see the last
+// GetItem just after this instance's own write; strong reads see the last
 // write. dynalite and moto are strongly consistent, so only this fake of
 // the consistency model can show what a stale read does.
 type laggingKV struct {
 	*Memory
 	mu   sync.Mutex
-	prev map[string]*State
+	prev map[string]Tally
 	// strong counts strongly consistent reads.
 	strong atomic.Int64
 }
 
 func newLaggingKV(now func() time.Time) *laggingKV {
-	return &laggingKV{Memory: NewMemory(MemoryConfig{Now: now}), prev: map[string]*State{}}
+	return &laggingKV{Memory: NewMemory(MemoryConfig{Now: now}), prev: map[string]Tally{}}
 }
 
-func (l *laggingKV) Get(ctx context.Context, key string, c Consistency) (State, bool, error) {
+func (l *laggingKV) Get(ctx context.Context, key string, c Consistency) (Tally, error) {
 	if c == Strong {
 		l.strong.Add(1)
 		return l.Memory.Get(ctx, key, c)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if p := l.prev[key]; p != nil {
-		return *p, true, nil
-	}
-	return State{}, false, nil
+	return l.prev[key], nil
 }
 
-func (l *laggingKV) Put(ctx context.Context, key string, s State, ttl time.Duration) error {
+func (l *laggingKV) Update(ctx context.Context, key string, u Update) (Tally, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	cur, found, err := l.Memory.Get(ctx, key, Strong)
+	cur, err := l.Memory.Get(ctx, key, Strong)
 	if err != nil {
-		return err
+		return Tally{}, err
 	}
-	if err := l.Memory.Put(ctx, key, s, ttl); err != nil {
-		return err
+	t, err := l.Memory.Update(ctx, key, u)
+	if err != nil {
+		return Tally{}, err
 	}
-	if found {
-		l.prev[key] = &cur
-	} else {
-		l.prev[key] = nil
+	if t.Applied {
+		l.prev[key] = cur
 	}
-	return nil
+	return t, nil
 }
 
 // cached reports whether b's cache holds an entry for key.
@@ -76,10 +72,11 @@ func cached(b *Bucket, key string) bool {
 // cache (100 keys here, 10,000 in serve) drops the key; the key must then
 // get nothing more. Before the fix it got 7 more, 15 in all: the evicted
 // entry dropped the 7 tokens it had spent locally since its sync. Two keys
-// are followed: "dirty" spends 8 within one sync interval (1 sync, 7 local),
-// so eviction finds spending the KV does not know; "clean" spends one per
-// sync interval, so the KV knows everything and the key, read back, must
-// not come back fuller than it was (a stale read of it would).
+// are followed: "dirty" spends its last 7 within one sync interval (1
+// sync, 6 local), so eviction finds spending the KV does not know;
+// "clean" spends one per sync interval, so the KV knows everything and the
+// key, read back, must not come back fuller than it was (a stale read of
+// it would).
 func evictionScenario(t *testing.T, kv KV, clk *clock, name string, others int) {
 	t.Helper()
 	b := mustNew(t, Config{Policy: kvPolicy(name, 8, 8, time.Hour, 0), KV: kv, Now: clk.Now, CacheSize: 100})
@@ -98,7 +95,13 @@ func evictionScenario(t *testing.T, kv KV, clk *clock, name string, others int) 
 		}
 		clk.Add(DefaultSyncInterval) // every request syncs
 	}
-	for range 8 {
+	// "dirty": one spend, then (after the first sync interval, which
+	// writes every admission through) a sync and six local spends.
+	if allow("dirty") {
+		admitted["dirty"]++
+	}
+	clk.Add(DefaultSyncInterval)
+	for range 7 {
 		if allow("dirty") {
 			admitted["dirty"]++
 		}
@@ -179,14 +182,17 @@ func TestEvictionKeepsSpendingServers(t *testing.T) {
 }
 
 // evictionUnderConcurrency: many goroutines spend many keys through one
-// Bucket whose cache is far smaller, at one instant (no refill), so keys
-// are dropped (written back first when dirty) and read back all the time,
-// while other requests for them are in flight. One instance is exact: every
-// key gets exactly min(its requests, 8), no more (no spending lost) and no
-// fewer (no spurious denial).
-func evictionUnderConcurrency(t *testing.T, kv KV, clk *clock, name string, keys, workers, perWorker int) {
+// Bucket whose cache is far smaller, while the clock advances 100µs a
+// request (less than a token's refill in all) and keys sync every
+// millisecond, so that keys are written through, decided locally, dropped
+// (written back first when dirty) and read back all the time, while other
+// requests for them are in flight. One instance is exact: every key gets
+// exactly min(its requests, 64), no more (no spending lost) and no fewer
+// (no spurious denial).
+func evictionUnderConcurrency(t *testing.T, kv KV, clk *clock, name string, keys, workers, perWorker, cacheSize int) {
 	t.Helper()
-	b := mustNew(t, Config{Policy: kvPolicy(name, 8, 8, time.Hour, 0), KV: kv, Now: clk.Now, CacheSize: 16})
+	const burst = 64
+	b := mustNew(t, Config{Policy: kvPolicy(name, burst, burst, time.Hour, time.Millisecond), KV: kv, Now: clk.Now, CacheSize: cacheSize})
 	requests := make([]atomic.Int64, keys)
 	admitted := make([]atomic.Int64, keys)
 	var failed atomic.Int64
@@ -202,6 +208,7 @@ func evictionUnderConcurrency(t *testing.T, kv KV, clk *clock, name string, keys
 					k = rng.IntN(max(keys/8, 1))
 				}
 				requests[k].Add(1)
+				clk.Add(100 * time.Microsecond)
 				d, err := b.Allow(ctx, edgelimit.Request{Key: fmt.Sprint("key-", k)})
 				switch {
 				case err != nil:
@@ -217,7 +224,7 @@ func evictionUnderConcurrency(t *testing.T, kv KV, clk *clock, name string, keys
 		t.Fatalf("%d decisions failed", failed.Load())
 	}
 	for k := range keys {
-		if got, want := admitted[k].Load(), min(requests[k].Load(), 8); got != want {
+		if got, want := admitted[k].Load(), min(requests[k].Load(), burst); got != want {
 			t.Errorf("key-%d: %d of %d requests admitted, want %d", k, got, requests[k].Load(), want)
 		}
 	}
@@ -225,7 +232,7 @@ func evictionUnderConcurrency(t *testing.T, kv KV, clk *clock, name string, keys
 	if st.Evicted == 0 || st.Flushed == 0 {
 		t.Errorf("Stats = %+v: want evictions and write-backs", st)
 	}
-	t.Logf("%d workers × %d requests over %d keys, cache of 16: %+v", workers, perWorker, keys, st)
+	t.Logf("%d workers × %d requests over %d keys, cache of %d: %+v", workers, perWorker, keys, cacheSize, st)
 }
 
 func TestEvictionUnderConcurrencyMemory(t *testing.T) {
@@ -236,7 +243,7 @@ func TestEvictionUnderConcurrencyMemory(t *testing.T) {
 			if lag {
 				kv = newLaggingKV(clk.Now)
 			}
-			evictionUnderConcurrency(t, kv, clk, "conc", 256, 32, 500)
+			evictionUnderConcurrency(t, kv, clk, "conc", 256, 32, 500, 32)
 		})
 	}
 }
@@ -246,7 +253,7 @@ func TestEvictionUnderConcurrencyServers(t *testing.T) {
 		t.Parallel()
 		clk := newClock(t0)
 		kv, _, _, _ := dynamoKV(t, srv, clk.Now)
-		evictionUnderConcurrency(t, kv, clk, "conc", 48, 16, 60)
+		evictionUnderConcurrency(t, kv, clk, "conc", 48, 16, 60, 6)
 	})
 }
 
@@ -270,26 +277,23 @@ func TestEvictionWritesBackBeforeDropping(t *testing.T) {
 	}
 	stored := func(key string) int64 {
 		t.Helper()
-		s, ok, err := kv.KV.Get(ctx, "wb#"+key, Strong)
-		if err != nil || !ok {
-			t.Fatalf("KV has no state for %q: %v", key, err)
-		}
-		return s.Tokens / TokenScale
+		return tokensIn(t, kv.KV, b, key, clk.Now())
 	}
-	for range 3 {
-		allow("a") // a sync writes 7, then 2 local: a is dirty
+	allow("a")           // the first: written through, 7 left
+	clk.Add(time.Second) // past the first sync interval
+	allow("a")           // a sync writes it: 6 left
+	allow("a")           // local: a is dirty
+	if got := stored("a"); got != 6 {
+		t.Fatalf("KV holds %d for a before its eviction, want 6", got)
 	}
-	if got := stored("a"); got != 7 {
-		t.Fatalf("KV holds %d for a before its eviction, want 7", got)
-	}
-	kv.failPutsOf("wb#a", errBroken)
+	kv.failUpdatesOf("wb#a", errBroken)
 	allow("b") // makes room: a's write-back fails, so a stays
-	kv.putErr.Store(nil)
-	if !cached(b, "a") || stored("a") != 7 {
-		t.Errorf("after a failed write-back: a cached %v, KV holds %d; want cached, 7", cached(b, "a"), stored("a"))
+	kv.updErr.Store(nil)
+	if !cached(b, "a") || stored("a") != 6 {
+		t.Errorf("after a failed write-back: a cached %v, KV holds %d; want cached, 6", cached(b, "a"), stored("a"))
 	}
-	allow("b") // local: b is dirty too, and more recently used than a
-	allow("c") // makes room: a is written back and dropped
+	allow("b") // b, written through, is clean and more recently used than a
+	allow("c") // makes room: b is dropped, a is written back and dropped
 	if cached(b, "a") || stored("a") != 5 {
 		t.Errorf("after the write-back: a cached %v, KV holds %d; want dropped, 5", cached(b, "a"), stored("a"))
 	}

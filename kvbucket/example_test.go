@@ -20,7 +20,7 @@ func ExampleNew() {
 	now := t0
 	clock := func() time.Time { return now }
 
-	policy := &edgelimit.Policy{Name: "contact", Strategy: "kv", Limit: 3, Window: time.Minute, Burst: 3, Cost: 1}
+	policy := &edgelimit.Policy{Name: "contact", Limit: 3, Window: time.Minute, Cost: 1}
 	bucket, err := kvbucket.New(kvbucket.Config{
 		Policy: policy,
 		KV:     kvbucket.NewMemory(kvbucket.MemoryConfig{Now: clock}),
@@ -46,36 +46,45 @@ func ExampleNew() {
 	// t0+20s allowed=true  remaining=0 reset=20s retry-after=0s
 }
 
-// Two Lambda instances are two Buckets sharing a KV. Each decides a hot key
-// from its own cache and writes it back once per sync interval; at a sync
-// it merges what the other wrote, and the lower count wins.
+// Two Lambda instances are two Buckets sharing a KV. Their spending adds
+// up in the KV instead of one instance's copy replacing the other's: in its
+// first sync interval an instance reserves each admission in the KV; after
+// it, it decides a hot key locally from its share of what the bucket held
+// at its last sync (here half: two instances write this key), and writes
+// what it spent once per sync interval.
 func ExampleBucket_AllowAt() {
 	t0 := time.Unix(1_700_000_000, 0)
 	kv := kvbucket.NewMemory(kvbucket.MemoryConfig{Now: func() time.Time { return t0 }})
-	policy := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Hour, SyncInterval: time.Second}
+	policy := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Hour, Options: &kvbucket.Options{SyncInterval: time.Second}}
 	a, _ := kvbucket.New(kvbucket.Config{Policy: policy, KV: kv})
 	b, _ := kvbucket.New(kvbucket.Config{Policy: policy, KV: kv})
 	ctx, req := context.Background(), edgelimit.Request{Key: "k"}
 
 	show := func(name string, l *kvbucket.Bucket, at time.Duration) {
 		d, _ := l.AllowAt(ctx, t0.Add(at), req)
-		fmt.Printf("%s at t0+%s: remaining %d\n", name, at, d.Remaining)
+		fmt.Printf("%s at t0+%s: allowed %v, remaining %d\n", name, at, d.Allowed, d.Remaining)
 	}
-	show("A", a, 0)                     // reads the KV (empty: full), writes 9
-	show("A", a, 0)                     // cached: no KV call
-	show("A", a, 0)                     // cached
-	show("B", b, 0)                     // reads A's 9 (A's last two are unwritten), writes 8
-	show("B", b, 500*time.Millisecond)  // cached
-	show("A", a, time.Second)           // sync: B's 8 less A's own 2 unwritten = 6; spends 1, writes 5
-	show("B", b, 1500*time.Millisecond) // sync: A's 5 less B's own 1 unwritten = 4; spends 1, writes 3
+	show("A", a, 0)                     // reads the KV (empty: full), reserves one in it
+	show("A", a, 0)                     // first interval: reserved in the KV
+	show("B", b, 0)                     // B's first: sees A's two
+	show("B", b, 500*time.Millisecond)  // B's first interval
+	show("A", a, time.Second)           // A's sync: 5 left in the KV, A's share of them 2.5
+	show("A", a, time.Second)           // local, from the share
+	show("A", a, time.Second)           // local
+	show("A", a, time.Second)           // A's share is spent
+	show("B", b, 1500*time.Millisecond) // B's sync: A's two local spends are not written yet
+	show("A", a, 2*time.Second)         // A's sync writes them: 9 spent in the KV, 1 left, A's share 0.5
 	// Output:
-	// A at t0+0s: remaining 9
-	// A at t0+0s: remaining 8
-	// A at t0+0s: remaining 7
-	// B at t0+0s: remaining 8
-	// B at t0+500ms: remaining 7
-	// A at t0+1s: remaining 5
-	// B at t0+1.5s: remaining 3
+	// A at t0+0s: allowed true, remaining 9
+	// A at t0+0s: allowed true, remaining 8
+	// B at t0+0s: allowed true, remaining 7
+	// B at t0+500ms: allowed true, remaining 6
+	// A at t0+1s: allowed true, remaining 2
+	// A at t0+1s: allowed true, remaining 1
+	// A at t0+1s: allowed true, remaining 0
+	// A at t0+1s: allowed false, remaining 0
+	// B at t0+1.5s: allowed true, remaining 2
+	// A at t0+2s: allowed true, remaining 0
 }
 
 // The pure algorithm: no clock, no storage.
@@ -115,7 +124,7 @@ func ExampleNewDynamoDB() {
 		log.Fatal(err)
 	}
 	for _, p := range policies.Policies {
-		if p.Strategy == edgelimit.StrategyKV {
+		if p.Strategy == kvbucket.Strategy {
 			if _, err := kvbucket.New(kvbucket.Config{Policy: p, KV: kv}); err != nil {
 				log.Fatal(err)
 			}

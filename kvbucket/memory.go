@@ -3,6 +3,7 @@ package kvbucket
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -20,9 +21,11 @@ type MemoryConfig struct {
 	Now func() time.Time
 }
 
-// Memory is an in-process KV: bounded, with expiry, always consistent. It
-// is the store of `edgelimit serve` and of tests; several Bucket values
-// sharing one Memory behave like several Lambda instances sharing a table.
+// Memory is an in-process KV of one region: bounded, with expiry, always
+// consistent, with exactly the update semantics of DynamoDB's (Update), so
+// that several Bucket values sharing one Memory behave like several Lambda
+// instances sharing a table. It is the store of `edgelimit serve` and of
+// tests.
 type Memory struct {
 	mu  sync.Mutex
 	m   map[string]*memItem
@@ -33,7 +36,7 @@ type Memory struct {
 
 type memItem struct {
 	key        string
-	s          State
+	p          Part
 	expires    int64
 	prev, next *memItem
 }
@@ -53,43 +56,62 @@ func NewMemory(cfg MemoryConfig) *Memory {
 	return m
 }
 
-// Get returns the state under key unless it is missing or expired. The
-// consistency hint is moot: a Memory is always consistent.
-func (m *Memory) Get(ctx context.Context, key string, _ Consistency) (State, bool, error) {
+// Get returns the state under key; a missing or expired one has no TAT.
+// The consistency hint is moot: a Memory is always consistent.
+func (m *Memory) Get(ctx context.Context, key string, _ Consistency) (Tally, error) {
 	if err := ctx.Err(); err != nil {
-		return State{}, false, fmt.Errorf("kvbucket: memory get %q: %w", key, err)
+		return Tally{}, fmt.Errorf("kvbucket: memory get %q: %w", key, err)
 	}
 	n := m.now().UnixNano()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	it := m.m[key]
+	it := m.live(key, n)
 	if it == nil {
-		return State{}, false, nil
-	}
-	if n >= it.expires {
-		m.remove(it)
-		return State{}, false, nil
+		return Tally{}, nil
 	}
 	m.touch(it)
-	return it.s, true, nil
+	return Tally{Own: clonePart(it.p)}, nil
 }
 
-// Put stores s under key until ttl has passed; a ttl of zero or less
-// deletes it.
-func (m *Memory) Put(ctx context.Context, key string, s State, ttl time.Duration) error {
+// Update applies u to key's state atomically (see Update for the
+// semantics).
+func (m *Memory) Update(ctx context.Context, key string, u Update) (Tally, error) {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("kvbucket: memory put %q: %w", key, err)
+		return Tally{}, fmt.Errorf("kvbucket: memory update %q: %w", key, err)
 	}
 	n := m.now().UnixNano()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	it := m.m[key]
-	if ttl <= 0 {
-		if it != nil {
-			m.remove(it)
-		}
-		return nil
+	it := m.live(key, n)
+	var p Part
+	if it != nil {
+		p = it.p
 	}
+	if u.HasCap && p.Has && u.Cap.Less(p.TAT) {
+		p.TAT = u.Cap
+		p.Version++
+		if it != nil {
+			it.p.TAT, it.p.Version = p.TAT, p.Version
+		}
+	}
+	if !u.fits(p) {
+		return Tally{Own: clonePart(p)}, nil
+	}
+	switch {
+	case u.HasFloor && (!p.Has || p.TAT.Less(u.Floor)):
+		p.TAT = u.Floor.Add(u.Add)
+	case p.Has:
+		p.TAT = p.TAT.Add(u.Add)
+	default: // as DynamoDB's ADD to a missing number
+		p.TAT = u.Add
+	}
+	if !p.Has && p.Version == 0 {
+		p.Version = n
+	}
+	p.Has = true
+	p.Spent += u.Spent
+	p.Version++
+	p.Writers = register(p.Writers, u.Writer, u.Epoch)
 	if it == nil {
 		it = &memItem{key: key}
 		m.m[key] = it
@@ -101,12 +123,35 @@ func (m *Memory) Put(ctx context.Context, key string, s State, ttl time.Duration
 	} else {
 		m.touch(it)
 	}
-	it.s = s
-	it.expires = n + int64(ttl)
+	it.p = p
+	it.expires = n + int64(max(u.TTL, 0))
 	if it.expires < n { // overflow: keep it as long as possible
 		it.expires = int64(^uint64(0) >> 1)
 	}
-	return nil
+	return Tally{Own: clonePart(p), Applied: true}, nil
+}
+
+// register adds id to epoch's writers (0 registers nobody) and drops the
+// writers of epochs before epoch−1.
+func register(ws []Writer, id uint32, epoch int64) []Writer {
+	out := ws[:0:0]
+	found := false
+	for _, w := range ws {
+		if w.Epoch < epoch-1 {
+			continue
+		}
+		found = found || w.Epoch == epoch && w.ID == id
+		out = append(out, w)
+	}
+	if id != 0 && !found {
+		out = append(out, Writer{Epoch: epoch, ID: id})
+	}
+	return out
+}
+
+func clonePart(p Part) Part {
+	p.Writers = slices.Clone(p.Writers)
+	return p
 }
 
 // Len returns how many states are held, expired ones included until they
@@ -115,6 +160,16 @@ func (m *Memory) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.m)
+}
+
+// live returns key's item unless it is missing or expired (then dropped).
+func (m *Memory) live(key string, n int64) *memItem {
+	it := m.m[key]
+	if it != nil && n >= it.expires {
+		m.remove(it)
+		return nil
+	}
+	return it
 }
 
 func (m *Memory) touch(it *memItem) {

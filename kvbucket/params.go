@@ -19,11 +19,15 @@ const TokenScale = 1_000_000_000
 // count overflows an int64.
 const MaxTokens = 1_000_000_000
 
-// MaxClockSkew is how far in the future a State may be stamped and still be
-// honoured. A state stamped later than now (another instance's clock runs
-// ahead, or this one went back) gains nothing until the clock catches up;
-// one stamped more than MaxClockSkew ahead is re-stamped now, keeping its
-// tokens, so that a clock that once jumped forward cannot freeze a bucket.
+// MaxClockSkew is how far in the future a state may be stamped and still be
+// honoured. For Params, a State stamped later than now (another instance's
+// clock runs ahead, or this one went back) gains nothing until the clock
+// catches up; one stamped more than MaxClockSkew ahead is re-stamped now,
+// keeping its tokens. For a Bucket, whose state is a theoretical arrival
+// time, a clock ahead's spending counts until the others catch up, and this
+// region's part more than MaxClockSkew beyond a bucket spent empty twice
+// over is repaired to an empty bucket at the reader's instant. Either way, a
+// clock that once jumped forward cannot freeze a bucket.
 const MaxClockSkew = time.Minute
 
 // State is what a KV stores for one bucket: two numbers. The bucket held

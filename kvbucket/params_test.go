@@ -139,6 +139,40 @@ var stepTables = []stepTable{
 	},
 }
 
+// bucketTables are the step tables a Bucket must reproduce: stepTables,
+// but for a clock going backwards. Params (a state stamped at an instant)
+// lets a clock behind another instance's spend the tokens the later state
+// had; the Bucket's state is a theoretical arrival time (GCRA), so a clock
+// behind sees the spending of a clock ahead as debt and waits for it to
+// catch up, and one far behind (beyond MaxClockSkew) repairs the state to
+// an empty bucket at its own time.
+func bucketTables() []stepTable {
+	var out []stepTable
+	for _, tc := range stepTables {
+		if tc.name == "clock going backwards" {
+			tc = stepTable{
+				name: "clock going backwards",
+				p:    tc.p, // capacity 2, a token a second
+				steps: []step{
+					{10 * time.Second, 1, true, 1, time.Second, 0},
+					// 5s earlier: the state says one token is spent until 11s,
+					// which is 4 tokens' time beyond a full bucket here.
+					{5 * time.Second, 1, false, 0, 5 * time.Second, 5 * time.Second},
+					{10 * time.Second, 1, true, 0, time.Second, 0},
+					{10 * time.Second, 1, false, 0, time.Second, time.Second},
+					{11 * time.Second, 1, true, 0, time.Second, 0},
+					// An hour back (beyond MaxClockSkew): repaired to an empty
+					// bucket at this clock's instant.
+					{11*time.Second - time.Hour, 1, false, 0, time.Second, time.Second},
+					{12*time.Second - time.Hour, 1, true, 0, time.Second, 0},
+				},
+			}
+		}
+		out = append(out, tc)
+	}
+	return out
+}
+
 func checkStep(t *testing.T, i int, st step, got allowResult) {
 	t.Helper()
 	if got.Allowed != st.wantAllowed || got.Remaining != st.wantRemain {

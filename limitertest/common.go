@@ -114,10 +114,11 @@ func (s *suite) testRefundGivesBack(t *testing.T) {
 	e := s.env(t)
 	l := e.limiter("refund", 5, time.Hour)
 	l.allow("k", 2)
-	if d := l.allow("k", 2); !d.Allowed || d.Remaining != 1 {
+	d := l.allow("k", 2)
+	if !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("second Allow(cost 2) = %+v, want allowed with Remaining 1", d)
 	}
-	l.refund("k", 2)
+	l.refund("k", 2, d)
 	if d := l.allow("k", 3); !d.Allowed || d.Remaining != 0 {
 		t.Errorf("Allow(cost 3) after a refund of 2 = %+v, want allowed with Remaining 0", d)
 	}
@@ -126,13 +127,162 @@ func (s *suite) testRefundGivesBack(t *testing.T) {
 func (s *suite) testRefundNeverCreatesQuota(t *testing.T) {
 	e := s.env(t)
 	l := e.limiter("refund-guard", 5, time.Hour)
-	l.refund("fresh", 3) // nothing spent: nothing to give back
+	// A decision that spent nothing gives nothing back.
+	l.refund("fresh", 3, edgelimit.Decision{})
 	if d := l.allow("fresh", 1); !d.Allowed || d.Remaining != 4 {
-		t.Errorf("Allow after refunding an unused key = %+v, want allowed with Remaining 4", d)
+		t.Errorf("Allow after refunding the zero Decision = %+v, want allowed with Remaining 4", d)
 	}
-	l.refund("fresh", 3) // more than was spent: the count must not go below 0
-	if d := l.allow("fresh", 1); !d.Allowed || d.Remaining > 3 {
-		t.Errorf("Allow after refunding more than was spent = %+v, want allowed with Remaining at most 3", d)
+	denied := l.allow("fresh", 6)
+	l.refund("fresh", 6, denied)
+	if d := l.allow("fresh", 1); !d.Allowed || d.Remaining != 3 {
+		t.Errorf("Allow after refunding a denial = %+v, want allowed with Remaining 3", d)
+	}
+	// Refunding one admission twice never takes a count below zero: the
+	// quota never exceeds the limit (checkDecision verifies each reply).
+	d := l.allow("other", 2)
+	l.refund("other", 2, d)
+	l.refund("other", 2, d)
+	if d := l.allow("other", 1); !d.Allowed || d.Remaining != 4 {
+		t.Errorf("Allow after refunding one admission twice = %+v, want allowed with Remaining 4", d)
+	}
+}
+
+// testRefundByReceipt: a refund undoes exactly what its decision spent,
+// where and as of when it was spent, whatever happened since.
+// (Regression, issue #10: refunds were made at the time of the refund,
+// against whatever the key held then.)
+func (s *suite) testRefundByReceipt(t *testing.T) {
+	e := s.env(t)
+	ws := WindowStart(T0, time.Minute).Add(time.Minute)
+	switch s.opts.Algorithm {
+	case FixedWindow:
+		// A refund after the window ended gives nothing to the new one.
+		l := e.limiter("receipt", 5, time.Minute)
+		e.clock.Set(ws.Add(59 * time.Second))
+		d := l.allow("k", 1)
+		e.clock.Set(ws.Add(time.Minute))
+		if got := l.allow("k", 5); !got.Allowed {
+			t.Fatalf("Allow(cost 5) in the next window = %+v, want allowed", got)
+		}
+		l.refund("k", 1, d)
+		if got := l.allow("k", 1); got.Allowed {
+			t.Errorf("Allow in the next window after refunding an admission of the previous one = %+v, want denied: the refund must not give units to the new window", got)
+		}
+	case SlidingWindow:
+		// A refund after the boundary takes from the window the units were
+		// spent in, which still weighs.
+		l := e.limiter("receipt", 5, time.Minute)
+		e.clock.Set(ws.Add(59 * time.Second))
+		d := l.allow("k", 5)
+		e.clock.Set(ws.Add(time.Minute))
+		if got := l.allow("k", 1); got.Allowed {
+			t.Fatalf("Allow at the boundary after spending 5 of 5 = %+v, want denied", got)
+		}
+		l.refund("k", 5, d)
+		if got := l.allow("k", 5); !got.Allowed || got.Remaining != 0 {
+			t.Errorf("Allow(cost 5) at the boundary after refunding the previous window's 5 = %+v, want allowed with Remaining 0", got)
+		}
+	case SlidingLog:
+		// A refund takes from the millisecond its units were stamped with,
+		// not from the oldest units in the window.
+		l := e.limiter("receipt", 2, time.Minute)
+		e.clock.Set(ws)
+		l.allow("k", 1)
+		e.clock.Set(ws.Add(30 * time.Second))
+		d := l.allow("k", 1)
+		e.clock.Set(ws.Add(40 * time.Second))
+		l.refund("k", 1, d)
+		e.clock.Set(ws.Add(time.Minute)) // the unit of ws leaves
+		if got := l.allow("k", 2); !got.Allowed || got.Remaining != 0 {
+			t.Errorf("Allow(cost 2) once the only unit left has left = %+v, want allowed with Remaining 0", got)
+		}
+	case GCRA:
+		// 2 per 2 s, burst 2: one unit a second. A refund gives back what
+		// of its slot is still to come, and nothing of a later period.
+		l := e.limiterBurst("receipt", 2, 2*time.Second, 2)
+		e.clock.Set(ws)
+		a := l.allow("k", 1) // the slot [ws, ws+1s)
+		l.allow("k", 1)      // [ws+1s, ws+2s)
+		e.clock.Set(ws.Add(500 * time.Millisecond))
+		l.refund("k", 1, a) // half of a's slot has passed: half a unit back
+		e.clock.Set(ws.Add(time.Second))
+		if got := l.peekOrAllow(t, s, "k", 2); got.Allowed || got.Remaining != 1 {
+			t.Errorf("cost 2 at ws+1s after refunding a unit half come back = %+v, want denied with Remaining 1", got)
+		}
+		e.clock.Set(ws.Add(10 * time.Second)) // long full again
+		d := l.allow("k", 1)
+		e.clock.Set(ws.Add(20 * time.Second))
+		l.allow("k", 2) // a new period: the bucket was full
+		l.refund("k", 1, d)
+		if got := l.allow("k", 1); got.Allowed {
+			t.Errorf("Allow after refunding an admission of an earlier period = %+v, want denied: its unit came back long ago", got)
+		}
+	}
+}
+
+// peekOrAllow peeks when the backend can, else asks (and may spend).
+func (l *lim) peekOrAllow(t *testing.T, s *suite, key string, cost int64) edgelimit.Decision {
+	t.Helper()
+	if s.opts.Peek {
+		return l.peek(key, cost)
+	}
+	return l.allow(key, cost)
+}
+
+// testRefundBatch: the decisions of a committed batch carry receipts, and
+// refunding one gives back what that member spent.
+func (s *suite) testRefundBatch(t *testing.T) {
+	e := s.env(t)
+	a := e.limiter("rbatch-a", 5, time.Hour)
+	b := e.limiter("rbatch-b", 2, time.Hour)
+	ds := e.batch([]*lim{a, b}, []string{"k", "k"}, []int64{2, 1})
+	checkBatch(t, "batch", ds, want{true, 3}, want{true, 1})
+	a.refund("k", 2, ds[0])
+	if d := a.allow("k", 5); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("rbatch-a.Allow(cost 5) after refunding its batch decision = %+v, want allowed with Remaining 0", d)
+	}
+	if d := b.allow("k", 1); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("rbatch-b.Allow = %+v, want allowed with Remaining 0 (its member was not refunded)", d)
+	}
+}
+
+// testPeekSpendsNothing: peeks report the state without spending it.
+func (s *suite) testPeekSpendsNothing(t *testing.T) {
+	e := s.env(t)
+	l := e.limiter("peek", 3, time.Hour)
+	for range 5 {
+		if d := l.peek("k", 1); !d.Allowed || d.Remaining != 3 {
+			t.Fatalf("Peek of a fresh key = %+v, want allowed with Remaining 3 (the quota left without the request)", d)
+		}
+	}
+	if d := l.allow("k", 1); !d.Allowed || d.Remaining != 2 {
+		t.Errorf("Allow after 5 peeks = %+v, want allowed with Remaining 2", d)
+	}
+	if d := l.peek("k", 3); d.Allowed || d.Remaining != 2 {
+		t.Errorf("Peek(cost 3) with 2 left = %+v, want denied with Remaining 2", d)
+	}
+	if d := l.allow("k", 2); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("Allow(cost 2) after peeks = %+v, want allowed with Remaining 0", d)
+	}
+}
+
+// testPeekReportsDenial: a peek at an exhausted key reports the denial a
+// request would get, the same every time, until the quota comes back.
+func (s *suite) testPeekReportsDenial(t *testing.T) {
+	e := s.env(t)
+	l := e.limiter("peek-denial", 2, time.Minute)
+	l.allow("k", 2)
+	for i := range 3 {
+		p := l.peek("k", 1)
+		d := l.allow("k", 1)
+		p.Policy, d.Policy = "", ""
+		if p.Allowed || p != d {
+			t.Errorf("peek %d at an exhausted key = %+v; want the denial a request gets, %+v", i, p, d)
+		}
+	}
+	e.clock.Advance(2 * time.Minute)
+	if d := l.peek("k", 2); !d.Allowed || d.Remaining != 2 {
+		t.Errorf("Peek(cost 2) two windows later = %+v, want allowed with Remaining 2", d)
 	}
 }
 
@@ -158,8 +308,15 @@ func (e *env) batch(members []*lim, keys []string, costs []int64) []edgelimit.De
 	if len(ds) != len(items) {
 		e.t.Fatalf("AllowBatch returned %d decisions for %d items", len(ds), len(items))
 	}
+	committed := true
+	for _, d := range ds {
+		committed = committed && d.Allowed
+	}
 	for i, d := range ds {
 		if msg := checkDecision(members[i].p, max(costs[i], 1), d); msg != "" {
+			e.t.Errorf("AllowBatch item %d (%s) = %+v: %s", i, members[i].p.Name, d, msg)
+		}
+		if msg := checkReceipt(d, committed); msg != "" {
 			e.t.Errorf("AllowBatch item %d (%s) = %+v: %s", i, members[i].p.Name, d, msg)
 		}
 	}

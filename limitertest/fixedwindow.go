@@ -91,15 +91,16 @@ type modelKey struct {
 	start       int64
 }
 
-func (m *fixedModel) allow(p *edgelimit.Policy, key string, cost int64, now time.Time) edgelimit.Decision {
+func (m *fixedModel) allow(p *Spec, key string, cost int64, now time.Time) edgelimit.Decision {
 	ws := WindowStart(now, p.Window)
 	k := modelKey{p.Name, key, ws.UnixNano()}
 	n := m.counts[k]
-	d := edgelimit.Decision{Limit: p.Limit, Window: p.Window, Reset: ws.Add(p.Window).Sub(now)}
-	if n+cost <= p.Limit {
+	d := decision(p, n+cost <= p.Limit)
+	d.Reset = ws.Add(p.Window).Sub(now)
+	if d.Allowed {
 		m.counts[k] = n + cost
-		d.Allowed = true
 		d.Remaining = p.Limit - n - cost
+		d.Receipt.At = now.UnixNano()
 		return d
 	}
 	d.Remaining = min(p.Limit-n, cost-1)
@@ -107,8 +108,17 @@ func (m *fixedModel) allow(p *edgelimit.Policy, key string, cost int64, now time
 	return d
 }
 
-func (m *fixedModel) refund(p *edgelimit.Policy, key string, cost int64, now time.Time) {
-	k := modelKey{p.Name, key, WindowStart(now, p.Window).UnixNano()}
+// refund gives back to the decision's window, while it lasts; never to a
+// later window.
+func (m *fixedModel) refund(p *Spec, key string, cost int64, now time.Time, d edgelimit.Decision) {
+	if !spent(d) {
+		return
+	}
+	ws := WindowStart(at(d), p.Window)
+	if !now.Before(ws.Add(p.Window)) {
+		return
+	}
+	k := modelKey{p.Name, key, ws.UnixNano()}
 	if m.counts[k] >= cost {
 		m.counts[k] -= cost
 	}

@@ -5,11 +5,12 @@
 //
 //	func TestConformance(t *testing.T) {
 //		limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
-//			store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
-//			return func(p *edgelimit.Policy, now func() time.Time) (edgelimit.Limiter, error) {
-//				return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: now})
+//			store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
+//			return func(s limitertest.Spec) (edgelimit.Limiter, error) {
+//				return durablecounter.New(durablecounter.Config{Policy: s.Policy, Store: store, Now: s.Now,
+//					Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(s.Algorithm), Burst: s.Burst, DenyCache: s.DenyCache}})
 //			}
-//		}, limitertest.Options{Algorithm: edgelimit.AlgorithmGCRA, Batch: true, Refund: true, Concurrency: true})
+//		}, limitertest.Options{Algorithm: limitertest.GCRA, Batch: true, Refund: true, Peek: true, Concurrency: true})
 //	}
 //
 // Time comes from an injected Clock starting at T0; the suite never sleeps.
@@ -28,31 +29,52 @@
 //   - sliding-window: with i the window of t (or the newest window counted,
 //     if later) and f the fraction of it passed, admitted if
 //     count(i) + c + ceil(count(i-1) * (1 - f)) <= L. Remaining = L minus
-//     that estimate; Reset = the end of window i+1 if count(i) > 0, else of
-//     window i; RetryAfter = the first instant it would fit.
+//     that estimate; Reset = the first instant the estimate has fallen by
+//     one unit (the end of window i when it is 0); RetryAfter = the first
+//     instant the request would fit.
 //   - sliding-log: admitted if the units admitted at milliseconds in
 //     (t - W, t] (stamps after t count too) plus c are at most L.
-//     Remaining = L minus them; Reset = when the newest leaves the window
-//     (0 if none); RetryAfter = when enough of the oldest have left.
-//   - gcra: with T = ceil(W/L) and capacity B (Policy.Burst, default L),
+//     Remaining = L minus them; Reset = when the oldest of them leaves the
+//     window (W if none); RetryAfter = when enough of the oldest have left.
+//   - gcra: with T = ceil(W/L) and capacity B (Spec.Burst, default L),
 //     admitted if max(TAT, t) + c*T - t <= B*T, then TAT = max(TAT, t) + c*T.
-//     Remaining = floor((t + B*T - max(TAT, t)) / T); Reset = TAT - t (0 if
-//     idle); RetryAfter = max(TAT, t) - t - (B-c)*T.
+//     Remaining = floor((t + B*T - max(TAT, t)) / T); Reset = until the next
+//     unit comes back (one interval T for a full bucket); RetryAfter =
+//     max(TAT, t) - t - (B-c)*T.
+//
+// Reset is draft-ietf-httpapi-ratelimit-headers-11's effective window t:
+// the time within which the client can use no more than Remaining. A
+// denial's RetryAfter is never shorter (until the request's cost fits,
+// never sooner than one unit). Limit and Window are what the client is
+// told (Quota): the policy's, and for gcra with a burst other than the
+// limit, the burst over the time the bucket takes to fill.
+//
+// t above is the instant the request is decided at: its own, or the latest
+// instant a request of the key was decided at, if that is later (a request
+// whose clock is a little behind the item's last writer is decided as if at
+// that instant, and so is never denied by the gap).
 //
 // A denial spends nothing; a cost above L (gcra: B) never fits and is denied
-// with RetryAfter = W (and Reset at least W), except in the fixed window
-// (RetryAfter = Reset). A refund gives back c units at the current time, all
-// or nothing and never below zero: from the current window (fixed and
-// sliding window), from the oldest units in the window (sliding log), or by
-// moving TAT back c*T if it stays at or after t (gcra).
+// with RetryAfter = W, or Reset if that is longer (the fixed window:
+// RetryAfter = Reset). An allowed decision carries a Receipt, and a
+// refund of it (Refunder.Refund with that decision) undoes exactly what it
+// spent, as of the later of the refund's instant and the decision's, never
+// below zero: in the decision's window (fixed window: nothing once that
+// window has ended; sliding window: that window's count, while it weighs),
+// from the millisecond its units were stamped with (sliding log, while it
+// is in the window), or by removing what is still to come of its slot of
+// the emission schedule (gcra: all of it as of the decision's instant).
+// A decision without a Receipt spent nothing and refunds nothing. A peek
+// (edgelimit.Peeker) reports what a request would get, allowed with the
+// quota left without it or the denial, and spends nothing.
 //
 // What the suite holds a backend to, beyond each test's expectations, is
 // checked on every decision (see checkDecision): Limit and Window are the
-// policy's, 0 <= Remaining <= capacity (L, or B for gcra), an allowed
-// decision has RetryAfter 0 and Remaining <= capacity-cost, a denied one
-// has RetryAfter > 0 and Remaining < cost, 0 < RetryAfter <= Reset, Reset
-// is 0 only when nothing is spent, and Reset stays within the window (two
-// for the sliding window).
+// policy's Quota, 0 <= Remaining <= Limit, an allowed decision has
+// RetryAfter 0 and Remaining <= capacity-cost, a denied one has
+// RetryAfter >= Reset and Remaining < cost, Reset > 0 and within the
+// window (two for the sliding window, one interval for gcra), and allowed
+// decisions of Allow carry a Receipt, denials and peeks none.
 package limitertest
 
 import (
@@ -67,8 +89,31 @@ import (
 // T0 is the instant every test starts at.
 var T0 = time.Unix(1_700_000_000, 0)
 
-// NewLimiter builds a limiter for policy p that reads time from now.
-type NewLimiter func(p *edgelimit.Policy, now func() time.Time) (edgelimit.Limiter, error)
+// The algorithms the suite has reference models and step tables for.
+const (
+	FixedWindow   = "fixed-window"
+	SlidingWindow = "sliding-window"
+	SlidingLog    = "sliding-log"
+	GCRA          = "gcra"
+)
+
+// Spec is a policy under test: the fields every policy has, and what the
+// backend must implement for it.
+type Spec struct {
+	*edgelimit.Policy
+	// Algorithm is one of FixedWindow, SlidingWindow, SlidingLog and GCRA.
+	Algorithm string
+	// Burst is gcra's bucket capacity; 0 means the limit.
+	Burst int64
+	// DenyCache: turn on the backend's deny cache, which must change no
+	// decision.
+	DenyCache bool
+	// Now is the limiter's clock.
+	Now func() time.Time
+}
+
+// NewLimiter builds a limiter for s.
+type NewLimiter func(s Spec) (edgelimit.Limiter, error)
 
 // Backend prepares fresh, empty state for one test (a new memory store, a
 // new table) and returns how to build limiters on it. Limiters built by one
@@ -88,11 +133,14 @@ type Options struct {
 	// Refund: the limiters are edgelimit.Refunders. Without it the refund
 	// tests are skipped.
 	Refund bool
+	// Peek: the limiters are edgelimit.Peekers. Without it the peek tests
+	// are skipped.
+	Peek bool
 	// Concurrency runs the concurrency claims: 64 goroutines against one
 	// key (4,000 requests, limit 1,000) and against 1,000 keys, and 300
 	// concurrent batches. Skipped with -short.
 	Concurrency bool
-	// DenyCache turns on every policy's deny cache (Policy.DenyCache), so
+	// DenyCache turns on every policy's deny cache (Spec.DenyCache), so
 	// the suite shows that the cache never changes a decision.
 	DenyCache bool
 	// Quick is for slow servers: it shortens the randomised comparison
@@ -108,20 +156,20 @@ type Options struct {
 func Run(t *testing.T, backend Backend, opts Options) {
 	t.Helper()
 	if opts.Algorithm == "" {
-		opts.Algorithm = edgelimit.AlgorithmFixedWindow
+		opts.Algorithm = FixedWindow
 	}
 	s := &suite{backend: backend, opts: opts}
 	switch opts.Algorithm {
-	case edgelimit.AlgorithmFixedWindow:
+	case FixedWindow:
 		t.Run("FixedWindow/Steps", s.testFixedWindowSteps)
 		t.Run("FixedWindow/BoundaryBurst", s.testFixedWindowBoundaryBurst)
-	case edgelimit.AlgorithmSlidingWindow:
+	case SlidingWindow:
 		t.Run("SlidingWindow/Steps", s.testSlidingWindowSteps)
 		t.Run("SlidingWindow/NoBoundaryBurst", s.testNoBoundaryBurst)
-	case edgelimit.AlgorithmSlidingLog:
+	case SlidingLog:
 		t.Run("SlidingLog/Steps", s.testSlidingLogSteps)
 		t.Run("SlidingLog/NoBoundaryBurst", s.testNoBoundaryBurst)
-	case edgelimit.AlgorithmGCRA:
+	case GCRA:
 		t.Run("GCRA/Steps", s.testGCRASteps)
 		t.Run("GCRA/Burst", s.testGCRABurst)
 		t.Run("GCRA/NoBoundaryBurst", s.testNoBoundaryBurst)
@@ -142,6 +190,20 @@ func Run(t *testing.T, backend Backend, opts Options) {
 		}
 		t.Run("GivesBack", s.testRefundGivesBack)
 		t.Run("NeverCreatesQuota", s.testRefundNeverCreatesQuota)
+		t.Run("ByReceipt", s.testRefundByReceipt)
+		t.Run("Batch", func(t *testing.T) {
+			if !opts.Batch {
+				t.Skip("backend does not claim Batch")
+			}
+			s.testRefundBatch(t)
+		})
+	})
+	t.Run("Peek", func(t *testing.T) {
+		if !opts.Peek {
+			t.Skip("backend does not claim Peek")
+		}
+		t.Run("SpendsNothing", s.testPeekSpendsNothing)
+		t.Run("ReportsDenial", s.testPeekReportsDenial)
 	})
 	t.Run("Batch", func(t *testing.T) {
 		if !opts.Batch {
@@ -173,7 +235,7 @@ func Run(t *testing.T, backend Backend, opts Options) {
 func RunBatch(t *testing.T, backend Backend, opts Options) {
 	t.Helper()
 	if opts.Algorithm == "" {
-		opts.Algorithm = edgelimit.AlgorithmFixedWindow
+		opts.Algorithm = FixedWindow
 	}
 	s := &suite{backend: backend, opts: opts}
 	s.runBatch(t)
@@ -248,28 +310,29 @@ func (s *suite) env(t *testing.T) *env {
 	return &env{t: t, s: s, clock: NewClock(T0), newL: s.backend(t)}
 }
 
-// policy returns a complete durable policy as ParsePolicies would.
-func (s *suite) policy(name string, limit int64, window time.Duration) *edgelimit.Policy {
-	return &edgelimit.Policy{
-		Name:         name,
-		Strategy:     edgelimit.StrategyDurable,
-		Algorithm:    s.opts.Algorithm,
-		Limit:        limit,
-		Window:       window,
-		Burst:        limit,
-		Cost:         1,
-		OnStoreError: edgelimit.FailClosed,
-		StoreTimeout: edgelimit.DefaultStoreTimeout,
-		Shards:       1,
-		DenyCache:    s.opts.DenyCache,
-		IPv6Prefix:   64,
+// policy returns a complete policy as ParsePolicies would, with the
+// suite's algorithm.
+func (s *suite) policy(name string, limit int64, window time.Duration) *Spec {
+	return &Spec{
+		Policy: &edgelimit.Policy{
+			Name:         name,
+			Limit:        limit,
+			Window:       window,
+			Cost:         1,
+			OnStoreError: edgelimit.FailClosed,
+			StoreTimeout: 100 * time.Millisecond,
+			IPv6Prefix:   64,
+		},
+		Algorithm: s.opts.Algorithm,
+		Burst:     limit,
+		DenyCache: s.opts.DenyCache,
 	}
 }
 
 // lim is a limiter under test with its policy.
 type lim struct {
 	e *env
-	p *edgelimit.Policy
+	p *Spec
 	l edgelimit.Limiter
 }
 
@@ -286,9 +349,10 @@ func (e *env) limiterBurst(name string, limit int64, window time.Duration, burst
 	return e.limiterFor(p)
 }
 
-func (e *env) limiterFor(p *edgelimit.Policy) *lim {
+func (e *env) limiterFor(p *Spec) *lim {
 	e.t.Helper()
-	l, err := e.newL(p, e.clock.Now)
+	p.Now = e.clock.Now
+	l, err := e.newL(*p)
 	if err != nil {
 		e.t.Fatalf("new limiter for %q (limit %d, window %s): %v", p.Name, p.Limit, p.Window, err)
 	}
@@ -308,18 +372,44 @@ func (l *lim) allow(key string, cost int64) edgelimit.Decision {
 	if msg := checkDecision(l.p, req.Units(), d); msg != "" {
 		l.e.t.Errorf("%s.Allow(%q, %d) at %s = %+v: %s", l.p.Name, key, cost, l.e.at(), d, msg)
 	}
+	if msg := checkReceipt(d, true); msg != "" {
+		l.e.t.Errorf("%s.Allow(%q, %d) at %s = %+v: %s", l.p.Name, key, cost, l.e.at(), d, msg)
+	}
 	return d
 }
 
-func (l *lim) refund(key string, cost int64) {
+// refund gives back what d, l's decision for a request of cost, spent.
+func (l *lim) refund(key string, cost int64, d edgelimit.Decision) {
 	l.e.t.Helper()
 	r, ok := l.l.(edgelimit.Refunder)
 	if !ok {
 		l.e.t.Fatalf("%T claims Refund but is not an edgelimit.Refunder", l.l)
 	}
-	if err := r.Refund(l.e.ctx(), edgelimit.Request{Key: key, Cost: cost}, edgelimit.Decision{}); err != nil {
-		l.e.t.Fatalf("%s.Refund(%q, %d): %v", l.p.Name, key, cost, err)
+	if err := r.Refund(l.e.ctx(), edgelimit.Request{Key: key, Cost: cost}, d); err != nil {
+		l.e.t.Fatalf("%s.Refund(%q, %d) at %s: %v", l.p.Name, key, cost, l.e.at(), err)
 	}
+}
+
+// peek asks l what a request would get and checks the decision's
+// invariants; a store error is fatal.
+func (l *lim) peek(key string, cost int64) edgelimit.Decision {
+	l.e.t.Helper()
+	pe, ok := l.l.(edgelimit.Peeker)
+	if !ok {
+		l.e.t.Fatalf("%T claims Peek but is not an edgelimit.Peeker", l.l)
+	}
+	req := edgelimit.Request{Key: key, Cost: cost}
+	d, err := pe.Peek(l.e.ctx(), req)
+	if err != nil {
+		l.e.t.Fatalf("%s.Peek(%q, %d) at %s: %v", l.p.Name, key, cost, l.e.at(), err)
+	}
+	if msg := checkDecision(l.p, req.Units(), d); msg != "" {
+		l.e.t.Errorf("%s.Peek(%q, %d) at %s = %+v: %s", l.p.Name, key, cost, l.e.at(), d, msg)
+	}
+	if msg := checkReceipt(d, false); msg != "" {
+		l.e.t.Errorf("%s.Peek(%q, %d) at %s = %+v: %s", l.p.Name, key, cost, l.e.at(), d, msg)
+	}
+	return d
 }
 
 // at renders the clock relative to T0 for messages.
@@ -327,41 +417,54 @@ func (e *env) at() string { return "T0+" + e.clock.Now().Sub(T0).String() }
 
 // checkDecision returns what is wrong with d, a decision of p for a request
 // of cost units, or "".
-func checkDecision(p *edgelimit.Policy, cost int64, d edgelimit.Decision) string {
+func checkDecision(p *Spec, cost int64, d edgelimit.Decision) string {
 	capacity := Capacity(p)
+	q, w := Quota(p)
 	switch {
 	case d.Policy != "" && d.Policy != p.Name:
 		return "Policy is not the policy's name " + p.Name
-	case d.Limit != p.Limit:
-		return "Limit is not the policy's limit"
-	case d.Window != p.Window:
-		return "Window is not the policy's window"
+	case d.Limit != q:
+		return "Limit is not the policy's quota (q)"
+	case d.Window != w:
+		return "Window is not the policy's quota window (w)"
 	case d.Remaining < 0:
 		return "Remaining is negative"
 	case d.Remaining > capacity:
 		return "Remaining is above the limit (the burst, for gcra)"
 	case d.Degraded:
 		return "Degraded set by a limiter (only the engine degrades)"
-	case d.Reset < 0:
-		return "Reset is negative"
-	case d.Reset == 0 && d.Remaining < capacity:
-		return "Reset is zero although quota is spent"
+	case d.Reset <= 0:
+		return "Reset (the effective window) is not positive"
 	case d.Allowed && d.RetryAfter != 0:
 		return "allowed with a RetryAfter"
-	case d.Allowed && d.Remaining > capacity-cost:
+	case d.Allowed && d.Remaining > capacity-cost && d.Receipt.At != 0:
 		return "allowed, but Remaining does not account for the cost"
 	case !d.Allowed && d.RetryAfter <= 0:
 		return "denied without a RetryAfter"
 	case !d.Allowed && d.Remaining >= cost:
 		return "denied although Remaining covers the cost"
-	case d.RetryAfter > d.Reset:
-		return "RetryAfter is after Reset"
-	case p.Algorithm == edgelimit.AlgorithmFixedWindow && d.Reset > p.Window:
+	case !d.Allowed && d.RetryAfter < d.Reset:
+		return "RetryAfter is before Reset (a request fits before one unit does)"
+	case p.Algorithm == FixedWindow && d.Reset > p.Window:
 		return "Reset is beyond the window"
-	case p.Algorithm == edgelimit.AlgorithmSlidingWindow && d.Reset > 2*p.Window:
+	case p.Algorithm == SlidingWindow && d.Reset > 2*p.Window:
 		return "Reset is beyond two windows"
-	case p.Algorithm == edgelimit.AlgorithmSlidingLog && d.Reset > p.Window:
+	case p.Algorithm == SlidingLog && d.Reset > p.Window:
 		return "Reset is beyond the window"
+	case p.Algorithm == GCRA && p.Limit > 0 && d.Reset > interval(p):
+		return "Reset is beyond one emission interval"
+	}
+	return ""
+}
+
+// checkReceipt returns what is wrong with d's Receipt: an allowed decision
+// of Allow (spent) must carry one, a denial or a peek none.
+func checkReceipt(d edgelimit.Decision, spends bool) string {
+	switch {
+	case spends && d.Allowed && d.Receipt.At == 0:
+		return "allowed without a Receipt (Refund could not undo it)"
+	case (!spends || !d.Allowed) && d.Receipt != (edgelimit.Receipt{}):
+		return "a Receipt on a decision that spent nothing"
 	}
 	return ""
 }

@@ -21,13 +21,14 @@ type refBackend struct {
 
 type refLimiter struct {
 	b   *refBackend
-	p   edgelimit.Policy
+	p   Spec
 	now func() time.Time
 }
 
 var (
 	_ edgelimit.BatchLimiter = (*refLimiter)(nil)
 	_ edgelimit.Refunder     = (*refLimiter)(nil)
+	_ edgelimit.Peeker       = (*refLimiter)(nil)
 )
 
 func (l *refLimiter) Allow(_ context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
@@ -38,11 +39,19 @@ func (l *refLimiter) Allow(_ context.Context, req edgelimit.Request) (edgelimit.
 	return d, nil
 }
 
-func (l *refLimiter) Refund(_ context.Context, req edgelimit.Request, _ edgelimit.Decision) error {
+func (l *refLimiter) Refund(_ context.Context, req edgelimit.Request, d edgelimit.Decision) error {
 	l.b.mu.Lock()
 	defer l.b.mu.Unlock()
-	l.b.m.refund(&l.p, req.Key, req.Units(), l.now())
+	l.b.m.refund(&l.p, req.Key, req.Units(), l.now(), d)
 	return nil
+}
+
+func (l *refLimiter) Peek(_ context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	d := l.b.m.peek(&l.p, req.Key, req.Units(), l.now())
+	d.Policy = l.p.Name
+	return d, nil
 }
 
 func (l *refLimiter) BatchKey() string { return fmt.Sprintf("ref/%p", l.b) }
@@ -70,15 +79,15 @@ func (l *refLimiter) AllowBatch(_ context.Context, items []edgelimit.BatchItem) 
 }
 
 func TestReference(t *testing.T) {
-	for _, alg := range []string{edgelimit.AlgorithmFixedWindow, edgelimit.AlgorithmSlidingWindow, edgelimit.AlgorithmSlidingLog, edgelimit.AlgorithmGCRA} {
+	for _, alg := range []string{FixedWindow, SlidingWindow, SlidingLog, GCRA} {
 		t.Run(alg, func(t *testing.T) {
 			t.Parallel()
 			Run(t, func(t *testing.T) NewLimiter {
 				b := &refBackend{m: newModel(alg)}
-				return func(p *edgelimit.Policy, now func() time.Time) (edgelimit.Limiter, error) {
-					return &refLimiter{b: b, p: *p, now: now}, nil
+				return func(s Spec) (edgelimit.Limiter, error) {
+					return &refLimiter{b: b, p: s, now: s.Now}, nil
 				}
-			}, Options{Algorithm: alg, Batch: true, Refund: true, Concurrency: true})
+			}, Options{Algorithm: alg, Batch: true, Refund: true, Peek: true, Concurrency: true})
 		})
 	}
 }
@@ -101,8 +110,8 @@ func TestWindowStart(t *testing.T) {
 }
 
 func TestCheckDecision(t *testing.T) {
-	p := &edgelimit.Policy{Name: "p", Algorithm: edgelimit.AlgorithmFixedWindow, Limit: 5, Window: time.Minute}
-	ok := edgelimit.Decision{Allowed: true, Limit: 5, Window: time.Minute, Remaining: 3, Reset: time.Second}
+	p := &Spec{Policy: &edgelimit.Policy{Name: "p", Limit: 5, Window: time.Minute}, Algorithm: FixedWindow}
+	ok := edgelimit.Decision{Allowed: true, Limit: 5, Window: time.Minute, Remaining: 3, Reset: time.Second, Receipt: edgelimit.Receipt{At: 1}}
 	if msg := checkDecision(p, 2, ok); msg != "" {
 		t.Errorf("checkDecision(valid allowed) = %q, want \"\"", msg)
 	}
@@ -119,6 +128,7 @@ func TestCheckDecision(t *testing.T) {
 		"wrong window":         func(d *edgelimit.Decision) { d.Window = time.Hour },
 		"reset past window":    func(d *edgelimit.Decision) { d.Reset = 2 * time.Minute },
 		"no reset":             func(d *edgelimit.Decision) { d.Reset = 0 },
+		"negative reset":       func(d *edgelimit.Decision) { d.Reset = -time.Second },
 		"degraded":             func(d *edgelimit.Decision) { d.Degraded = true },
 		"other policy":         func(d *edgelimit.Decision) { d.Policy = "q" },
 	} {
@@ -131,12 +141,54 @@ func TestCheckDecision(t *testing.T) {
 	for name, bad := range map[string]func(d *edgelimit.Decision){
 		"no retry":           func(d *edgelimit.Decision) { d.RetryAfter = 0 },
 		"remaining covers":   func(d *edgelimit.Decision) { d.Remaining = 2 },
-		"retry beyond reset": func(d *edgelimit.Decision) { d.RetryAfter = 2 * time.Second },
+		"retry before reset": func(d *edgelimit.Decision) { d.RetryAfter = time.Second / 2 },
 	} {
 		d := denied
 		bad(&d)
 		if checkDecision(p, 2, d) == "" {
 			t.Errorf("checkDecision(denied, %s: %+v) = \"\", want a complaint", name, d)
+		}
+	}
+}
+
+func TestCheckReceipt(t *testing.T) {
+	spent := edgelimit.Decision{Allowed: true, Receipt: edgelimit.Receipt{At: 1}}
+	for _, tc := range []struct {
+		name   string
+		d      edgelimit.Decision
+		spends bool
+		bad    bool
+	}{
+		{"allowed with a receipt", spent, true, false},
+		{"allowed without one", edgelimit.Decision{Allowed: true}, true, true},
+		{"denied without one", edgelimit.Decision{}, true, false},
+		{"denied with one", edgelimit.Decision{Receipt: edgelimit.Receipt{At: 1}}, true, true},
+		{"a peek with one", spent, false, true},
+		{"a peek without one", edgelimit.Decision{Allowed: true}, false, false},
+	} {
+		if got := checkReceipt(tc.d, tc.spends) != ""; got != tc.bad {
+			t.Errorf("checkReceipt(%s) complains %v, want %v", tc.name, got, tc.bad)
+		}
+	}
+}
+
+func TestQuota(t *testing.T) {
+	for _, tc := range []struct {
+		alg          string
+		limit, burst int64
+		window       time.Duration
+		q            int64
+		w            time.Duration
+	}{
+		{GCRA, 10, 20, time.Second, 20, 2 * time.Second},
+		{GCRA, 10, 0, time.Second, 10, time.Second},
+		{GCRA, 10, 10, time.Second, 10, time.Second},
+		{GCRA, 10, 3, 10 * time.Second, 3, 3 * time.Second},
+		{FixedWindow, 10, 20, time.Minute, 10, time.Minute},
+	} {
+		p := &Spec{Policy: &edgelimit.Policy{Limit: tc.limit, Window: tc.window}, Algorithm: tc.alg, Burst: tc.burst}
+		if q, w := Quota(p); q != tc.q || w != tc.w {
+			t.Errorf("Quota(%s %d/%s burst %d) = %d, %s; want %d, %s", tc.alg, tc.limit, tc.window, tc.burst, q, w, tc.q, tc.w)
 		}
 	}
 }

@@ -35,6 +35,11 @@ const (
 	DimensionRoute   = "Route"
 	PropertyFunction = "Function"
 	PropertyStrategy = "Strategy"
+	// PropertyReason says why a decision was not made by counting at
+	// request time (edgelimit.Event.Reason): allow-list, deny-list,
+	// after-response, degraded, soft-threshold, proof-of-work. Absent
+	// otherwise.
+	PropertyReason = "Reason"
 )
 
 // Limits of the EMF specification and of CloudWatch that EMF enforces.
@@ -163,6 +168,11 @@ func (m *EMF) AppendLine(b []byte, ev edgelimit.Event) []byte {
 	if ev.Strategy != "" {
 		b = append(b, `"`+PropertyStrategy+`":`...)
 		b = jsonenc.AppendString(b, ev.Strategy)
+		b = append(b, ',')
+	}
+	if ev.Reason != "" {
+		b = append(b, `"`+PropertyReason+`":`...)
+		b = jsonenc.AppendString(b, ev.Reason)
 		b = append(b, ',')
 	}
 	// Allowed counts what the policy let through: not a decision another

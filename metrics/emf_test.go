@@ -431,3 +431,21 @@ func BenchmarkEMFObserve(b *testing.B) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// A decision that was not made by counting says why, as a property an
+// operator can query (CloudWatch Logs Insights); one that was has none.
+func TestEMFReasonProperty(t *testing.T) {
+	for _, reason := range []string{"allow-list", "deny-list", "after-response", "degraded", "soft-threshold", "proof-of-work", ""} {
+		var out bytes.Buffer
+		m, _ := metrics.NewEMF(metrics.EMFConfig{Writer: &out, Now: fixedNow})
+		m.Observe(edgelimit.Event{Route: "GET /", Policy: "p", Allowed: true, Reason: reason})
+		var line map[string]any
+		if err := json.Unmarshal(out.Bytes(), &line); err != nil {
+			t.Fatalf("%q: %v", reason, err)
+		}
+		got, ok := line[metrics.PropertyReason]
+		if reason == "" && ok || reason != "" && got != reason {
+			t.Errorf("reason %q: line has %s = %v (present %v)", reason, metrics.PropertyReason, got, ok)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/middleware"
 )
 
@@ -104,7 +105,7 @@ func benchEngine(b *testing.B, path string) *edgelimit.Engine {
 	e, _ := buildEngine(b, benchPolicies, nil)
 	for i := range benchClients {
 		in := edgelimit.Input{Method: "GET", Path: path, SourceIP: benchIPs[i],
-			Header: edgelimit.MapHeaders{"x-api-key": benchKeys[i]}}
+			Header: limitertest.Headers{"x-api-key": benchKeys[i]}}
 		e.Decide(context.Background(), &in)
 	}
 	return e

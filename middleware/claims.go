@@ -13,17 +13,17 @@ import (
 // requestContext.authorizer.lambda), whose values are JSON scalars.
 type contextClaims map[string]any
 
-// Claim returns the value of name as text, or "" when absent or nested.
-func (m contextClaims) Claim(name string) string { return scalar(m[name]) }
+// Get returns the value of name as text, or "" when absent or nested.
+func (m contextClaims) Get(name string) string { return scalar(m[name]) }
 
 // restClaims reads a REST API requestContext.authorizer: a Cognito user pool
 // authorizer puts the token's claims in its "claims" map, a Lambda authorizer
 // puts its context at the top level.
 type restClaims map[string]any
 
-// Claim returns the Cognito claim name if there is one, else the context
+// Get returns the Cognito claim name if there is one, else the context
 // value name.
-func (m restClaims) Claim(name string) string {
+func (m restClaims) Get(name string) string {
 	switch c := m["claims"].(type) {
 	case map[string]any:
 		if v, ok := c[name]; ok {
@@ -68,12 +68,12 @@ func scalar(v any) string {
 
 // httpAPIClaims returns the claims of an HTTP API authorizer: the JWT
 // authorizer's claims, else the Lambda authorizer's context, else none.
-func httpAPIClaims(a *events.APIGatewayV2HTTPRequestContextAuthorizerDescription) edgelimit.ClaimGetter {
+func httpAPIClaims(a *events.APIGatewayV2HTTPRequestContextAuthorizerDescription) edgelimit.Getter {
 	switch {
 	case a == nil:
 		return nil
 	case a.JWT != nil:
-		return edgelimit.MapClaims(a.JWT.Claims)
+		return mapClaims(a.JWT.Claims)
 	case a.Lambda != nil:
 		return contextClaims(a.Lambda)
 	}
@@ -81,7 +81,7 @@ func httpAPIClaims(a *events.APIGatewayV2HTTPRequestContextAuthorizerDescription
 }
 
 // restAPIClaims returns the claims of a REST API authorizer, or none.
-func restAPIClaims(a map[string]any) edgelimit.ClaimGetter {
+func restAPIClaims(a map[string]any) edgelimit.Getter {
 	if a == nil {
 		return nil
 	}

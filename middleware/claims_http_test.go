@@ -2,9 +2,12 @@ package middleware_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -42,7 +45,7 @@ policies:
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), key{}, tok.Claims.(jwt.MapClaims))))
 		})
 	}
-	claims := func(r *http.Request) edgelimit.ClaimGetter {
+	claims := func(r *http.Request) edgelimit.Getter {
 		c, _ := r.Context().Value(key{}).(jwt.MapClaims)
 		return middleware.Claims(c)
 	}
@@ -67,5 +70,57 @@ policies:
 	e2, _ := newEngine(t, policies)
 	if code := run(auth(middleware.Handler(e2, ok)), "/r", alice); code != 400 {
 		t.Errorf("without WithClaims: %d, want 400 (the claim is missing)", code)
+	}
+}
+
+// TestHandlerWritersAreRequestsOwn: the wrapping writers are recycled once
+// a handler returns, and a handler that writes nothing has its headers
+// written by net/http after that; each response still carries its own
+// request's RateLimit fields, under concurrency (run with -race).
+func TestHandlerWritersAreRequestsOwn(t *testing.T) {
+	e, _ := newEngine(t, `
+version: 1
+policies:
+  - {name: k, routes: ["GET /*"], key: header:X-Api-Key, strategy: durable, limit: 1000, window: 1m}
+`)
+	srv := httptest.NewServer(middleware.Handler(e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/write" {
+			_, _ = w.Write([]byte("x"))
+		} // else: nothing written; net/http sends the headers after return
+	})))
+	defer srv.Close()
+	const clients, each = 8, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("key-%d", c)
+			for i := range each {
+				path := "/quiet"
+				if i%2 == 1 {
+					path = "/write"
+				}
+				req, _ := http.NewRequest("GET", srv.URL+path, nil)
+				req.Header.Set("X-Api-Key", key)
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				resp.Body.Close()
+				want := fmt.Sprintf(`"k";r=%d;t=60`, 999-i)
+				if got := resp.Header.Get("RateLimit"); got != want || resp.Header.Get("X-RateLimit-Remaining") != strconv.Itoa(999-i) {
+					errs <- fmt.Errorf("%s request %d: RateLimit %q, remaining %q; want %q", key, i, got, resp.Header.Get("X-RateLimit-Remaining"), want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -30,7 +30,7 @@ func TestSampleClaims(t *testing.T) {
 	rest := load[events.APIGatewayProxyRequest](t, "apigw-request.json")
 	cognito := load[events.APIGatewayProxyRequest](t, "apigw-request-cognito.json")
 
-	getters := map[string]interface{ Claim(string) string }{
+	getters := map[string]interface{ Get(string) string }{
 		"jwt":     httpAPIClaims(jwt.RequestContext.Authorizer),
 		"lambda":  httpAPIClaims(lam.RequestContext.Authorizer),
 		"rest":    restAPIClaims(rest.RequestContext.Authorizer),
@@ -59,8 +59,8 @@ func TestSampleClaims(t *testing.T) {
 		{"cognito", "claims", ""}, // the claims map itself is nested
 	}
 	for _, tt := range tests {
-		if got := getters[tt.getter].Claim(tt.claim); got != tt.want {
-			t.Errorf("%s.Claim(%q) = %q, want %q", tt.getter, tt.claim, got, tt.want)
+		if got := getters[tt.getter].Get(tt.claim); got != tt.want {
+			t.Errorf("%s.Get(%q) = %q, want %q", tt.getter, tt.claim, got, tt.want)
 		}
 	}
 	if g := httpAPIClaims(none.RequestContext.Authorizer); g != nil {
@@ -104,10 +104,10 @@ func TestRestClaimsPrecedence(t *testing.T) {
 		"tenant": "acme",
 		"claims": map[string]string{"sub": "cognito"},
 	}
-	if got := m.Claim("sub"); got != "cognito" {
+	if got := m.Get("sub"); got != "cognito" {
 		t.Errorf(`Claim("sub") = %q, want the Cognito claim "cognito"`, got)
 	}
-	if got := m.Claim("tenant"); got != "acme" {
+	if got := m.Get("tenant"); got != "acme" {
 		t.Errorf(`Claim("tenant") = %q, want the context value "acme"`, got)
 	}
 	if restAPIClaims(nil) != nil {

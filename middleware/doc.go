@@ -41,7 +41,7 @@
 //     carries the verdict: [edgelimit.FromContext] returns it, with the
 //     route and each policy's decision.
 //   - Not allowed: the handler does not run. The adapter answers the
-//     verdict's status (400, 429 or 503) with its headers and its
+//     verdict's status (400, 403, 429 or 503) with its headers and its
 //     application/problem+json body, as plain text (IsBase64Encoded false).
 //
 // Because the engine decides and renders everything, the same request gets

@@ -21,14 +21,14 @@ func hello(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIG
 }
 
 // Build the engine once, outside the handler, and wrap the handler for
-// lambda.Start. On Lambda, use durablecounter.NewDynamoStore so that every
+// lambda.Start. On Lambda, use dynamostore.New so that every
 // instance shares the counts.
 func ExampleHTTPAPI() {
 	policies, err := edgelimit.LoadPolicies("policies.yaml")
 	if err != nil {
 		log.Fatal(err)
 	}
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	engine, err := edgelimit.New(edgelimit.Config{Policies: policies, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
 		return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
 	}})
@@ -54,7 +54,7 @@ policies:
 		log.Fatal(err)
 	}
 	noon := func() time.Time { return time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC) }
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	engine, err := edgelimit.New(edgelimit.Config{Policies: policies, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
 		return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: noon})
 	}})
@@ -92,7 +92,7 @@ policies:
 	if err != nil {
 		log.Fatal(err)
 	}
-	store := durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
+	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	engine, err := edgelimit.New(edgelimit.Config{Policies: policies, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
 		return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
 	}})
@@ -107,7 +107,7 @@ policies:
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), claimsKey{}, claims)))
 		})
 	}
-	claimsOf := func(r *http.Request) edgelimit.ClaimGetter {
+	claimsOf := func(r *http.Request) edgelimit.Getter {
 		m, _ := r.Context().Value(claimsKey{}).(map[string]any)
 		return middleware.Claims(m)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/middleware"
 )
 
@@ -77,10 +77,10 @@ func checkFuzz(t *testing.T, status int, ran bool, err error, h http.Header, bod
 	if ran {
 		t.Fatalf("status %d but the handler ran", status)
 	}
-	if ct := h.Get("Content-Type"); ct != edgelimit.ContentTypeProblemJSON {
+	if ct := h.Get("Content-Type"); ct != "application/problem+json" {
 		t.Fatalf("status %d with Content-Type %q", status, ct)
 	}
-	var p edgelimit.Problem
+	var p limitertest.Problem
 	if err := json.Unmarshal([]byte(body), &p); err != nil || p.Status != status {
 		t.Fatalf("status %d with body %q (%v)", status, body, err)
 	}

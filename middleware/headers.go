@@ -137,7 +137,11 @@ func body(v *edgelimit.Verdict) string {
 	if len(v.Body) > 0 {
 		return string(v.Body)
 	}
-	b, _ := json.Marshal(edgelimit.Problem{Type: edgelimit.ProblemBadRequest, Title: http.StatusText(v.Status), Status: v.Status})
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+	}{"about:blank", http.StatusText(v.Status), v.Status})
 	return string(b)
 }
 

@@ -2,19 +2,22 @@ package middleware
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 )
 
 var mergeFields = []edgelimit.Field{
-	{Name: edgelimit.HeaderRateLimit, Value: `"p";r=1;t=60`},
+	{Name: "RateLimit", Value: `"p";r=1;t=60`},
 	{Name: "Edgelimit-Token", Value: "tok"}, // a limiter's own field
 }
 
@@ -49,7 +52,7 @@ func TestMergeRule(t *testing.T) {
 		t.Errorf("withSingle copied the map for a verdict without headers")
 	}
 	hh := http.Header{"Content-Type": {"text/plain"}, "ratelimit": {"bogus"}}
-	setHeaders(hh, mergeFields, make([]string, len(mergeFields)))
+	setHeaders(hh, mergeFields, func(i int) []string { return []string{mergeFields[i].Value} })
 	if want := (http.Header{"Content-Type": {"text/plain"}, "Ratelimit": {`"p";r=1;t=60`}, "Edgelimit-Token": {"tok"}}); !reflect.DeepEqual(hh, want) {
 		t.Errorf("setHeaders = %v, want %v", hh, want)
 	}
@@ -82,7 +85,7 @@ func TestFallbacks(t *testing.T) {
 // handler first commits it, and the writer unwraps for
 // http.ResponseController.
 func TestLimitedWriter(t *testing.T) {
-	fs := []edgelimit.Field{{Name: edgelimit.HeaderRateLimit, Value: `"p";r=1;t=60`}}
+	v := allowedVerdict(t, 0)
 	for name, handler := range map[string]func(w http.ResponseWriter){
 		"Flush":              func(w http.ResponseWriter) { w.(http.Flusher).Flush() },
 		"ResponseController": func(w http.ResponseWriter) { _ = http.NewResponseController(w).Flush() },
@@ -91,31 +94,65 @@ func TestLimitedWriter(t *testing.T) {
 		"nothing":            func(http.ResponseWriter) {},
 	} {
 		rec := httptest.NewRecorder()
-		lw := &limitedWriter{ResponseWriter: rec, fields: fs}
+		lw := &limitedWriter{ResponseWriter: rec, v: v}
 		handler(lw)
 		lw.apply()
-		if got := rec.Result().Header.Get("RateLimit"); got != `"p";r=1;t=60` {
+		if got := rec.Result().Header.Get("RateLimit"); got != `"p0";r=9;t=60` {
 			t.Errorf("%s: RateLimit = %q", name, got)
 		}
 	}
-	lw := &limitedWriter{ResponseWriter: httptest.NewRecorder(), fields: fs}
+	lw := &limitedWriter{ResponseWriter: httptest.NewRecorder(), v: v}
 	if _, _, err := lw.Hijack(); err == nil {
 		t.Errorf("Hijack on a recorder succeeded")
 	}
 	if lw.Unwrap() == nil {
 		t.Errorf("Unwrap = nil")
 	}
-	// More fields than the writer's own room for values.
-	many := make([]edgelimit.Field, 10)
-	for i := range many {
-		many[i] = edgelimit.Field{Name: "X-F" + string(rune('a'+i)), Value: "v"}
-	}
+	// More fields than the verdict's own room for values: 9 policies'
+	// limiter fields beside the five RateLimit fields.
+	v = allowedVerdict(t, 9)
 	rec := httptest.NewRecorder()
-	lw = &limitedWriter{ResponseWriter: rec, fields: many}
+	lw = &limitedWriter{ResponseWriter: rec, v: v}
 	lw.apply()
-	if len(rec.Header()) != 10 {
-		t.Errorf("%d headers set, want 10", len(rec.Header()))
+	if n := len(v.Header()); n != 14 || len(rec.Header()) != n {
+		t.Errorf("%d headers set, want %d (14)", len(rec.Header()), n)
 	}
+	for i, f := range v.Header() {
+		if got := rec.Header().Get(f.Name); got != f.Value {
+			t.Errorf("field %d %s = %q, want %q", i, f.Name, got, f.Value)
+		}
+	}
+}
+
+// allowedVerdict decides one allowed request on a route of max(1, extra)
+// policies, the first extra of which add a field of their own.
+func allowedVerdict(t *testing.T, extra int) *edgelimit.Verdict {
+	t.Helper()
+	file := "version: 1\npolicies:\n"
+	for i := range max(1, extra) {
+		file += fmt.Sprintf("  - {name: p%d, routes: [\"GET /x\"], key: ip, strategy: durable, limit: 10, window: 1m}\n", i)
+	}
+	pf, err := edgelimit.ParsePolicies("t.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		return limitertest.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
+			d := edgelimit.Decision{Allowed: true, Limit: 10, Window: time.Minute, Remaining: 9, Reset: time.Minute}
+			if extra > 0 {
+				d.Response = &edgelimit.Response{Field: edgelimit.Field{Name: "X-Own-" + p.Name, Value: "v-" + p.Name}}
+			}
+			return d, nil
+		}), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/x", SourceIP: "192.0.2.1"})
+	if !v.Allowed {
+		t.Fatalf("not allowed: %s", v.Body)
+	}
+	return v
 }
 
 func TestWrapPanics(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 
 	"github.com/edgelimit/edgelimit"
 )
@@ -12,7 +14,7 @@ import (
 type Option interface{ apply(*options) }
 
 type options struct {
-	claims func(*http.Request) edgelimit.ClaimGetter
+	claims func(*http.Request) edgelimit.Getter
 }
 
 type optionFunc func(*options)
@@ -25,7 +27,7 @@ func (f optionFunc) apply(o *options) { f(o) }
 // Claims for a claim map), or nil when the request has none. Without it,
 // net/http requests carry no claims, and a claim-keyed policy answers them
 // as its on_missing_key says.
-func WithClaims(claims func(r *http.Request) edgelimit.ClaimGetter) Option {
+func WithClaims(claims func(r *http.Request) edgelimit.Getter) Option {
 	return optionFunc(func(o *options) { o.claims = claims })
 }
 
@@ -33,7 +35,7 @@ func WithClaims(claims func(r *http.Request) edgelimit.ClaimGetter) Option {
 // map[string]any from JSON) for WithClaims: strings as they are, numbers and
 // booleans as their JSON text; objects, lists and null are absent, as in the
 // Lambda adapters.
-func Claims(m map[string]any) edgelimit.ClaimGetter {
+func Claims(m map[string]any) edgelimit.Getter {
 	if m == nil {
 		return nil
 	}
@@ -58,7 +60,7 @@ func Handler(e *edgelimit.Engine, next http.Handler, opts ...Option) http.Handle
 		in := edgelimit.Input{
 			Method:   r.Method,
 			SourceIP: remoteHost(r.RemoteAddr),
-			Header:   edgelimit.HTTPHeaders(r.Header),
+			Header:   httpHeaders(r.Header),
 		}
 		if o.claims != nil {
 			in.Claims = o.claims(r)
@@ -69,7 +71,7 @@ func Handler(e *edgelimit.Engine, next http.Handler, opts ...Option) http.Handle
 		v := e.Decide(r.Context(), &in)
 		fs := v.Header()
 		if !v.Allowed {
-			setHeaders(w.Header(), fs, make([]string, len(fs)))
+			setHeaders(w.Header(), fs, v.Values)
 			w.WriteHeader(status(v))
 			if len(v.Body) > 0 {
 				_, _ = w.Write(v.Body)
@@ -78,23 +80,51 @@ func Handler(e *edgelimit.Engine, next http.Handler, opts ...Option) http.Handle
 			}
 			return
 		}
-		r = r.WithContext(edgelimit.NewContext(r.Context(), v))
-		if len(fs) == 0 {
+		ctx := r.Context()
+		r = r.WithContext(v.Context(ctx))
+		if len(fs) == 0 && !v.Finishes() {
 			next.ServeHTTP(w, r)
 			return
 		}
-		lw := &limitedWriter{ResponseWriter: w, fields: fs}
+		lw := writers.Get().(*limitedWriter)
+		lw.ResponseWriter, lw.v = w, v
+		finished := false
+		defer func() {
+			if !finished { // the handler panicked: the request failed
+				v.Finish(ctx, 500)
+			}
+		}()
 		next.ServeHTTP(lw, r)
+		finished = true
 		lw.apply()
+		v.Finish(ctx, lw.status())
+		// A handler may not use its ResponseWriter once it has returned
+		// (net/http's rule), so the writer serves the next request.
+		*lw = limitedWriter{}
+		writers.Put(lw)
 	})
 }
 
-// remoteHost returns the host of a "host:port" address, or addr itself.
+// writers recycles the wrapping writers of allowed requests.
+var writers = sync.Pool{New: func() any { return new(limitedWriter) }}
+
+// remoteHost returns the host of a "host:port" or "[v6]:port" address, or
+// addr itself: what net.SplitHostPort would, without its error value.
 func remoteHost(addr string) string {
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		return host
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return addr
 	}
-	return addr
+	if addr[0] == '[' {
+		if j := strings.IndexByte(addr, ']'); j == i-1 {
+			return addr[1:j]
+		}
+		return addr
+	}
+	if strings.IndexByte(addr[:i], ':') >= 0 {
+		return addr // a bare IPv6 address, no port
+	}
+	return addr[:i]
 }
 
 // canonicalNames are the net/http forms of the header names the engine
@@ -102,9 +132,9 @@ func remoteHost(addr string) string {
 var canonicalNames = func() map[string]string {
 	m := map[string]string{}
 	for _, n := range []string{
-		edgelimit.HeaderRateLimitPolicy, edgelimit.HeaderRateLimit, edgelimit.HeaderRetryAfter,
-		edgelimit.HeaderLegacyLimit, edgelimit.HeaderLegacyRemaining, edgelimit.HeaderLegacyReset,
-		edgelimit.HeaderContentType,
+		"RateLimit-Policy", "RateLimit", "Retry-After",
+		"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+		"Content-Type",
 	} {
 		m[n] = http.CanonicalHeaderKey(n)
 	}
@@ -121,18 +151,21 @@ func canonical(name string) string {
 
 // setHeaders applies the verdict's fields to a net/http header map with the
 // same rule as the Lambda adapters: each replaces the handler's header of
-// that name. vals, at least as long as fs, backs the one-element value
-// slices.
-func setHeaders(h http.Header, fs []edgelimit.Field, vals []string) {
-	for i, f := range fs {
-		key := canonical(f.Name)
-		for k := range h {
-			if k != key && equalFold(k, key) {
-				delete(h, k) // a non-canonical key the handler set directly
+// that name. values(i) is fs[i]'s value as a one-element slice: the
+// verdict's own (Verdict.Values), so setting costs no allocation.
+func setHeaders(h http.Header, fs []edgelimit.Field, values func(i int) []string) {
+	// One pass over the handler's header map drops the keys it set
+	// directly in a non-canonical spelling of a verdict field's name.
+	for k := range h {
+		for _, f := range fs {
+			if len(k) == len(f.Name) && k != canonical(f.Name) && equalFold(k, f.Name) {
+				delete(h, k)
+				break
 			}
 		}
-		vals[i] = f.Value
-		h[key] = vals[i : i+1 : i+1]
+	}
+	for i, f := range fs {
+		h[canonical(f.Name)] = values(i)
 	}
 }
 
@@ -140,9 +173,18 @@ func setHeaders(h http.Header, fs []edgelimit.Field, vals []string) {
 // response header is written, so they win over the handler's own.
 type limitedWriter struct {
 	http.ResponseWriter
-	fields  []edgelimit.Field
+	v       *edgelimit.Verdict
 	applied bool
-	vals    [8]string // backs the header values, in the same allocation
+	code    int // the status written, 0 until then
+}
+
+// status is the response's status: 200 once the body is written (or
+// nothing at all), as net/http sends.
+func (w *limitedWriter) status() int {
+	if w.code == 0 {
+		return 200
+	}
+	return w.code
 }
 
 func (w *limitedWriter) apply() {
@@ -150,16 +192,15 @@ func (w *limitedWriter) apply() {
 		return
 	}
 	w.applied = true
-	vals := w.vals[:]
-	if len(w.fields) > len(vals) {
-		vals = make([]string, len(w.fields))
-	}
-	setHeaders(w.ResponseWriter.Header(), w.fields, vals)
+	setHeaders(w.ResponseWriter.Header(), w.v.Header(), w.v.Values)
 }
 
 // WriteHeader sets the verdict's headers and writes the status.
 func (w *limitedWriter) WriteHeader(code int) {
 	w.apply()
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -167,6 +208,9 @@ func (w *limitedWriter) WriteHeader(code int) {
 // writes b.
 func (w *limitedWriter) Write(b []byte) (int, error) {
 	w.apply()
+	if w.code == 0 {
+		w.code = 200
+	}
 	return w.ResponseWriter.Write(b)
 }
 

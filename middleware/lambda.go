@@ -22,11 +22,11 @@ type ALBHandler func(context.Context, events.ALBTargetGroupRequest) (events.ALBT
 
 // headersOf reads the multi-value headers when the event has any (they
 // hold every value of a repeated header), else the single-value ones.
-func headersOf(single map[string]string, multi map[string][]string) edgelimit.HeaderGetter {
+func headersOf(single map[string]string, multi map[string][]string) edgelimit.Getter {
 	if len(multi) > 0 {
-		return edgelimit.MultiMapHeaders(multi)
+		return multiMapHeaders(multi)
 	}
-	return edgelimit.MapHeaders(single)
+	return mapHeaders(single)
 }
 
 func mustWrap(name string, e *edgelimit.Engine, isNil bool) {
@@ -47,18 +47,29 @@ func guard[Req, Resp any](name string, e *edgelimit.Engine, h func(context.Conte
 	input func(*Req) edgelimit.Input,
 	refuse func(*Req, *edgelimit.Verdict) Resp,
 	merge func(*Req, *Resp, []edgelimit.Field),
+	status func(*Resp) int,
 ) func(context.Context, Req) (Resp, error) {
 	mustWrap(name, e, h == nil)
-	return func(ctx context.Context, req Req) (Resp, error) {
+	return func(ctx context.Context, req Req) (resp Resp, err error) {
 		in := input(&req)
 		v := e.Decide(ctx, &in)
 		if !v.Allowed {
 			return refuse(&req, v), nil
 		}
-		resp, err := h(edgelimit.NewContext(ctx, v), req)
+		hctx := v.Context(ctx)
+		finished := false
+		defer func() {
+			if !finished { // the handler panicked: the request failed
+				v.Finish(ctx, 500)
+			}
+		}()
+		resp, err = h(hctx, req)
+		finished = true
 		if err != nil {
+			v.Finish(ctx, 500)
 			return resp, err
 		}
+		v.Finish(ctx, status(&resp))
 		merge(&req, &resp, v.Header())
 		return resp, nil
 	}
@@ -83,7 +94,8 @@ func HTTPAPI(e *edgelimit.Engine, h HTTPAPIHandler) HTTPAPIHandler {
 		},
 		func(_ *events.APIGatewayV2HTTPRequest, resp *events.APIGatewayV2HTTPResponse, fs []edgelimit.Field) {
 			resp.Headers = withSingle(resp.Headers, fs)
-		})
+		},
+		func(resp *events.APIGatewayV2HTTPResponse) int { return statusOr200(resp.StatusCode) })
 }
 
 // FunctionURL wraps a Lambda Function URL handler so that e decides every
@@ -101,11 +113,12 @@ func FunctionURL(e *edgelimit.Engine, h FunctionURLHandler) FunctionURLHandler {
 		},
 		func(_ *events.LambdaFunctionURLRequest, resp *events.LambdaFunctionURLResponse, fs []edgelimit.Field) {
 			resp.Headers = withSingle(resp.Headers, fs)
-		})
+		},
+		func(resp *events.LambdaFunctionURLResponse) int { return statusOr200(resp.StatusCode) })
 }
 
 // v2Input is the Input of a payload-2.0 event (HTTP API and Function URL).
-func v2Input(http events.APIGatewayV2HTTPRequestContextHTTPDescription, rawPath string, headers map[string]string, claims edgelimit.ClaimGetter) edgelimit.Input {
+func v2Input(http events.APIGatewayV2HTTPRequestContextHTTPDescription, rawPath string, headers map[string]string, claims edgelimit.Getter) edgelimit.Input {
 	if rawPath == "" {
 		rawPath = http.Path
 	}
@@ -113,7 +126,7 @@ func v2Input(http events.APIGatewayV2HTTPRequestContextHTTPDescription, rawPath 
 		Method:   http.Method,
 		Path:     rawPath,
 		SourceIP: http.SourceIP,
-		Header:   edgelimit.MapHeaders(headers),
+		Header:   mapHeaders(headers),
 		Claims:   claims,
 	}
 }
@@ -142,7 +155,8 @@ func RESTAPI(e *edgelimit.Engine, h RESTAPIHandler) RESTAPIHandler {
 		func(_ *events.APIGatewayProxyRequest, resp *events.APIGatewayProxyResponse, fs []edgelimit.Field) {
 			resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, fs)
 			resp.Headers = withoutOurs(resp.Headers, fs)
-		})
+		},
+		func(resp *events.APIGatewayProxyResponse) int { return statusOr200(resp.StatusCode) })
 }
 
 // ALB wraps an Application Load Balancer target group handler so that e
@@ -181,7 +195,17 @@ func ALB(e *edgelimit.Engine, h ALBHandler) ALBHandler {
 			} else {
 				resp.Headers = withSingle(resp.Headers, fs)
 			}
-		})
+		},
+		func(resp *events.ALBTargetGroupResponse) int { return statusOr200(resp.StatusCode) })
+}
+
+// statusOr200 is a Lambda response's status: API Gateway answers 200 for a
+// response that sets none.
+func statusOr200(code int) int {
+	if code == 0 {
+		return 200
+	}
+	return code
 }
 
 // albMulti reports a target group with multi-value headers enabled, which

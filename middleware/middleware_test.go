@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/edgelimit/edgelimit"
 )
 
 // absent in a want header map means the header must not be sent.
@@ -72,7 +70,7 @@ var scenarios = []struct {
 				"X-RateLimit-Remaining": "0",
 				"X-RateLimit-Reset":     "60",
 				"Retry-After":           "60",
-				"Content-Type":          edgelimit.ContentTypeProblemJSON,
+				"Content-Type":          "application/problem+json",
 				"X-Handler":             absent,
 			},
 			problem: map[string]any{
@@ -88,7 +86,7 @@ var scenarios = []struct {
 	{"missing key header", []step{
 		{name: "no header", call: get("/paid/report", ""), status: 400,
 			header: map[string]string{
-				"Content-Type":     edgelimit.ContentTypeProblemJSON,
+				"Content-Type":     "application/problem+json",
 				"RateLimit":        absent,
 				"RateLimit-Policy": absent,
 				"Retry-After":      absent,
@@ -137,6 +135,17 @@ var scenarios = []struct {
 			"RateLimit": absent, "RateLimit-Policy": absent, "X-RateLimit-Limit": absent, "X-Handler": "ran"}},
 		{name: "method not guarded", call: call{Method: "POST", Path: "/paid/report", IP: "203.0.113.7"}, status: 200,
 			header: map[string]string{"RateLimit": absent}},
+	}},
+	{"allow and deny lists", []step{
+		{name: "denied address", call: fromIP("/paid/report", "198.51.100.66", ""), status: 403,
+			header:  map[string]string{"RateLimit": absent, "Retry-After": absent},
+			problem: map[string]any{"title": "Forbidden", "status": 403.0}},
+		{name: "denied v6", call: fromIP("/free", "2001:db8:bad:1::9", ""), status: 403},
+		{name: "allowed 1", call: get("/paid/report", "internal-job"), status: 200, header: map[string]string{"RateLimit": absent, "X-Handler": "ran"}},
+		{name: "allowed 2", call: get("/paid/report", "internal-job"), status: 200, header: map[string]string{"RateLimit": absent}},
+		{name: "allowed 3", call: get("/paid/report", "internal-job"), status: 200, header: map[string]string{"RateLimit": absent}},
+		{name: "allowed 4, past the limit", call: get("/paid/report", "internal-job"), status: 200, header: map[string]string{"RateLimit": absent}},
+		{name: "others still limited", call: get("/paid/report", "key-1"), status: 200, header: paidAllowed(2)},
 	}},
 	{"dot segments cannot escape a route", []step{
 		{name: "1", call: get("/public/%2e%2e/paid/x", "key-1"), status: 200, header: paidAllowed(2)},
@@ -235,8 +244,8 @@ func checkStep(t *testing.T, adapter string, st step, r result) {
 		}
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != edgelimit.ContentTypeProblemJSON {
-		t.Errorf("%s: Content-Type = %q, want %q", where, ct, edgelimit.ContentTypeProblemJSON)
+	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("%s: Content-Type = %q, want %q", where, ct, "application/problem+json")
 	}
 	var p map[string]any
 	if err := json.Unmarshal([]byte(r.Body), &p); err != nil {

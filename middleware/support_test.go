@@ -32,6 +32,9 @@ var testSecret = []byte("middleware-test-secret-0123456789abcdef")
 // testPolicies is the policy file every scenario runs against.
 const testPolicies = `
 version: 1
+lists:
+  - {name: abusers, action: deny, values: ["198.51.100.66", "2001:db8:bad::/48"]}
+  - {name: internal, action: allow, match: header:X-Api-Key, routes: ["GET /paid/*"], values: [internal-job]}
 policies:
   - name: paid
     routes: ["GET /paid/*"]
@@ -70,7 +73,7 @@ policies:
 // real one). A policy named in record is wrapped so that the keys it is
 // asked about are kept.
 type limiters struct {
-	store  *durablecounter.MemoryStore
+	store  *durablecounter.Memory
 	now    func() time.Time
 	record map[string]*recorder
 }
@@ -121,7 +124,7 @@ func buildEngine(tb testing.TB, policies string, now func() time.Time, record ..
 	if err != nil {
 		tb.Fatalf("ParsePolicies: %v", err)
 	}
-	ls := &limiters{store: durablecounter.NewMemoryStore(durablecounter.MemoryConfig{}), now: now,
+	ls := &limiters{store: durablecounter.NewMemory(durablecounter.MemoryConfig{}), now: now,
 		record: map[string]*recorder{}}
 	for _, name := range record {
 		ls.record[name] = &recorder{}

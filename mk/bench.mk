@@ -2,20 +2,26 @@
 # repository's Makefile (`include mk/bench.mk`), so paths are relative to the
 # repository root; it also works on its own: `make -f mk/bench.mk bench`.
 #
-#   make bench          everything (about 11 minutes on 2 cores): per-decision cost vs
+#   make bench          everything (about 19 minutes on 2 cores): per-decision cost vs
 #                       x/time/rate, go-limiter and throttled; per-request cost of each
 #                       limiter's own net/http middleware (edgelimit, go-limiter,
 #                       throttled, ulule/limiter, x/time/rate) net of the handler; one
 #                       conditional write vs read-then-write on dynalite; the flood
-#                       experiment; the cost model. Writes BENCHMARKS.md and
+#                       experiment; the cost model; kv across separate `edgelimit serve`
+#                       processes, the code before issue #14 (KV_OLD_COMMIT) beside the
+#                       working tree's, and across two regions. Writes BENCHMARKS.md and
 #                       docs/bench/*.png, keeps the raw results in bench/out/*.json
 #                       (git-ignored).
+#   make bench-kv       the kv part alone (about 8 minutes), then the report
+#   make bench-middleware  the middleware comparison alone (about 6 minutes, no
+#                       servers): bench/out/middleware.json, and its section of
+#                       BENCHMARKS.md rewritten in place (the rest left as it is)
 #   make bench-quick    the same with short runs, into bench/out/quick/ (development;
 #                       BENCHMARKS.md and docs/bench are left alone)
 #   make bench-report   BENCHMARKS.md and the plots again from bench/out/*.json
-#   make bench-middleware  the middleware comparison alone (about 3 minutes, no
-#                       servers): bench/out/middleware.json, and its section of
-#                       BENCHMARKS.md rewritten in place (the rest left as it is)
+#   make dashboard-mock docs/dashboard.png: template.yaml's CloudWatch dashboard drawn
+#                       from the EMF lines of a simulated hour of the example functions
+#                       on dynalite (bench/dashmock; about 30 s)
 #
 # bench/ is its own Go module (bench/go.mod, with a replace of the main module
 # by ../), so the alternatives it compares never enter the main module's
@@ -34,23 +40,42 @@ BENCH_BIN   := bench/out/edgelimit-bench
 # BENCH_FLAGS are passed to the program, e.g. BENCH_FLAGS='-phase 15s -count 5'.
 BENCH_FLAGS ?=
 
-.PHONY: bench bench-quick bench-report bench-build bench-deps bench-middleware
+# The kv part compares the working tree with the kv strategy before issue #14
+# (merge instead of overwrite): KV_OLD_BIN is `edgelimit` built from
+# KV_OLD_COMMIT in a temporary git worktree, removed once built.
+KV_OLD_COMMIT ?= e340e63
+KV_OLD_BIN    := bench/out/edgelimit-kv-old
+KV_FLAGS       = -kv-old $(KV_OLD_BIN) -kv-old-commit $(KV_OLD_COMMIT)
+
+.PHONY: bench bench-quick bench-report bench-build bench-deps bench-kv bench-kv-old bench-middleware dashboard-mock
 
 ## bench-build: the benchmark program (bench/ module) as bench/out/edgelimit-bench.
 bench-build:
 	cd bench && $(GO) build -o out/edgelimit-bench .
+
+## bench-kv-old: edgelimit as of KV_OLD_COMMIT, built in a temporary worktree.
+bench-kv-old:
+	@mkdir -p bench/out
+	@tmp=$$(mktemp -d) && git worktree add --quiet --detach "$$tmp/src" $(KV_OLD_COMMIT) && \
+		(cd "$$tmp/src" && $(GO) build -o "$(CURDIR)/$(KV_OLD_BIN)" ./cmd/edgelimit); rc=$$?; \
+		git worktree remove --force "$$tmp/src"; rm -rf "$$tmp"; exit $$rc
 
 # dynalite comes from node_modules (package-lock.json), as for make test.
 bench-deps:
 	@test -x node_modules/.bin/dynalite || npm ci --no-audit --no-fund --loglevel=error
 
 ## bench: run everything and write BENCHMARKS.md and docs/bench/*.png.
-bench: bench-build bench-deps
-	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . $(BENCH_FLAGS) all
+bench: bench-build bench-deps bench-kv-old
+	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . $(KV_FLAGS) $(BENCH_FLAGS) all
+
+## bench-kv: the kv part alone, then BENCHMARKS.md from every part's results.
+bench-kv: bench-build bench-deps bench-kv-old
+	$(GO) run ./internal/tools/testservers -only dynalite -- $(BENCH_BIN) -root . $(KV_FLAGS) $(BENCH_FLAGS) kv
+	$(BENCH_BIN) -root . report
 
 ## bench-quick: short runs into bench/out/quick (figures not for publishing).
-bench-quick: bench-build bench-deps
-	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . -quick \
+bench-quick: bench-build bench-deps bench-kv-old
+	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . -quick $(KV_FLAGS) \
 		-out bench/out/quick -md bench/out/quick/BENCHMARKS.md -plots bench/out/quick/plots $(BENCH_FLAGS) all
 
 ## bench-middleware: the middleware comparison alone; rewrites its section of BENCHMARKS.md.
@@ -60,5 +85,11 @@ bench-middleware: bench-build
 ## bench-report: rewrite BENCHMARKS.md and the plots from bench/out/*.json.
 bench-report: bench-build
 	$(BENCH_BIN) -root . report
+
+## dashboard-mock: docs/dashboard.png, the dashboard of template.yaml rendered
+## from a local run (DASHMOCK_FLAGS, e.g. '-emf lines.json' to draw other EMF lines).
+DASHMOCK_FLAGS ?=
+dashboard-mock: bench-deps
+	$(GO) run ./internal/tools/testservers -only dynalite -- $(GO) -C bench run ./dashmock -root .. $(DASHMOCK_FLAGS)
 
 .DEFAULT_GOAL := $(bench_mk_default_goal)

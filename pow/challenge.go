@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/edgelimit/edgelimit"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 )
 
 // Format constants of version 1.
@@ -52,7 +52,7 @@ const challengeLabel = "edgelimit/pow/challenge/v1"
 // Config configures a Challenger.
 type Config struct {
 	// Secrets key the challenge MAC: the first signs, all verify (for key
-	// rotation). Each must be at least edgelimit.MinSecretLength (32) bytes.
+	// rotation). Each must be at least isecret.MinLength (32) bytes.
 	// The MAC key is derived from each secret with a label of its own, so
 	// the same secrets can also sign window tokens. Required.
 	Secrets [][]byte
@@ -133,8 +133,8 @@ func New(cfg Config) (*Challenger, error) {
 	}
 	c := &Challenger{bits: cfg.Bits, ttl: cfg.TTL, now: cfg.Now, rand: cfg.Rand, replay: cfg.Replay}
 	for i, s := range cfg.Secrets {
-		if len(s) < edgelimit.MinSecretLength {
-			return nil, fmt.Errorf("pow: secret %d: %w", i, edgelimit.ErrShortSecret)
+		if len(s) < isecret.MinLength {
+			return nil, fmt.Errorf("pow: secret %d: %w", i, isecret.ErrShort)
 		}
 		c.keys = append(c.keys, newMACKey(s, challengeLabel))
 	}

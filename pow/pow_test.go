@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgelimit/edgelimit"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 )
 
 var (
@@ -246,8 +246,8 @@ func TestNewValidates(t *testing.T) {
 		want error
 	}{
 		{"no secrets", Config{}, nil},
-		{"short secret", Config{Secrets: [][]byte{make([]byte, 31)}}, edgelimit.ErrShortSecret},
-		{"short second secret", Config{Secrets: [][]byte{secretA, []byte("short")}}, edgelimit.ErrShortSecret},
+		{"short secret", Config{Secrets: [][]byte{make([]byte, 31)}}, isecret.ErrShort},
+		{"short second secret", Config{Secrets: [][]byte{secretA, []byte("short")}}, isecret.ErrShort},
 		{"bits 33", Config{Secrets: [][]byte{secretA}, Bits: 33}, nil},
 		{"bits -1", Config{Secrets: [][]byte{secretA}, Bits: -1}, nil},
 		{"ttl 11m", Config{Secrets: [][]byte{secretA}, TTL: 11 * time.Minute}, nil},

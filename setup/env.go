@@ -3,26 +3,20 @@ package setup
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/edgelimit/edgelimit"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 	"github.com/edgelimit/edgelimit/metrics"
-	"github.com/edgelimit/edgelimit/signedwindow"
 )
 
 // Environment variables FromEnv reads. template.yaml sets each of them; a
@@ -53,7 +47,7 @@ const (
 	// EnvSecrets is the key ring of the signed strategy: kid:base64 entries,
 	// comma separated, newest first (see signedwindow.ParseKeyRing).
 	// Required when a policy is signed.
-	EnvSecrets = signedwindow.EnvSecrets
+	EnvSecrets = "EDGELIMIT_SECRETS"
 	// EnvLogLevel is the lowest level logged: debug, info, warn or error.
 	// Default: AWS_LAMBDA_LOG_LEVEL when Lambda sets it, else info.
 	EnvLogLevel = "EDGELIMIT_LOG_LEVEL"
@@ -71,7 +65,7 @@ const (
 // EnvVars lists every variable FromEnv reads that the deployment sets.
 var EnvVars = []string{
 	EnvPolicyFile, EnvOverrides, EnvShadow, EnvTable, EnvEndpoint, EnvHashKey, EnvSecrets,
-	EnvLogLevel, EnvMetricsNamespace,
+	EnvSecretID, EnvTokenSecretID, EnvLogLevel, EnvMetricsNamespace,
 }
 
 // EnvConfig is what FromEnv cannot read from the environment.
@@ -93,6 +87,15 @@ type EnvConfig struct {
 	// Now is the clock of the engine, the limiters and the metrics; default
 	// time.Now.
 	Now func() time.Time
+	// Secrets reads the secrets EDGELIMIT_SECRET_ID and
+	// EDGELIMIT_TOKEN_SECRET_ID name, at start-up (setup/secretsmanager's
+	// Source); without it those variables are an error.
+	Secrets SecretSource
+	// Backends build the limiters of each strategy the policies use:
+	// setup/dynamodb's on Lambda, setup/memory's for one process,
+	// setup/signed's for signed policies. Required for every strategy the
+	// policy file names.
+	Backends []Backend
 }
 
 // Env is what a Lambda function builds once, outside its handler.
@@ -108,15 +111,15 @@ type Env struct {
 	Policies *edgelimit.PolicyFile
 }
 
-// ErrEnv is wrapped by every configuration error of FromEnv.
-var ErrEnv = errors.New("setup: bad environment")
-
 // FromEnv builds a Lambda function's engine from its environment (see the
 // Env* constants): the policy file with overrides and shadow switches
-// applied, the DynamoDB table when a policy needs one, the hash key and key
-// ring, JSON logs with the request id, and EMF metrics. It makes no network
-// call: a wrong table or missing permission shows up as a store error on the
-// first request, which the policies' on_store_error answers.
+// applied, the hash key, each strategy's limiters from its Backend (which
+// reads what it needs: the table, the key ring), JSON logs with the request
+// id, and EMF metrics. Its only network calls read the secrets
+// EDGELIMIT_SECRET_ID and EDGELIMIT_TOKEN_SECRET_ID name (cfg.Secrets),
+// when they are set: a wrong table or missing permission shows up as a
+// store error on the first request, which the policies' on_store_error
+// answers.
 func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	getenv := cfg.Getenv
 	if getenv == nil {
@@ -137,6 +140,10 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	if function == "" {
 		function = getenv(envFunctionName)
 	}
+	getenv, err := withSecrets(ctx, getenv, cfg.Secrets)
+	if err != nil {
+		return nil, err
+	}
 
 	levelText, levelFrom := getenv(EnvLogLevel), EnvLogLevel
 	if levelText == "" {
@@ -144,7 +151,7 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	}
 	level, err := metrics.ParseLevel(levelText)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s=%q is not one of debug, info, warn, error", ErrEnv, levelFrom, levelText)
+		return nil, fmt.Errorf("%w: %s is not one of debug, info, warn, error", ErrEnv, levelFrom)
 	}
 	log := metrics.NewLogger(metrics.LogConfig{Writer: stderr, Level: level, Function: function})
 
@@ -158,41 +165,18 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		return nil, err
 	}
 
-	var needTable []string
-	var signed bool
-	for _, p := range pf.Policies {
-		switch p.Strategy {
-		case edgelimit.StrategyDurable, edgelimit.StrategyKV:
-			needTable = append(needTable, p.Name)
-		case edgelimit.StrategySigned:
-			signed = true
-		}
+	factory, err := Limiters(pf, cfg.Backends, BackendEnv{Getenv: getenv, Logger: log, Now: cfg.Now})
+	if err != nil {
+		return nil, err
 	}
-	fc := Config{Logger: log, Now: cfg.Now} // nil: the limiters decide at the engine's instant
-	if len(needTable) > 0 {
-		table := strings.TrimSpace(getenv(EnvTable))
-		if table == "" {
-			return nil, fmt.Errorf("%w: %s is not set; policies %s keep their state in DynamoDB: set it to the table's name (template.yaml does)",
-				ErrEnv, EnvTable, strings.Join(needTable, ", "))
-		}
-		client, err := lambdaDynamoDB(getenv, strings.TrimSpace(getenv(EnvEndpoint)))
-		if err != nil {
-			return nil, err
-		}
-		fc.DynamoDB, fc.Table = client, table
-	}
-	if signed {
-		if err := withSecrets(&fc, getenv(EnvSecrets)); err != nil {
-			return nil, err
-		}
-	}
-	factory, err := Factory(fc)
+
+	ovr, err := Overrides(pf, cfg.Backends, BackendEnv{Getenv: getenv, Logger: log, Now: cfg.Now})
 	if err != nil {
 		return nil, err
 	}
 
 	env := &Env{Logger: log, Policies: pf}
-	ecfg := edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Now: now}
+	ecfg := edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Now: now, Overrides: ovr}
 	switch ns := strings.TrimSpace(getenv(EnvMetricsNamespace)); ns {
 	case "off":
 	default:
@@ -216,55 +200,12 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		}
 	}
 	log.Debug("edgelimit: ready", slog.String("policies", pf.Source), slog.Int("count", len(pf.Policies)),
-		slog.String("table", fc.Table), slog.Any("shadow", shadow))
+		slog.Any("shadow", shadow))
 	return env, nil
 }
 
-// lambdaDynamoDB builds the DynamoDB client from what Lambda puts in the
-// environment: the region (AWS_REGION) and the execution role's temporary
-// credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN),
-// which is where the SDK's default chain finds them on Lambda too. Building
-// the client directly instead of through config.LoadDefaultConfig keeps the
-// shared-config, SSO and STS code out of the binary (1.6 MB of 10.4 MB,
-// linux/arm64) and off the cold start. With an endpoint override and no
-// credentials (a local server) it signs with placeholders.
-func lambdaDynamoDB(getenv func(string) string, endpoint string) (*dynamodb.Client, error) {
-	region := getenv("AWS_REGION")
-	if region == "" {
-		region = getenv("AWS_DEFAULT_REGION")
-	}
-	id, secret, session := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), getenv("AWS_SESSION_TOKEN")
-	if endpoint != "" {
-		if region == "" {
-			region = "us-east-1"
-		}
-		if id == "" || secret == "" {
-			id, secret, session = "local", "local", ""
-		}
-	}
-	switch {
-	case region == "":
-		return nil, fmt.Errorf("%w: AWS_REGION is not set (Lambda sets it; set it when running elsewhere)", ErrEnv)
-	case id == "" || secret == "":
-		return nil, fmt.Errorf("%w: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set: Lambda sets them from the "+
-			"execution role; elsewhere, set them or %s for a local server", ErrEnv, EnvEndpoint)
-	}
-	opts := dynamodb.Options{
-		Region:      region,
-		Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(id, secret, session)),
-		HTTPClient: awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
-			tr.MaxIdleConns = 64
-			tr.MaxIdleConnsPerHost = 64
-		}),
-	}
-	if endpoint != "" {
-		opts.BaseEndpoint = aws.String(endpoint)
-	}
-	return dynamodb.New(opts), nil
-}
-
 // HashKey decodes EDGELIMIT_HASH_KEY: standard base64 (padded or not),
-// surrounding white space ignored, at least edgelimit.MinSecretLength bytes.
+// surrounding white space ignored, at least isecret.MinLength bytes.
 // Its errors say what is wrong with the value's shape and never show any
 // part of it.
 func HashKey(s string) ([]byte, error) {
@@ -280,16 +221,16 @@ func HashKey(s string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s is not standard base64: %s; %s", ErrEnv, EnvHashKey, hashKeyProblem(s), hashKeyFormat)
 	}
-	if len(b) < edgelimit.MinSecretLength {
+	if len(b) < isecret.MinLength {
 		clear(b)
-		return nil, fmt.Errorf("%w: %s decodes to %d bytes; it needs at least %d: %s", ErrEnv, EnvHashKey, len(b), edgelimit.MinSecretLength, hashKeyFormat)
+		return nil, fmt.Errorf("%w: %s decodes to %d bytes; it needs at least %d: %s", ErrEnv, EnvHashKey, len(b), isecret.MinLength, hashKeyFormat)
 	}
 	return b, nil
 }
 
 // hashKeyFormat ends every EDGELIMIT_HASH_KEY error: what the value must be.
 var hashKeyFormat = fmt.Sprintf("set it to standard base64 of %d or more random bytes, such as the output of `openssl rand -base64 32`",
-	edgelimit.MinSecretLength)
+	isecret.MinLength)
 
 // hashKeyProblem says why s, which is not standard base64, is not, without
 // quoting it.
@@ -491,20 +432,4 @@ func set(m *yaml.Node, key, tag, value string) {
 		}
 	}
 	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
-}
-
-// withSecrets parses EDGELIMIT_SECRETS, the key ring of the signed
-// policies, into the factory configuration. Errors name entries, never
-// secrets.
-func withSecrets(fc *Config, ring string) error {
-	if strings.TrimSpace(ring) == "" {
-		return fmt.Errorf("%w: %s is not set; signed policies need a key ring of kid:base64 entries (each key at least %d bytes), newest first",
-			ErrEnv, EnvSecrets, edgelimit.MinSecretLength)
-	}
-	keys, err := signedwindow.ParseKeyRing(ring)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrEnv, err)
-	}
-	fc.Keys = keys
-	return nil
 }

@@ -6,14 +6,23 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/setup"
+	"github.com/edgelimit/edgelimit/setup/dynamodb"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/kv"
+	"github.com/edgelimit/edgelimit/setup/memory"
+	"github.com/edgelimit/edgelimit/setup/signed"
 )
 
 const durableFile = `version: 1
@@ -38,6 +47,9 @@ const signedFile = "version: 1\npolicies:\n  - {name: s, routes: [\"POST /tts\"]
 
 var testKey = base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
 
+// allBackends are what the example functions use, together.
+var allBackends = []setup.Backend{durable.Backend(dynamodb.Config{}), kv.Backend(dynamodb.Config{}), signed.Backend()}
+
 // env returns a Getenv over vars plus a working baseline.
 func env(vars map[string]string) func(string) string {
 	base := map[string]string{
@@ -58,6 +70,7 @@ func fromEnv(t *testing.T, vars map[string]string, policies string) (*setup.Env,
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	e, err := setup.FromEnv(context.Background(), setup.EnvConfig{
+		Backends:   allBackends,
 		Policies:   []byte(policies),
 		PolicyFile: "test.yaml",
 		Function:   "paid",
@@ -82,8 +95,8 @@ func TestFromEnvRejectsBadEnvironments(t *testing.T) {
 		{"no table for durable policies", map[string]string{setup.EnvTable: ""}, durableFile, "EDGELIMIT_TABLE is not set; policies daily, burst"},
 		{"no region", map[string]string{"AWS_REGION": ""}, durableFile, "AWS_REGION is not set"},
 		{"no credentials", map[string]string{"AWS_ACCESS_KEY_ID": ""}, durableFile, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set"},
-		{"bad log level", map[string]string{setup.EnvLogLevel: "loud"}, durableFile, `EDGELIMIT_LOG_LEVEL="loud"`},
-		{"bad Lambda log level", map[string]string{"AWS_LAMBDA_LOG_LEVEL": "LOUD"}, durableFile, `AWS_LAMBDA_LOG_LEVEL="LOUD"`},
+		{"bad log level", map[string]string{setup.EnvLogLevel: "loud"}, durableFile, "EDGELIMIT_LOG_LEVEL is not one of"},
+		{"bad Lambda log level", map[string]string{"AWS_LAMBDA_LOG_LEVEL": "LOUD"}, durableFile, "AWS_LAMBDA_LOG_LEVEL is not one of"},
 		{"reserved namespace", map[string]string{setup.EnvMetricsNamespace: "AWS/Lambda"}, durableFile, "reserved for AWS"},
 		{"no policies", nil, "", "no policy file"},
 		{"bad policy file", nil, "version: 1\npolicies: []\n", "`policies` is empty"},
@@ -168,8 +181,8 @@ func TestApplyOverridesSetsBurstOfGCRA(t *testing.T) {
 		t.Fatalf("ParsePolicies(edited) = %v\n%s", err, out)
 	}
 	p := pf.Policies[0]
-	if p.Limit != 3 || p.Burst != 3 || p.Window != 1000*24*time.Hour {
-		t.Errorf("search = limit %d burst %d window %s, want 3, 3, 24000h", p.Limit, p.Burst, p.Window)
+	if burst := p.Options.(*durablecounter.Options).Burst; p.Limit != 3 || burst != 3 || p.Window != 1000*24*time.Hour {
+		t.Errorf("search = limit %d burst %d window %s, want 3, 3, 24000h", p.Limit, burst, p.Window)
 	}
 }
 
@@ -203,7 +216,7 @@ func TestFromEnvStoreDownWiresLogsAndMetrics(t *testing.T) {
 	}
 	v := e.Engine.Decide(context.Background(), &edgelimit.Input{
 		Method: "GET", Path: "/paid/report", SourceIP: "192.0.2.1",
-		Header: edgelimit.MapHeaders{"x-api-key": "k-123"},
+		Header: limitertest.Headers{"x-api-key": "k-123"},
 	})
 	if v.Allowed || v.Status != 503 {
 		t.Fatalf("Decide = allowed %v status %d, want 503 (daily fails closed)", v.Allowed, v.Status)
@@ -252,8 +265,44 @@ func TestFromEnvBuildsSignedPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FromEnv = %v; a signed-only function needs no table", err)
 	}
-	v := e.Engine.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: "/tts", SourceIP: "192.0.2.1", Header: edgelimit.MapHeaders{}})
+	v := e.Engine.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: "/tts", SourceIP: "192.0.2.1", Header: limitertest.Headers{}})
 	if !v.Allowed {
 		t.Errorf("first request without proof of work: status %d, want allowed (a free window)", v.Status)
+	}
+}
+
+// A durable policy with proof_of_work is gated: below its threshold as
+// usual, above it a challenge keyed by EDGELIMIT_SECRETS, which it needs.
+func TestFromEnvGatesProofOfWork(t *testing.T) {
+	const file = `version: 1
+policies:
+  - {name: search, routes: ["GET /search"], key: ip, strategy: durable, limit: 4, window: 1m, proof_of_work: {above: 2, bits: 4}}
+`
+	ring := "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
+	_, _, _, err := fromEnv(t, nil, file)
+	if err == nil || !strings.Contains(err.Error(), "EDGELIMIT_SECRETS is not set; policies search ask for proof of work") {
+		t.Fatalf("without a ring: %v", err)
+	}
+	var stdout, stderr bytes.Buffer
+	e, err := setup.FromEnv(context.Background(), setup.EnvConfig{
+		Backends: []setup.Backend{memory.Durable()}, Policies: []byte(file), Getenv: env(map[string]string{setup.EnvSecrets: ring}),
+		Stdout: &stdout, Stderr: &stderr, Now: func() time.Time { return time.Unix(1_700_000_000, 0) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for range 3 {
+		v := e.Engine.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/search", SourceIP: "192.0.2.1"})
+		ch := ""
+		for _, f := range v.Header() {
+			if f.Name == "Edgelimit-Challenge" {
+				ch = "challenge"
+			}
+		}
+		got = append(got, fmt.Sprintf("%v %s", v.Allowed, ch))
+	}
+	if want := []string{"true ", "true ", "false challenge"}; !slices.Equal(got, want) {
+		t.Errorf("decisions %q, want %q", got, want)
 	}
 }

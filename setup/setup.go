@@ -1,80 +1,177 @@
-// Package setup wires a policy file to the strategy packages: it builds the
-// edgelimit.Factory that turns each policy into the Limiter its strategy
-// names, on in-memory stores (one process, the embedded default) or on a
-// DynamoDB table (shared by every Lambda instance).
+// Package setup builds an engine from a policy file and the environment: it
+// is what a Lambda function's main calls once, before its first request
+// (FromEnv), and what `edgelimit serve` uses.
 //
-// The strategy packages never import each other; this package is the one
-// place that knows them all, so functions and the CLI depend on it and
-// libraries need not.
+// Each strategy's limiters come from a Backend that says where their state
+// lives: setup/memory (in-process, one instance), setup/dynamodb (a DynamoDB
+// table shared by every instance) and setup/signed (no state: a key ring).
+// The program lists the backends it needs, and links nothing else: a
+// function whose policies are all signed links no DynamoDB code at all.
+// That is why this package names no strategy; the backends' packages do,
+// and importing one registers its strategy with the policy parser.
 package setup
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/edgelimit/edgelimit"
-	"github.com/edgelimit/edgelimit/durablecounter"
-	"github.com/edgelimit/edgelimit/kvbucket"
-	"github.com/edgelimit/edgelimit/signedwindow"
+	"github.com/edgelimit/edgelimit/internal/keyring"
+	"github.com/edgelimit/edgelimit/pow"
+	"github.com/edgelimit/edgelimit/powgate"
 )
 
-// Config says where the strategies keep their state.
-type Config struct {
-	// DynamoDB, when set, backs durable and kv policies with Table; nil keeps
-	// all state in this process (memory stores).
-	DynamoDB *dynamodb.Client
-	// Table is the DynamoDB table; required with DynamoDB.
-	Table string
-	// Keys is the key ring of signed policies (tokens and proof-of-work
-	// challenges); required when a policy is signed. See
-	// signedwindow.ParseKeyRing for EDGELIMIT_SECRETS.
-	Keys *signedwindow.KeyRing
-	// Logger receives strategy warnings; default slog.Default().
+// A Backend builds the limiters of one strategy's policies.
+type Backend interface {
+	// Strategy is the strategy whose policies it builds.
+	Strategy() *edgelimit.Strategy
+	// Open prepares the backend once, at start-up, from what env says (it
+	// makes no network call: a wrong table shows up as a store error on the
+	// first request, which the policies' on_store_error answers), and
+	// returns the function that builds one policy's limiter. Limiters it
+	// builds share one store, so that several policies on one route can be
+	// decided together.
+	Open(env *BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error)
+}
+
+// BackendEnv is what a Backend may read when it opens.
+type BackendEnv struct {
+	// Getenv reads the environment; default os.Getenv.
+	Getenv func(string) string
+	// Logger receives the backend's warnings.
 	Logger *slog.Logger
 	// Now, if set, is every limiter's clock; by default each decides at the
 	// instant the engine read for the request (edgelimit.Request.At).
 	Now func() time.Time
+	// Policies are the policies of the backend's strategy, for messages.
+	Policies []*edgelimit.Policy
 }
 
-// Factory returns the edgelimit.Factory for cfg. Durable policies share one
-// store, so that several on one route commit atomically; kv policies share
-// one KV.
-func Factory(cfg Config) (edgelimit.Factory, error) {
-	if cfg.DynamoDB != nil && cfg.Table == "" {
-		return nil, errors.New("setup: Config.Table is required with DynamoDB")
+// PolicyNames returns the names of env's policies, comma separated, for a
+// message like "policies a, b keep their state in DynamoDB".
+func (env *BackendEnv) PolicyNames() string {
+	names := make([]string, len(env.Policies))
+	for i, p := range env.Policies {
+		names[i] = p.Name
 	}
-	var durable durablecounter.Store
-	var kv kvbucket.KV
-	if cfg.DynamoDB != nil {
-		s, err := durablecounter.NewDynamoStore(durablecounter.DynamoConfig{Client: cfg.DynamoDB, Table: cfg.Table})
-		if err != nil {
-			return nil, err
-		}
-		k, err := kvbucket.NewDynamoDB(kvbucket.DynamoDBConfig{Client: cfg.DynamoDB, Table: cfg.Table, Now: cfg.Now})
-		if err != nil {
-			return nil, err
-		}
-		durable, kv = s, k
-	} else {
-		durable = durablecounter.NewMemoryStore(durablecounter.MemoryConfig{})
-		kv = kvbucket.NewMemory(kvbucket.MemoryConfig{Now: cfg.Now})
+	return strings.Join(names, ", ")
+}
+
+// ErrEnv is wrapped by every configuration error of FromEnv and of the
+// backends.
+var ErrEnv = errors.New("setup: bad environment")
+
+// Limiters opens the backends that pf's policies need and returns the
+// edgelimit.Config.Limiters function that builds each policy's limiter. A
+// policy whose strategy no backend serves is an error that names it; a
+// backend whose strategy no policy uses is not opened (a function need not
+// configure what it does not use).
+func Limiters(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+	if env.Getenv == nil {
+		env.Getenv = os.Getenv
 	}
-	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
-		switch p.Strategy {
-		case edgelimit.StrategyDurable:
-			return durablecounter.New(durablecounter.Config{Policy: p, Store: durable, Now: cfg.Now})
-		case edgelimit.StrategyKV:
-			return kvbucket.New(kvbucket.Config{Policy: p, KV: kv, Now: cfg.Now})
-		case edgelimit.StrategySigned:
-			if cfg.Keys == nil {
-				return nil, errors.New("setup: signed policies need a key ring (Config.Keys, from EDGELIMIT_SECRETS)")
+	byStrategy := map[*edgelimit.Strategy][]*edgelimit.Policy{}
+	var order []*edgelimit.Strategy
+	for _, p := range pf.Policies {
+		if _, ok := byStrategy[p.Strategy]; !ok {
+			order = append(order, p.Strategy)
+		}
+		byStrategy[p.Strategy] = append(byStrategy[p.Strategy], p)
+	}
+	builders := map[*edgelimit.Strategy]func(*edgelimit.Policy) (edgelimit.Limiter, error){}
+	for _, s := range order {
+		i := slices.IndexFunc(backends, func(b Backend) bool { return b.Strategy() == s })
+		if i < 0 {
+			var names []string
+			for _, p := range byStrategy[s] {
+				names = append(names, p.Name)
 			}
-			return signedwindow.New(signedwindow.Config{Policy: p, Keys: cfg.Keys, Now: cfg.Now, Logger: cfg.Logger})
+			return nil, fmt.Errorf("%w: policies %s are strategy %s, which this program has no backend for", ErrEnv, strings.Join(names, ", "), s.Name)
 		}
-		return nil, fmt.Errorf("setup: strategy %q is not available in this build", p.Strategy)
-	}, nil
+		benv := env
+		benv.Policies = byStrategy[s]
+		build, err := backends[i].Open(&benv)
+		if err != nil {
+			return nil, err
+		}
+		builders[s] = build
+	}
+	factory := func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		build, ok := builders[p.Strategy]
+		if !ok {
+			return nil, fmt.Errorf("setup: policy %q: no backend for strategy %q", p.Name, p.StrategyName())
+		}
+		return build(p)
+	}
+	return gating(pf, factory, env)
+}
+
+// gating wraps the limiters of the policies that ask for proof of work
+// above a threshold (a durable or kv policy's proof_of_work) in a
+// powgate.Gate, whose challenges are keyed by the ring of EDGELIMIT_SECRETS,
+// as the signed strategy's are: every instance must share it.
+func gating(pf *edgelimit.PolicyFile, factory func(*edgelimit.Policy) (edgelimit.Limiter, error), env BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+	var gated []string
+	for _, p := range pf.Policies {
+		if powgate.OptionsOf(p) != nil {
+			gated = append(gated, p.Name)
+		}
+	}
+	if len(gated) == 0 {
+		return factory, nil
+	}
+	entries, err := keyring.Parse(env.Getenv(EnvSecrets))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrEnv, err) // names entries, never secrets
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("%w: %s is not set; policies %s ask for proof of work above a threshold, and its challenges are keyed by that key ring (kid:base64 entries, newest first)",
+			ErrEnv, EnvSecrets, strings.Join(gated, ", "))
+	}
+	return powgate.Gating(factory, powgate.Config{Secrets: keyring.Secrets(entries), Now: env.Now, Logger: env.Logger,
+		Replay: pow.NewReplayCache(0)}), nil
+}
+
+// OverrideBackend is a Backend whose store can also keep the per-key
+// overrides operators set at run time (`edgelimit override`), for the
+// policies with overrides: true: setup/dynamodb's backends keep them in the
+// same table, setup/memory's in the process.
+type OverrideBackend interface {
+	Backend
+	// OpenOverrides returns the override store, once, at start-up.
+	OpenOverrides(env *BackendEnv) (edgelimit.OverrideStore, error)
+}
+
+// Overrides returns the edgelimit.Config.Overrides store that pf's
+// policies need: nil when none has overrides: true, else that of the
+// backend of the first such policy's strategy (one store serves every
+// policy). A policy with overrides whose backend cannot keep them is an
+// error that names it.
+func Overrides(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (edgelimit.OverrideStore, error) {
+	if env.Getenv == nil {
+		env.Getenv = os.Getenv
+	}
+	for _, p := range pf.Policies {
+		if !p.Overrides {
+			continue
+		}
+		for _, b := range backends {
+			if b.Strategy() != p.Strategy {
+				continue
+			}
+			ob, ok := b.(OverrideBackend)
+			if !ok {
+				break
+			}
+			env.Policies = []*edgelimit.Policy{p}
+			return ob.OpenOverrides(&env)
+		}
+		return nil, fmt.Errorf("%w: policy %s has overrides: true, but this program's %s backend keeps no overrides", ErrEnv, p.Name, p.StrategyName())
+	}
+	return nil, nil
 }

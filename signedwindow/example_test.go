@@ -42,7 +42,7 @@ func ExampleLimiter() {
 	now := t0
 	keys, _ := signedwindow.ParseKeyRing("k1:c2lnbmVkd2luZG93LWV4YW1wbGUtc2VjcmV0LTEtMDEyMzQ1Njc4OQ==")
 	l, err := signedwindow.New(signedwindow.Config{
-		Policy: &edgelimit.Policy{Name: "search", Strategy: edgelimit.StrategySigned, Limit: 2, Window: time.Minute},
+		Policy: &edgelimit.Policy{Name: "search", Limit: 2, Window: time.Minute},
 		Keys:   keys,
 		Now:    func() time.Time { return now },
 	})
@@ -51,15 +51,15 @@ func ExampleLimiter() {
 	}
 	// The client's request headers, where its token travels.
 	h := http.Header{}
-	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w", Header: edgelimit.HTTPHeaders(h)} // the engine's hashed client key
+	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w", Header: h} // the engine's hashed client key
 	for i := range 4 {
 		if i == 3 {
 			now = t0.Add(time.Minute) // the window ended
 		}
 		d, _ := l.Allow(context.Background(), req)
 		fmt.Printf("allowed=%v remaining=%d retry-after=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
-		if f := d.Field; f.Name != "" { // the response's Edgelimit-Token...
-			h.Set(f.Name, f.Value) // ...which the client sends back
+		if d.Response != nil { // the response's Edgelimit-Token...
+			h.Set(d.Response.Field.Name, d.Response.Field.Value) // ...which the client sends back
 		}
 	}
 	// Output:
@@ -75,13 +75,13 @@ func ExampleLimiter_proofOfWork() {
 	t0 := time.Unix(1_700_000_000, 0)
 	keys, _ := signedwindow.ParseKeyRing("k1:c2lnbmVkd2luZG93LWV4YW1wbGUtc2VjcmV0LTEtMDEyMzQ1Njc4OQ==")
 	l, _ := signedwindow.New(signedwindow.Config{
-		Policy: &edgelimit.Policy{Name: "tts", Strategy: edgelimit.StrategySigned, Limit: 3, Window: time.Minute,
-			ProofOfWork: &edgelimit.ProofOfWork{Bits: 8, TTL: 10 * time.Second}},
-		Keys: keys,
-		Now:  func() time.Time { return t0 },
+		Policy:  &edgelimit.Policy{Name: "tts", Limit: 3, Window: time.Minute},
+		Options: &signedwindow.Options{ProofOfWork: &signedwindow.ProofOfWork{Bits: 8, TTL: 10 * time.Second}},
+		Keys:    keys,
+		Now:     func() time.Time { return t0 },
 	})
 	h := http.Header{}
-	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w", Header: edgelimit.HTTPHeaders(h)}
+	req := edgelimit.Request{Key: "x4mrL0ZvN1cQ9bAqP7sT2w", Header: h}
 	d, _ := l.Allow(context.Background(), req)
 	challenge := header(d, signedwindow.HeaderChallenge) // and in the 429's problem body
 	st, _ := pow.ParseChallenge(challenge)
@@ -106,8 +106,8 @@ func ExampleLimiter_proofOfWork() {
 
 // header returns the value of a field a decision hands the client.
 func header(d edgelimit.Decision, name string) string {
-	if d.Field.Name == name {
-		return d.Field.Value
+	if d.Response != nil && d.Response.Field.Name == name {
+		return d.Response.Field.Value
 	}
 	return ""
 }

@@ -73,11 +73,11 @@ func ring(t testing.TB, keys ...Key) *KeyRing {
 
 // policy returns a signed policy; bits 0 means no proof of work.
 func policy(name string, limit int64, window time.Duration, bits int) *edgelimit.Policy {
-	p := &edgelimit.Policy{Name: name, Strategy: edgelimit.StrategySigned, Limit: limit, Window: window, Cost: 1}
+	o := &Options{}
 	if bits > 0 {
-		p.ProofOfWork = &edgelimit.ProofOfWork{Bits: bits, TTL: 10 * time.Second}
+		o.ProofOfWork = &ProofOfWork{Bits: bits, TTL: 10 * time.Second}
 	}
-	return p
+	return &edgelimit.Policy{Name: name, Strategy: Strategy, Limit: limit, Window: window, Cost: 1, Options: o}
 }
 
 type fixture struct {
@@ -153,8 +153,8 @@ func proofOf(r edgelimit.Request) string {
 func tokenOf(d edgelimit.Decision) string { return field(d, HeaderToken) }
 
 func field(d edgelimit.Decision, name string) string {
-	if d.Field.Name == name {
-		return d.Field.Value
+	if d.Response != nil && d.Response.Field.Name == name {
+		return d.Response.Field.Value
 	}
 	return ""
 }
@@ -169,8 +169,8 @@ func challengeOf(d edgelimit.Decision) *pow.Challenge {
 	var ext struct {
 		Challenge *pow.Challenge `json:"challenge"`
 	}
-	if err := json.Unmarshal([]byte(d.Extension), &ext); err != nil || ext.Challenge == nil || ext.Challenge.Value != v {
-		panic("challenge header and problem member disagree: " + d.Extension)
+	if err := json.Unmarshal([]byte(d.Response.Extension), &ext); err != nil || ext.Challenge == nil || ext.Challenge.Value != v {
+		panic("challenge header and problem member disagree: " + d.Response.Extension)
 	}
 	return ext.Challenge
 }

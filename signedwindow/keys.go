@@ -12,11 +12,11 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"unicode"
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/keyring"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 )
 
 // EnvSecrets is the environment variable that holds the key ring:
@@ -24,7 +24,7 @@ import (
 const EnvSecrets = "EDGELIMIT_SECRETS"
 
 // MaxKeyIDLength bounds a key id.
-const MaxKeyIDLength = 64
+const MaxKeyIDLength = keyring.MaxIDLength
 
 // tokenLabel separates the token MAC key from every other key derived from
 // the same secret (proof-of-work challenges use another label, so a token
@@ -40,7 +40,7 @@ type Key struct {
 }
 
 // NewKeyFromSecret returns the key id with secret, which must be at least
-// edgelimit.MinSecretLength (32) bytes, best 32 random bytes. The id is a
+// isecret.MinLength (32) bytes, best 32 random bytes. The id is a
 // short public name (every token's header carries it): one that could be a
 // secret, base64 of 32 bytes or more, is refused, as ParseKeyRing refuses
 // it. Errors never repeat the id.
@@ -48,11 +48,11 @@ func NewKeyFromSecret(id string, secret []byte) (Key, error) {
 	if !validKeyID(id) {
 		return Key{}, fmt.Errorf("%w: key id must be 1-%d characters of A-Z a-z 0-9 . _ -", ErrBadKey, MaxKeyIDLength)
 	}
-	if looksLikeSecret(id) {
+	if keyring.LooksLikeSecret(id) {
 		return Key{}, fmt.Errorf("%w: the key id looks like a secret (43 or more base64 characters); a key id is a short public name", ErrBadKey)
 	}
-	if len(secret) < edgelimit.MinSecretLength {
-		return Key{}, fmt.Errorf("signedwindow: a secret of %d bytes: %w", len(secret), edgelimit.ErrShortSecret)
+	if len(secret) < isecret.MinLength {
+		return Key{}, fmt.Errorf("signedwindow: a secret of %d bytes: %w", len(secret), isecret.ErrShort)
 	}
 	return Key{id: id, secret: append([]byte(nil), secret...)}, nil
 }
@@ -62,7 +62,7 @@ func NewKeyFromSecret(id string, secret []byte) (Key, error) {
 func GenerateKey() Key {
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand never fails
-	return Key{id: "k" + hex.EncodeToString(b[:]), secret: edgelimit.RandomSecret()}
+	return Key{id: "k" + hex.EncodeToString(b[:]), secret: isecret.Random()}
 }
 
 // NewKey returns a new "kid:base64" entry for EDGELIMIT_SECRETS: what
@@ -88,18 +88,7 @@ func (k Key) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, k.String()) 
 // LogValue logs the key id only.
 func (k Key) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
-func validKeyID(id string) bool {
-	if id == "" || len(id) > MaxKeyIDLength {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+func validKeyID(id string) bool { return keyring.ValidID(id) }
 
 // KeyRing holds the keys that sign and verify window tokens (and key
 // proof-of-work challenges): the first key signs, every key verifies, and a
@@ -165,7 +154,7 @@ func NewKeyRing(keys ...Key) (*KeyRing, error) {
 	}
 	r := &KeyRing{byID: make(map[string]*ringKey, len(keys))}
 	for i, k := range keys {
-		if !validKeyID(k.id) || len(k.secret) < edgelimit.MinSecretLength {
+		if !validKeyID(k.id) || len(k.secret) < isecret.MinLength {
 			return nil, fmt.Errorf("%w: use NewKeyFromSecret or GenerateKey", ErrBadKey)
 		}
 		if r.byID[k.id] != nil {
@@ -194,160 +183,15 @@ func NewKeyRing(keys ...Key) (*KeyRing, error) {
 // shape, never any part of its text: a slip can put a secret anywhere,
 // including where the key id belongs.
 func ParseKeyRing(s string) (*KeyRing, error) {
-	if t := strings.TrimSpace(s); strings.HasPrefix(t, "{") || strings.HasPrefix(t, "[") {
-		return nil, fmt.Errorf("%w: %s holds JSON (the whole Secrets Manager secret?); set it to the token_secrets value alone, "+
-			"as template.yaml's dynamic reference does: %s", ErrBadKey, EnvSecrets, expectedEntry)
+	entries, err := keyring.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadKey, err)
 	}
-	var keys []Key
-	var pos []int
-	for i, entry := range strings.Split(s, ",") {
-		entry = strings.TrimSpace(entry)
-		if entry == "" {
-			continue
-		}
-		k, err := parseEntry(entry)
-		if err != nil {
-			return nil, fmt.Errorf("%w: entry %d of %s: %w", ErrBadKey, i+1, EnvSecrets, err)
-		}
-		for j, prev := range keys {
-			switch {
-			case prev.id == k.id:
-				return nil, fmt.Errorf("%w: entries %d and %d of %s have the same key id; each key needs its own", ErrBadKey, pos[j], i+1, EnvSecrets)
-			case hmac.Equal(prev.secret, k.secret):
-				return nil, fmt.Errorf("%w: entries %d and %d of %s have the same secret; each key needs its own (edgelimit keygen makes one)", ErrBadKey, pos[j], i+1, EnvSecrets)
-			}
-		}
-		keys = append(keys, k)
-		pos = append(pos, i+1)
+	keys := make([]Key, len(entries))
+	for i, e := range entries {
+		keys[i] = Key{id: e.ID, secret: e.Secret}
 	}
 	return NewKeyRing(keys...)
-}
-
-// expectedEntry ends every entry error: the shape wanted, with an example
-// that is obviously not a key.
-const expectedEntry = "expected kid:base64, like k1:<44 base64 characters> (`edgelimit keygen` prints one)"
-
-// entryError is what is wrong with one entry: its shape, never its text.
-type entryError struct {
-	problem string
-	short   bool // the secret is too short: wraps edgelimit.ErrShortSecret
-}
-
-func (e *entryError) Error() string { return e.problem + "; " + expectedEntry }
-
-func (e *entryError) Unwrap() error {
-	if e.short {
-		return edgelimit.ErrShortSecret
-	}
-	return nil
-}
-
-// parseEntry parses one trimmed, non-empty "kid:base64" entry. Its errors
-// describe the entry's shape only.
-func parseEntry(entry string) (Key, error) {
-	bad := func(problem string) (Key, error) { return Key{}, &entryError{problem: problem} }
-	if q := entry[0]; q == '"' || q == '\'' || q == '`' || strings.ContainsAny(entry[len(entry)-1:], "\"'`") {
-		return bad("it is in quotes; remove them")
-	}
-	switch n := strings.Count(entry, ":"); {
-	case n == 0:
-		if looksLikeSecret(entry) {
-			return bad("it has no colon: it looks like a secret without its key id")
-		}
-		return bad("it has no colon")
-	case n > 1:
-		return bad(fmt.Sprintf("it has %d colons where one belongs, between the key id and the secret (are two entries "+
-			"run together? entries are separated by commas)", n))
-	}
-	id, b64, _ := strings.Cut(entry, ":")
-	id, b64 = strings.TrimSpace(id), strings.TrimSpace(b64)
-	switch {
-	case id == "" && b64 == "":
-		return bad("it is a colon alone")
-	case id == "":
-		return bad("nothing stands before the colon: the key id is missing")
-	case b64 == "" && looksLikeSecret(id):
-		return bad("nothing stands after the colon, and the part before it looks like a secret: the key id is missing")
-	case b64 == "":
-		return bad("nothing stands after the colon: the secret is missing")
-	case looksLikeSecret(id):
-		// Also a valid kid of URL-safe characters: refused all the same,
-		// since the kid is sent to every client in its tokens.
-		return bad("the part before the colon looks like a secret (43 or more base64 characters): are the halves swapped, " +
-			"or the secret pasted twice? The key id comes first, and is a short name")
-	case strings.ContainsFunc(id, unicode.IsSpace):
-		return bad("the key id contains white space")
-	case len(id) > MaxKeyIDLength:
-		return bad(fmt.Sprintf("the key id is %d characters long; at most %d", len(id), MaxKeyIDLength))
-	case !validKeyID(id):
-		return bad("the key id has a character other than A-Z a-z 0-9 . _ -" + swapHint(id, b64))
-	}
-	secret, ok := decodeSecret(b64)
-	if !ok {
-		return bad("the part after the colon is not base64: " + base64Problem(b64) + swapHint(id, b64))
-	}
-	defer clear(secret)
-	if len(secret) < edgelimit.MinSecretLength {
-		return Key{}, &entryError{short: true, problem: fmt.Sprintf("the secret decodes to %s; it needs at least %d%s",
-			plural(len(secret), "byte"), edgelimit.MinSecretLength, swapHint(id, b64))}
-	}
-	return Key{id: id, secret: append([]byte(nil), secret...)}, nil
-}
-
-// swapHint suggests that the halves are swapped when the part before the
-// colon is longer than the part after it and looks like base64 of some
-// length (a short secret, too short for looksLikeSecret).
-func swapHint(id, b64 string) string {
-	if len(id) <= len(b64) || len(id) < 16 {
-		return ""
-	}
-	if _, ok := decodeSecret(id); !ok {
-		return ""
-	}
-	return " (the part before the colon looks like base64: are the halves swapped? The key id comes first)"
-}
-
-func plural(n int, unit string) string {
-	if n == 1 {
-		return "1 " + unit
-	}
-	return fmt.Sprintf("%d %ss", n, unit)
-}
-
-// looksLikeSecret reports whether s decodes as base64 to a secret's length.
-func looksLikeSecret(s string) bool {
-	b, ok := decodeSecret(s)
-	clear(b)
-	return ok && len(b) >= edgelimit.MinSecretLength
-}
-
-// base64Problem says why s, which no base64 encoding decodes, is not
-// base64, without quoting it.
-func base64Problem(s string) string {
-	switch {
-	case strings.ContainsFunc(s, unicode.IsSpace):
-		return "it contains white space"
-	case strings.ContainsFunc(s, func(r rune) bool { return !isBase64Char(r) }):
-		return "it has a character other than A-Z a-z 0-9 + / - _ ="
-	case strings.ContainsAny(s, "+/") && strings.ContainsAny(s, "-_"):
-		return "it mixes standard (+ /) and URL-safe (- _) characters"
-	}
-	return "its length or padding is wrong (cut short?)"
-}
-
-func isBase64Char(r rune) bool {
-	return r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune("+/-_=", r)
-}
-
-// decodeSecret decodes standard or URL-safe base64, padded or not (line
-// breaks inside are skipped, as Go's decoder does).
-func decodeSecret(s string) ([]byte, bool) {
-	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
-		if b, err := enc.DecodeString(s); err == nil && s != "" {
-			return b, true
-		}
-	}
-	return nil, false
 }
 
 // EphemeralKeyRing returns a ring of one new random key, for local

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/leaktest"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 )
 
 // TestParseKeyRingNeverShowsASecret is the regression test of issue #10,
@@ -59,8 +59,8 @@ func TestParseKeyRingNeverShowsASecret(t *testing.T) {
 			if !errors.Is(err, ErrBadKey) && !errors.Is(err, ErrNoKeys) {
 				t.Errorf("error %v wraps neither ErrBadKey nor ErrNoKeys", err)
 			}
-			if errors.Is(err, edgelimit.ErrShortSecret) != s.Short {
-				t.Errorf("error %v: wraps edgelimit.ErrShortSecret = %v, want %v", err, !s.Short, s.Short)
+			if errors.Is(err, isecret.ErrShort) != s.Short {
+				t.Errorf("error %v: wraps isecret.ErrShort = %v, want %v", err, !s.Short, s.Short)
 			}
 		})
 	}
@@ -71,7 +71,7 @@ func TestParseKeyRingNeverShowsASecret(t *testing.T) {
 // errors do not repeat them either.
 func TestKeyConstructorsNeverShowTheID(t *testing.T) {
 	id := "k-would-be-secret-0123456789"
-	if _, err := NewKeyFromSecret(id, []byte("short")); err == nil || strings.Contains(err.Error(), id[:8]) || !errors.Is(err, edgelimit.ErrShortSecret) {
+	if _, err := NewKeyFromSecret(id, []byte("short")); err == nil || strings.Contains(err.Error(), id[:8]) || !errors.Is(err, isecret.ErrShort) {
 		t.Errorf("NewKeyFromSecret(short) = %v, want ErrShortSecret without the id", err)
 	}
 	secretID := "vafSO7SA4By5DaA0Pcu0WmVAWI6f3df28Mxl_Kjlbrg" // URL-safe base64 of 32 bytes: a valid kid

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edgelimit/edgelimit"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 )
 
 func TestParseKeyRing(t *testing.T) {
@@ -47,7 +47,7 @@ func TestParseKeyRingErrors(t *testing.T) {
 		{"kid too long", strings.Repeat("k", 65) + ":" + good, ErrBadKey},
 		{"not base64", "k1:" + good[:10] + "!" + good[11:], ErrBadKey},
 		{"empty secret", "k1:", ErrBadKey},
-		{"short secret", "k1:" + short, edgelimit.ErrShortSecret},
+		{"short secret", "k1:" + short, isecret.ErrShort},
 		{"duplicate kid", "k1:" + good + ",k1:" + good, ErrBadKey},
 		{"swapped (secret first)", good + ":k1", ErrBadKey},
 	} {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,8 +21,11 @@ import (
 // Config configures a Limiter.
 type Config struct {
 	// Policy is the signed policy to enforce: its Name (the tokens' aud),
-	// Limit, Window and ProofOfWork. Required.
+	// Limit, Window and Options. Required.
 	Policy *edgelimit.Policy
+	// Options, if set, say whether a window costs a proof of work; default
+	// the Policy's Options (what its file said), else none.
+	Options *Options
 	// Keys sign and verify tokens and key the challenges. Required.
 	Keys *KeyRing
 	// Now is the clock; default time.Now.
@@ -76,8 +78,12 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Keys == nil || len(cfg.Keys.keys) == 0 {
 		return nil, fmt.Errorf("signedwindow: policy %q: Config.Keys: %w", p.Name, ErrNoKeys)
 	}
-	if p.Strategy != "" && p.Strategy != edgelimit.StrategySigned {
-		return nil, fmt.Errorf("signedwindow: policy %q has strategy %q, not signed", p.Name, p.Strategy)
+	if p.Strategy != nil && p.Strategy != Strategy {
+		return nil, fmt.Errorf("signedwindow: policy %q has strategy %q, not signed", p.Name, p.Strategy.Name)
+	}
+	opts, err := options(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if !safeString(p.Name) {
 		return nil, fmt.Errorf("signedwindow: policy name %q must be printable ASCII without quotes or backslashes", p.Name)
@@ -115,7 +121,7 @@ func New(cfg Config) (*Limiter, error) {
 		jwt.WithAudience(p.Name),
 		jwt.WithTimeFunc(l.now),
 	)
-	if pw := p.ProofOfWork; pw != nil {
+	if pw := opts.ProofOfWork; pw != nil {
 		c, err := pow.New(pow.Config{Secrets: cfg.Keys.secrets(), Bits: pw.Bits, TTL: pw.TTL, Now: l.now, Rand: l.rand, Replay: l.replay})
 		if err != nil {
 			return nil, fmt.Errorf("signedwindow: policy %q: %w", p.Name, err)
@@ -125,13 +131,13 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// NewFactory returns an edgelimit.Factory that builds a Limiter for each
+// NewFactory returns an func(*edgelimit.Policy) (edgelimit.Limiter, error) that builds a Limiter for each
 // signed policy from base (whose Policy is ignored), and refuses other
 // strategies. A Replay cache set in base is shared by every policy.
-func NewFactory(base Config) edgelimit.Factory {
+func NewFactory(base Config) func(*edgelimit.Policy) (edgelimit.Limiter, error) {
 	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
-		if p.Strategy != edgelimit.StrategySigned {
-			return nil, fmt.Errorf("signedwindow: policy %q has strategy %q, not signed", p.Name, p.Strategy)
+		if p.Strategy != Strategy {
+			return nil, fmt.Errorf("signedwindow: policy %q has strategy %q, not signed", p.Name, p.StrategyName())
 		}
 		cfg := base
 		cfg.Policy = p
@@ -145,19 +151,19 @@ const (
 	// request, and back in the client's next request.
 	HeaderToken = "Edgelimit-Token"
 	// HeaderChallenge carries a proof-of-work challenge in a 429.
-	HeaderChallenge = "Edgelimit-Challenge"
+	HeaderChallenge = pow.HeaderChallenge
 	// HeaderProof carries the client's solution of a challenge.
-	HeaderProof = "Edgelimit-Proof"
+	HeaderProof = pow.HeaderProof
 )
 
 // Limits on the client state headers; a larger value is ignored (absent).
 const (
 	MaxTokenHeader = 4096
-	MaxProofHeader = 1024
+	MaxProofHeader = pow.MaxProofHeader
 )
 
 // detailProof is what a 429 with a challenge tells the client to do.
-const detailProof = "Solve the proof-of-work challenge and retry with the Edgelimit-Proof header."
+const detailProof = pow.ChallengeDetail
 
 // Allow decides req: see the package documentation. It never returns an
 // error; invalid, expired, tampered, replayed or foreign tokens and proofs
@@ -223,7 +229,7 @@ func (l *Limiter) decide(now time.Time, req edgelimit.Request, spend bool) edgel
 				d.Reset = time.Unix(exp, 0).Sub(now)
 				d.Receipt = edgelimit.Receipt{At: now.UnixNano(), Slot: c.n, ID: receiptID(c.id)}
 				if spend {
-					d.Field = edgelimit.Field{Name: HeaderToken, Value: l.keys.keys[0].sign(l.name, sub, c.id, c.nbf.Unix(), exp, c.n+cost)}
+					d.Response = &edgelimit.Response{Field: edgelimit.Field{Name: HeaderToken, Value: l.keys.keys[0].sign(l.name, sub, c.id, c.nbf.Unix(), exp, c.n+cost)}}
 				}
 				return d
 			}
@@ -251,18 +257,9 @@ func (l *Limiter) decide(now time.Time, req edgelimit.Request, spend bool) edgel
 	// A proof buys a window: until one comes, nothing is available and
 	// there is no effective window to announce (t is left out).
 	ch := l.pow.IssueAt(now, req.Key, l.name)
-	d.Field = edgelimit.Field{Name: HeaderChallenge, Value: ch.Value}
-	d.Detail = detailProof
-	d.Extension = challengeJSON(ch)
+	d.Response = &edgelimit.Response{Field: edgelimit.Field{Name: HeaderChallenge, Value: ch.Value},
+		Detail: detailProof, Extension: ch.Extension()}
 	return d
-}
-
-// challengeJSON is the problem body's extension member for ch.
-func challengeJSON(ch pow.Challenge) string {
-	b, _ := json.Marshal(struct {
-		Challenge pow.Challenge `json:"challenge"`
-	}{ch}) // fixed types: cannot fail
-	return string(b)
 }
 
 // mint starts a window worth limit units at now, spending cost of it (and
@@ -275,7 +272,7 @@ func (l *Limiter) mint(d edgelimit.Decision, now time.Time, sub string, id pow.I
 	d.Reset = time.Unix(exp, 0).Sub(now)
 	d.Receipt = edgelimit.Receipt{At: now.UnixNano(), Slot: 0, ID: receiptID(id)}
 	if spend {
-		d.Field = edgelimit.Field{Name: HeaderToken, Value: l.keys.keys[0].sign(l.name, sub, id, nbf, exp, cost)}
+		d.Response = &edgelimit.Response{Field: edgelimit.Field{Name: HeaderToken, Value: l.keys.keys[0].sign(l.name, sub, id, nbf, exp, cost)}}
 	}
 	return d
 }

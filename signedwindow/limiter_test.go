@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/pow"
 )
 
@@ -252,6 +253,12 @@ func TestPeekSpendsNothing(t *testing.T) {
 // TestEngine runs the real engine: 429 with Edgelimit-Challenge and the
 // challenge in the problem body, then Edgelimit-Token on allowed responses;
 // and a route whose other policy denies refunds the signed one.
+// testGate is a strategy for a stand-in policy that the tests open and
+// close by hand.
+var testGate = &edgelimit.Strategy{Name: "test-gate", Parse: func(*edgelimit.Fields) any { return nil }}
+
+func init() { edgelimit.Register(testGate) }
+
 func TestEngine(t *testing.T) {
 	file, err := edgelimit.ParsePolicies("test.yaml", []byte(`
 version: 1
@@ -266,7 +273,7 @@ policies:
   - name: gate
     routes: ["POST /both"]
     key: ip
-    strategy: kv
+    strategy: test-gate
     limit: 100
     window: 1m
 `))
@@ -281,10 +288,10 @@ policies:
 		HashSecret: []byte("engine-hash-secret-0123456789abcdef"),
 		Now:        c.Now,
 		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
-			if p.Strategy == edgelimit.StrategySigned {
+			if p.Strategy == Strategy {
 				return NewFactory(Config{Keys: keys, Now: c.Now})(p)
 			}
-			return edgelimit.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
+			return limitertest.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
 				return edgelimit.Decision{Allowed: gateOpen, Limit: 100, Window: time.Minute, RetryAfter: time.Second}, nil
 			}), nil
 		},
@@ -294,7 +301,7 @@ policies:
 	}
 	do := func(path, token, proof string) (*edgelimit.Verdict, map[string]string) {
 		v := e.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: path, SourceIP: "203.0.113.7",
-			Header: edgelimit.MapHeaders{"Edgelimit-Token": token, "Edgelimit-Proof": proof}})
+			Header: limitertest.Headers{"Edgelimit-Token": token, "Edgelimit-Proof": proof}})
 		h := map[string]string{}
 		for _, f := range v.Header() {
 			h[f.Name] = f.Value
@@ -307,7 +314,7 @@ policies:
 		t.Fatalf("first call: %d %v, want 429 with Edgelimit-Challenge", v.Status, h)
 	}
 	var body struct {
-		edgelimit.Problem
+		limitertest.Problem
 		Challenge *pow.Challenge `json:"challenge"`
 	}
 	if err := json.Unmarshal(v.Body, &body); err != nil || body.Challenge == nil || body.Challenge.Value != h["Edgelimit-Challenge"] || body.Challenge.Bits != 8 {
@@ -346,7 +353,7 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{"no policy", Config{Keys: keys}},
 		{"no keys", Config{Policy: policy("tts", 1, time.Minute, 0)}},
-		{"durable", Config{Policy: &edgelimit.Policy{Name: "x", Strategy: edgelimit.StrategyDurable, Limit: 1, Window: time.Second}, Keys: keys}},
+		{"durable", Config{Policy: &edgelimit.Policy{Name: "x", Strategy: &edgelimit.Strategy{Name: "durable"}, Limit: 1, Window: time.Second}, Keys: keys}},
 		{"limit 0", Config{Policy: policy("tts", 0, time.Minute, 0), Keys: keys}},
 		{"no window", Config{Policy: policy("tts", 1, 0, 0), Keys: keys}},
 		{"quote in name", Config{Policy: policy(`t"s`, 1, time.Minute, 0), Keys: keys}},
@@ -356,7 +363,7 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("%s: New = nil error", tc.name)
 		}
 	}
-	if _, err := NewFactory(Config{Keys: keys})(&edgelimit.Policy{Name: "x", Strategy: edgelimit.StrategyKV}); err == nil {
+	if _, err := NewFactory(Config{Keys: keys})(&edgelimit.Policy{Name: "x", Strategy: &edgelimit.Strategy{Name: "kv"}}); err == nil {
 		t.Error("NewFactory built a limiter for a kv policy")
 	}
 }

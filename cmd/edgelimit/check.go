@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/edgelimit/edgelimit"
 )
@@ -33,41 +35,81 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 }
 
 // printTable writes the routes -> policies table, one row per route of each
-// policy, in file order.
+// policy, in file order. OPTIONS is what the policy's strategy says of its
+// own fields (an algorithm, a burst, proof of work).
 func printTable(w io.Writer, f *edgelimit.PolicyFile) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROUTE\tPOLICY\tSTRATEGY\tALGORITHM\tLIMIT\tWINDOW\tBURST\tKEY\tON STORE ERROR\tNOTES")
+	fmt.Fprintln(tw, "ROUTE\tPOLICY\tSTRATEGY\tLIMIT\tWINDOW\tOPTIONS\tKEY\tON STORE ERROR\tNOTES")
 	for _, p := range f.Policies {
-		burst := "-"
-		if p.Burst > 0 {
-			burst = strconv.FormatInt(p.Burst, 10)
-		}
-		var notes string
+		var notes []string
 		if p.Shadow {
-			notes += "shadow "
+			notes = append(notes, "shadow")
 		}
 		if p.Cost > 1 {
-			notes += "cost=" + strconv.FormatInt(p.Cost, 10) + " "
+			notes = append(notes, "cost="+strconv.FormatInt(p.Cost, 10))
 		}
-		if p.ProofOfWork != nil {
-			notes += fmt.Sprintf("pow=%dbits/%s ", p.ProofOfWork.Bits, edgelimit.FormatDuration(p.ProofOfWork.TTL))
-		}
-		if p.Shards > 1 {
-			notes += "shards=" + strconv.Itoa(p.Shards) + " "
-		}
-		if p.OnMissingKey == edgelimit.MissingKeyIP {
-			notes += "missing-key->ip "
+		if p.MissingKeyToIP {
+			notes = append(notes, "missing-key->ip")
 		}
 		if p.TrustedProxies > 0 {
-			notes += "trusted_proxies=" + strconv.Itoa(p.TrustedProxies) + " "
+			notes = append(notes, "trusted_proxies="+strconv.Itoa(p.TrustedProxies))
+		}
+		opts := "-"
+		if s, ok := p.Options.(fmt.Stringer); ok {
+			opts = s.String()
 		}
 		for _, r := range p.Routes {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r, p.Name, p.Strategy, p.Algorithm, p.Limit,
-				edgelimit.FormatDuration(p.Window), burst, p.Key, p.OnStoreError, notes)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r, p.Name, p.StrategyName(), p.Limit,
+				formatDuration(p.Window), opts, p.Key, p.OnStoreError, strings.Join(notes, " "))
 		}
 	}
 	tw.Flush()
+	if len(f.Lists) > 0 {
+		fmt.Fprintln(w)
+		printLists(w, f.Lists)
+	}
 	fmt.Fprintf(w, "%s: %s OK\n", f.Source, countOf(len(f.Policies), "policy", "policies"))
+}
+
+// printLists writes the allow and deny lists, checked before any policy.
+// A list's file and environment variable are read when the engine starts.
+func printLists(w io.Writer, lists []*edgelimit.List) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LIST\tACTION\tMATCH\tROUTES\tVALUES")
+	for _, l := range lists {
+		action := "allow"
+		if l.Deny {
+			action = "deny"
+		}
+		routes := "*"
+		if len(l.Routes) > 0 {
+			rs := make([]string, len(l.Routes))
+			for i, r := range l.Routes {
+				rs[i] = r.String()
+			}
+			routes = strings.Join(rs, ",")
+		}
+		vals := []string{countOf(len(l.Values), "value", "values")}
+		if l.File != "" {
+			vals = append(vals, "file "+l.File)
+		}
+		if l.Env != "" {
+			vals = append(vals, "env "+l.Env)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.Name, action, l.Match, routes, strings.Join(vals, " + "))
+	}
+	tw.Flush()
+}
+
+// formatDuration writes d compactly (1d, 24h, 1m30s).
+func formatDuration(d time.Duration) string {
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	s := d.String()
+	s = strings.Replace(s, "m0s", "m", 1)
+	s = strings.Replace(s, "h0m", "h", 1)
+	return s
 }
 
 func countOf(n int, one, many string) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -38,7 +39,7 @@ func demoHandler(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events
 			if d.Policy == "" {
 				continue
 			}
-			out.Policies = append(out.Policies, policy{d.Policy, d.Limit, d.Remaining, edgelimit.Seconds(d.Reset), d.Degraded})
+			out.Policies = append(out.Policies, policy{d.Policy, d.Limit, d.Remaining, int64((max(d.Reset, 0) + time.Second - 1) / time.Second), d.Degraded})
 		}
 	}
 	body, err := json.Marshal(out)

@@ -5,12 +5,15 @@
 //	edgelimit get     [-X METHOD] [-H 'Name: value'] [-d BODY] [-n N] [-i] [-v] [-o FILE] URL
 //	edgelimit solve   CHALLENGE
 //	edgelimit keygen
+//	edgelimit usage|reset|grant|override [flags] POLICY KEY ...
 //
 // serve runs every route of a policy file locally, translating each HTTP
 // request into an API Gateway HTTP API event and passing it through the same
 // Lambda middleware that runs in production. check validates a policy file
 // and prints which policies guard which routes. get is the reference client of
-// the signed strategy; solve and keygen are its small tools.
+// the signed strategy; solve and keygen are its small tools. usage, reset,
+// grant and override are the operator's commands on a client key's quota in
+// the deployed table.
 package main
 
 import (
@@ -30,6 +33,10 @@ Usage:
   edgelimit get [flags] URL   a curl-like client that keeps tokens, solves challenges and retries
   edgelimit solve CHALLENGE   solve a proof-of-work challenge and print the proof
   edgelimit keygen            print a new key ring entry for EDGELIMIT_SECRETS
+  edgelimit usage POLICY KEY  a client key's quota, what is left and when it resets
+  edgelimit reset POLICY KEY  forget a client key's usage
+  edgelimit grant POLICY KEY UNITS   give a client key units beyond its quota
+  edgelimit override set|get|delete POLICY KEY   a client key's own limits
 
 Run 'edgelimit COMMAND -h' for a command's flags.
 `
@@ -57,6 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runSolve(ctx, args[1:], stdout, stderr)
 	case "get":
 		return runGet(ctx, args[1:], stdout, stderr)
+	case "usage", "reset", "grant", "override":
+		return runQuota(ctx, args[0], args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

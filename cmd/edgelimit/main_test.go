@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
+	"github.com/edgelimit/edgelimit/limitertest"
 )
 
 // syncBuffer is a bytes.Buffer safe to read while serve writes to it.
@@ -155,8 +155,8 @@ func burst(t *testing.T, url string, n, limit int, header map[string]string, pol
 		if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
 			t.Errorf("request %d: Content-Type = %q", i, ct)
 		}
-		var p edgelimit.Problem
-		if err := json.Unmarshal(body, &p); err != nil || p.Type != edgelimit.ProblemQuotaExceeded || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != policy {
+		var p limitertest.Problem
+		if err := json.Unmarshal(body, &p); err != nil || p.Type != "https://iana.org/assignments/http-problem-types#quota-exceeded" || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != policy {
 			t.Errorf("request %d: body %s", i, body)
 		}
 	}
@@ -242,13 +242,20 @@ func TestServeClearErrors(t *testing.T) {
 
 func TestCheck(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"check", "../../policies.yaml"}, &stdout, &stderr); code != 0 {
+	if code := run(context.Background(), []string{"check", "policies.yaml"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("check policies.yaml: exit %d: %s", code, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"ROUTE", "GET /paid/*", "paid-daily", "paid-burst", "POST /tts", "pow=16bits/10s", "policies OK"} {
+	for _, want := range []string{"ROUTE", "GET /paid/*", "paid-daily", "paid-burst", "gcra burst=20", "POST /tts", "proof of work 16 bits/10s", "policies OK"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	// Regression (issue 15, item 5): a signed policy is not listed with an
+	// algorithm it does not have.
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "POST /tts") && strings.Contains(line, "fixed-window") {
+			t.Errorf("the signed policy is listed with a durable algorithm: %q", line)
 		}
 	}
 	stdout.Reset()

@@ -17,9 +17,17 @@ import (
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/internal/apigwlocal"
 	"github.com/edgelimit/edgelimit/internal/ddb"
+	isecret "github.com/edgelimit/edgelimit/internal/secret"
 	"github.com/edgelimit/edgelimit/middleware"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/setup"
+	"github.com/edgelimit/edgelimit/setup/dynamodb"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/inflight"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/kv"
+	"github.com/edgelimit/edgelimit/setup/memory"
+	"github.com/edgelimit/edgelimit/setup/signed"
+	"github.com/edgelimit/edgelimit/signedwindow"
 )
 
 type serveFlags struct {
@@ -30,6 +38,8 @@ type serveFlags struct {
 	table       string
 	createTable bool
 	logFormat   string
+	// exitWithParent: stop when the parent process exits (make run).
+	exitWithParent bool
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -43,6 +53,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&f.table, "table", "edgelimit", "DynamoDB table (with --store dynamodb)")
 	fs.BoolVar(&f.createTable, "create-table", false, "create the DynamoDB table if it does not exist")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.BoolVar(&f.exitWithParent, "exit-with-parent", false, "stop when the process that started serve exits (make run sets it, so that stopping make stops the server)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: edgelimit serve [flags]\n\nServes every route of a policy file, running each request through the API Gateway v2\nLambda middleware around a demo handler that echoes the route and the decision.\n\nFlags:")
 		fs.PrintDefaults()
@@ -53,6 +64,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if fs.NArg() != 0 {
 		fs.Usage()
 		return 2
+	}
+	if f.exitWithParent {
+		var cancel context.CancelFunc
+		ctx, cancel = withParent(ctx, os.Getppid, parentPollInterval, stderr)
+		defer cancel()
 	}
 	log := newLogger(stderr, f.logFormat)
 	srv, err := newServer(ctx, f, log, stderr)
@@ -112,21 +128,24 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	var pf *edgelimit.PolicyFile
 	var err error
 	if f.policies == "" {
-		pf, err = edgelimit.ParsePolicies("policies.yaml (embedded)", edgelimit.ExamplePolicies)
+		pf, err = edgelimit.ParsePolicies("policies.yaml (embedded)", examplePolicies)
 	} else {
 		pf, err = edgelimit.LoadPolicies(f.policies)
 	}
 	if err != nil {
 		return nil, err
 	}
-	cfg := setup.Config{Logger: log}
-	if usesStrategy(pf, edgelimit.StrategySigned) {
-		if cfg.Keys, err = keyRing(stderr); err != nil {
+	var backends []setup.Backend
+	if usesStrategy(pf, signedwindow.Strategy) {
+		keys, err := keyRing(stderr)
+		if err != nil {
 			return nil, err
 		}
+		backends = append(backends, signed.WithKeys(keys))
 	}
 	switch f.store {
 	case "memory":
+		backends = append(backends, memory.Durable(), memory.KV(), memory.InFlight())
 	case "dynamodb":
 		client, err := ddb.NewClient(ctx, ddb.ClientOptions{Endpoint: f.endpoint})
 		if err != nil {
@@ -135,7 +154,8 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 		if err := prepareTable(ctx, client, f); err != nil {
 			return nil, err
 		}
-		cfg.DynamoDB, cfg.Table = client, f.table
+		cfg := dynamodb.Config{Client: client, Table: f.table}
+		backends = append(backends, durable.Backend(cfg), kv.Backend(cfg), inflight.Backend(cfg))
 	default:
 		return nil, fmt.Errorf("--store %q is not one of memory, dynamodb", f.store)
 	}
@@ -143,11 +163,16 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	if err != nil {
 		return nil, err
 	}
-	factory, err := setup.Factory(cfg)
+	benv := setup.BackendEnv{Getenv: os.Getenv, Logger: log}
+	factory, err := setup.Limiters(pf, backends, benv)
 	if err != nil {
 		return nil, err
 	}
-	engine, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log})
+	ovr, err := setup.Overrides(pf, backends, benv)
+	if err != nil {
+		return nil, err
+	}
+	engine, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr})
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +194,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	return &server{policies: pf, mux: mux}, nil
 }
 
-func usesStrategy(pf *edgelimit.PolicyFile, strategy string) bool {
+func usesStrategy(pf *edgelimit.PolicyFile, strategy *edgelimit.Strategy) bool {
 	for _, p := range pf.Policies {
 		if p.Strategy == strategy {
 			return true
@@ -182,12 +207,12 @@ func usesStrategy(pf *edgelimit.PolicyFile, strategy string) bool {
 // signed policy with proof of work.
 func demoRoute(pf *edgelimit.PolicyFile) (method, path string, ok bool) {
 	for _, p := range pf.Policies {
-		if p.Strategy != edgelimit.StrategySigned || p.ProofOfWork == nil {
+		if o, ok := p.Options.(*signedwindow.Options); !ok || o.ProofOfWork == nil {
 			continue
 		}
 		for _, r := range p.Routes {
 			m := r.Method
-			if m == edgelimit.MethodAny {
+			if m == "ANY" {
 				m = "POST"
 			}
 			path := r.Path
@@ -244,7 +269,7 @@ func hashSecret(stderr io.Writer) ([]byte, error) {
 	s := os.Getenv(setup.EnvHashKey)
 	if s == "" {
 		fmt.Fprintln(stderr, "edgelimit serve: EDGELIMIT_HASH_KEY not set; using a random key hash secret for this process (counters in a shared store will not match other instances)")
-		return edgelimit.RandomSecret(), nil
+		return isecret.Random(), nil
 	}
 	return setup.HashKey(s)
 }

@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -156,9 +157,18 @@ func body(req events.APIGatewayV2HTTPRequest) ([]byte, bool) {
 	return b, true
 }
 
-// header returns a request header; API Gateway v2 lower-cases names.
+// header returns a request header; API Gateway v2 lower-cases names, a
+// test event may not.
 func header(req events.APIGatewayV2HTTPRequest, name string) string {
-	return edgelimit.MapHeaders(req.Headers).Get(name)
+	if v, ok := req.Headers[strings.ToLower(name)]; ok {
+		return v
+	}
+	for k, v := range req.Headers {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
 }
 
 // mediaType returns the Content-Type's media type, lower case.
@@ -177,6 +187,9 @@ type Quota struct {
 	ResetSeconds int64 `json:"reset_seconds"`
 }
 
+// ceilSeconds rounds d up to whole seconds, as the RateLimit fields do.
+func ceilSeconds(d time.Duration) int64 { return int64((max(d, 0) + time.Second - 1) / time.Second) }
+
 // quotas returns the decisions the middleware stored in ctx, if it did.
 func quotas(ctx context.Context) []Quota {
 	v, ok := edgelimit.FromContext(ctx)
@@ -188,7 +201,7 @@ func quotas(ctx context.Context) []Quota {
 		if d.Policy == "" || d.Degraded {
 			continue
 		}
-		out = append(out, Quota{Policy: d.Policy, Limit: d.Limit, Remaining: d.Remaining, ResetSeconds: edgelimit.Seconds(d.Reset)})
+		out = append(out, Quota{Policy: d.Policy, Limit: d.Limit, Remaining: d.Remaining, ResetSeconds: ceilSeconds(d.Reset)})
 	}
 	return out
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/middleware"
 	"github.com/edgelimit/edgelimit/setup"
+	"github.com/edgelimit/edgelimit/setup/memory"
+	"github.com/edgelimit/edgelimit/setup/signed"
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
 
@@ -77,7 +79,7 @@ func TestFunctionsHaveValidPolicies(t *testing.T) {
 		}
 		var got []string
 		for _, p := range pf.Policies {
-			got = append(got, p.Strategy)
+			got = append(got, p.StrategyName())
 		}
 		if fmt.Sprint(got) != fmt.Sprint(wantStrategies[f.Name]) {
 			t.Errorf("%s: strategies %v, want %v", f.Name, got, wantStrategies[f.Name])
@@ -293,7 +295,8 @@ func TestFunctionsBehindTheMiddleware(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			factory, err := setup.Factory(setup.Config{Now: now, Keys: signedwindow.EphemeralKeyRing()})
+			factory, err := setup.Limiters(pf, []setup.Backend{memory.Durable(), memory.KV(), signed.WithKeys(signedwindow.EphemeralKeyRing())},
+				setup.BackendEnv{Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -304,9 +307,12 @@ func TestFunctionsBehindTheMiddleware(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			limit := pf.Policies[0].Capacity()
+			// The smallest burst of the route's policies (what each says its
+			// quota is).
+			limit := int64(1 << 62)
 			for _, p := range pf.Policies {
-				limit = min(limit, p.Capacity())
+				q, _ := engine.Limiter(p.Name).(interface{ Quota() (int64, time.Duration) }).Quota()
+				limit = min(limit, q)
 			}
 			h := middleware.HTTPAPI(engine, f.New(quiet))
 			for i := int64(1); i <= limit; i++ {

@@ -1,6 +1,10 @@
-// Package ddb holds the DynamoDB plumbing shared by the strategies, the CLI
-// and the tests: building a client for AWS or a local server, the one-table
-// data model, and classifying errors.
+// Package ddb holds the DynamoDB plumbing of the CLI, the tests and the
+// benchmarks: building a client for AWS or a local server with the SDK's
+// default configuration chain, and creating and checking the table. What the
+// stores link (the attribute names, the error classification) is in package
+// ddbcore, which this package re-exports: a store that imported this one
+// would link the SDK's shared-config loader (config: shared files, SSO,
+// STS) into every Lambda function.
 package ddb
 
 import (
@@ -19,12 +23,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/edgelimit/edgelimit/internal/ddb/ddbcore"
 )
 
-// Attribute names of the one-table data model (DESIGN §6).
+// Attribute names of the one-table data model (DESIGN §6), as ddbcore's.
 const (
-	AttrPK        = "pk"
-	AttrExpiresAt = "expires_at"
+	AttrPK        = ddbcore.AttrPK
+	AttrExpiresAt = ddbcore.AttrExpiresAt
 )
 
 // ClientOptions tune NewClient.
@@ -144,18 +150,8 @@ func CheckTable(ctx context.Context, c TableAPI, table string) error {
 	return nil
 }
 
-// IsUnsupported reports an operation the server does not implement (dynalite
-// lacks TransactWriteItems and UpdateTimeToLive).
-func IsUnsupported(err error) bool {
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		switch ae.ErrorCode() {
-		case "UnknownOperationException", "NotImplemented", "InvalidAction":
-			return true
-		}
-	}
-	return false
-}
+// IsUnsupported is ddbcore.IsUnsupported.
+func IsUnsupported(err error) bool { return ddbcore.IsUnsupported(err) }
 
 func isTTLAlreadyOn(err error) bool {
 	var ae smithy.APIError
@@ -163,21 +159,8 @@ func isTTLAlreadyOn(err error) bool {
 		(strings.Contains(ae.ErrorMessage(), "already enabled") || strings.Contains(ae.ErrorMessage(), "TimeToLive is already"))
 }
 
-// IsThrottle reports DynamoDB throttling (ProvisionedThroughputExceeded,
-// ThrottlingException, RequestLimitExceeded).
-func IsThrottle(err error) bool {
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		switch ae.ErrorCode() {
-		case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded", "Throttling":
-			return true
-		}
-	}
-	return false
-}
+// IsThrottle is ddbcore.IsThrottle.
+func IsThrottle(err error) bool { return ddbcore.IsThrottle(err) }
 
-// IsConditionFailed reports a ConditionalCheckFailedException.
-func IsConditionFailed(err error) bool {
-	var cf *types.ConditionalCheckFailedException
-	return errors.As(err, &cf)
-}
+// IsConditionFailed is ddbcore.IsConditionFailed.
+func IsConditionFailed(err error) bool { return ddbcore.IsConditionFailed(err) }

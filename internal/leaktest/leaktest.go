@@ -47,7 +47,7 @@ type Shape struct {
 	// Entry is the position ParseKeyRing must name ("entry 2 of ..."), 0
 	// when the error is about the whole value.
 	Entry int
-	// Short marks an error that must wrap edgelimit.ErrShortSecret.
+	// Short marks an error that must wrap secret.ErrShort (internal/secret).
 	Short bool
 	// Process marks the handful of shapes also run through `edgelimit
 	// serve` and a Lambda function (each costs a process start).

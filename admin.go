@@ -1,0 +1,251 @@
+package edgelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The operator's side of the engine. An operation a policy's limiter
+// cannot perform (a signed policy stores nothing to read back, reset or
+// grant) fails with an error that wraps errors.ErrUnsupported.
+//: a client key's usage read back,
+// reset and granted, and its override set, by the raw key (an API key, an
+// address, a claim's value) as a request would carry it. The engine hashes
+// it exactly as it hashes a request's key, so what `edgelimit usage` reads
+// is what the functions count.
+
+// KeyOf returns the hashed client key the engine uses for the raw key under
+// the named policy: what its limiter and the override store see.
+func (e *Engine) KeyOf(policy, raw string) (string, error) {
+	c, err := e.policy(policy)
+	if err != nil {
+		return "", err
+	}
+	return e.keyOf(c, raw)
+}
+
+func (e *Engine) keyOf(c *compiled, raw string) (string, error) {
+	in := Input{}
+	raw = strings.TrimSpace(raw)
+	switch c.Key.kind {
+	case keyIP:
+		in.SourceIP = raw
+	case keyHeader:
+		in.Header = singleValue{c.Key.name, raw}
+	case keyClaim:
+		in.Claims = exactValue{c.Key.name, raw}
+	}
+	p := *c.Policy
+	p.TrustedProxies, p.MissingKeyToIP = 0, false
+	var buf [96]byte
+	k, err := rawKey(&p, &in, buf[:0])
+	if err != nil {
+		what := "the key"
+		if c.Key.kind == keyIP {
+			what = "the key, an IP address,"
+		}
+		return "", fmt.Errorf("edgelimit: policy %q: %s is empty or not valid (%s)", c.Name, what, strings.TrimPrefix(err.Error(), "edgelimit: "))
+	}
+	return e.hasher.Hash(c.Name, k), nil
+}
+
+// singleValue answers one header or claim: the raw key of an operation.
+type singleValue struct{ name, value string }
+
+func (s singleValue) Get(name string) string {
+	if strings.EqualFold(name, s.name) {
+		return s.value
+	}
+	return ""
+}
+
+// exactValue answers one claim, by exact name.
+type exactValue struct{ name, value string }
+
+func (s exactValue) Get(name string) string {
+	if name == s.name {
+		return s.value
+	}
+	return ""
+}
+
+func (e *Engine) policy(name string) (*compiled, error) {
+	for _, c := range e.policies {
+		if c.Name == name {
+			return c, nil
+		}
+	}
+	names := make([]string, len(e.policies))
+	for i, c := range e.policies {
+		names[i] = c.Name
+	}
+	return nil, fmt.Errorf("edgelimit: no policy %q%s", name, suggest(name, names))
+}
+
+// Usage reports the raw key's state under the named policy, without
+// spending anything: the quota in force (the tier's, when the policy has
+// tiers: tier names it, "" is the default tier; an override, if one is
+// set), what is left and when it resets. It needs a limiter that can peek
+// (durable, kv).
+func (e *Engine) Usage(ctx context.Context, policy, raw, tierName string) (Decision, error) {
+	c, err := e.policy(policy)
+	if err != nil {
+		return Decision{}, err
+	}
+	if c.peek == nil {
+		return Decision{}, fmt.Errorf("%w: policy %q (%s) keeps no usage to read back", errors.ErrUnsupported, c.Name, c.StrategyName())
+	}
+	req, err := e.operatorRequest(ctx, c, raw, tierName)
+	if err != nil {
+		return Decision{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, max(c.StoreTimeout, time.Second))
+	defer cancel()
+	d, err := c.peek.Peek(cctx, req)
+	if err != nil {
+		return Decision{}, err
+	}
+	d.Policy = c.Name
+	return d, nil
+}
+
+// operatorRequest is the Request of an operation on raw: one unit, now, the
+// tier's and the override's limits.
+func (e *Engine) operatorRequest(ctx context.Context, c *compiled, raw, tierName string) (Request, error) {
+	key, err := e.keyOf(c, raw)
+	if err != nil {
+		return Request{}, err
+	}
+	req := Request{Key: key, Cost: 1, At: e.now()}
+	if c.Tiers != nil {
+		if tierName == "" {
+			tierName = c.Tiers.Default
+		}
+		l, ok := c.Tiers.Levels[tierName]
+		if !ok {
+			return Request{}, fmt.Errorf("edgelimit: policy %q has no tier %q (it has %s)", c.Name, tierName, strings.Join(c.Tiers.Names, ", "))
+		}
+		req.Limits = l
+	} else if tierName != "" {
+		return Request{}, fmt.Errorf("edgelimit: policy %q has no tiers", c.Name)
+	}
+	if c.overrides != nil {
+		l, ok, err := e.overrides.Override(ctx, c.Name, key)
+		if err != nil {
+			return Request{}, fmt.Errorf("edgelimit: policy %q: reading its override: %w", c.Name, err)
+		}
+		if ok {
+			req.Limits = l.Or(req.Limits)
+		}
+	}
+	return req, nil
+}
+
+// Reset forgets the raw key's usage under the named policy (the start of a
+// billing cycle): its next request finds the full quota. The deny caches of
+// other instances honour it once their cached denial's reset passes or
+// within a second, whichever is sooner (see the strategy's docs).
+func (e *Engine) Reset(ctx context.Context, policy, raw string) error {
+	c, err := e.policy(policy)
+	if err != nil {
+		return err
+	}
+	r, ok := c.limiter.(resetter)
+	if !ok {
+		return fmt.Errorf("%w: policy %q (%s) keeps no usage to reset", errors.ErrUnsupported, c.Name, c.StrategyName())
+	}
+	key, err := e.keyOf(c, raw)
+	if err != nil {
+		return err
+	}
+	return r.Reset(ctx, key)
+}
+
+// Grant gives the raw key units beyond its quota under the named policy:
+// for its current window when until is zero, else until that instant.
+func (e *Engine) Grant(ctx context.Context, policy, raw string, units int64, until time.Time) error {
+	c, err := e.policy(policy)
+	if err != nil {
+		return err
+	}
+	if units <= 0 {
+		return fmt.Errorf("edgelimit: grant of %d units: it must be at least 1", units)
+	}
+	g, ok := c.limiter.(granter)
+	if !ok {
+		return fmt.Errorf("%w: policy %q (%s) keeps no usage to grant against", errors.ErrUnsupported, c.Name, c.StrategyName())
+	}
+	key, err := e.keyOf(c, raw)
+	if err != nil {
+		return err
+	}
+	return g.Grant(ctx, key, units, until)
+}
+
+// Override returns the override set for the raw key under the named
+// policy, read from the store (not the cache), and whether there is one.
+func (e *Engine) Override(ctx context.Context, policy, raw string) (Limits, bool, error) {
+	c, key, err := e.overridable(policy, raw)
+	if err != nil {
+		return Limits{}, false, err
+	}
+	return e.overrides.Override(ctx, c.Name, key)
+}
+
+// SetOverride sets the raw key's limits under the named policy (a policy
+// with overrides: true), until the given instant (zero: until removed).
+// Its zero fields keep the policy's (or the tier's). Every instance sees it
+// within the policy's override_staleness; this one at once.
+func (e *Engine) SetOverride(ctx context.Context, policy, raw string, l Limits, until time.Time) error {
+	c, key, err := e.overridable(policy, raw)
+	if err != nil {
+		return err
+	}
+	if l.IsZero() {
+		return errors.New("edgelimit: an override needs a limit, a window or a burst; to remove one, DeleteOverride")
+	}
+	if l.Limit < 0 || l.Window < 0 || l.Burst < 0 {
+		return errors.New("edgelimit: an override's limit, window and burst cannot be negative")
+	}
+	if l.Window != 0 && l.Window < time.Millisecond {
+		return fmt.Errorf("edgelimit: override window %s is shorter than 1ms", l.Window)
+	}
+	if err := e.overrides.SetOverride(ctx, c.Name, key, l, until); err != nil {
+		return err
+	}
+	c.overrides.forget(key)
+	return nil
+}
+
+// DeleteOverride removes the raw key's override under the named policy; the
+// policy's (or tier's) limits apply again, on every instance within the
+// policy's override_staleness.
+func (e *Engine) DeleteOverride(ctx context.Context, policy, raw string) error {
+	c, key, err := e.overridable(policy, raw)
+	if err != nil {
+		return err
+	}
+	if err := e.overrides.DeleteOverride(ctx, c.Name, key); err != nil {
+		return err
+	}
+	c.overrides.forget(key)
+	return nil
+}
+
+func (e *Engine) overridable(policy, raw string) (*compiled, string, error) {
+	c, err := e.policy(policy)
+	if err != nil {
+		return nil, "", err
+	}
+	if c.overrides == nil {
+		return nil, "", fmt.Errorf("edgelimit: policy %q does not read overrides; add `overrides: true` to it", c.Name)
+	}
+	key, err := e.keyOf(c, raw)
+	if err != nil {
+		return nil, "", err
+	}
+	return c, key, nil
+}

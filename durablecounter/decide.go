@@ -1,0 +1,224 @@
+package durablecounter
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/edgelimit/edgelimit"
+)
+
+// This file is how a Counter decides one request: from the deny cache
+// when it proves a denial, else with one store call, on one shard or
+// trying a sharded policy's shards in turn; and how it refunds one.
+
+// cached answers o from the deny cache when it proves a denial. held
+// reports an entry that does not prove it (the request may fit), expired
+// one whose time has passed.
+func (c *Counter) cached(o *op) (d edgelimit.Decision, denied, held, expired bool) {
+	if c.deny == nil {
+		return edgelimit.Decision{}, false, false, false
+	}
+	st, ok, expired := c.deny.lookup(o.id, o.t)
+	if !ok {
+		return edgelimit.Decision{}, false, false, expired
+	}
+	if o.alg.fits(st, o.t, o.cost) {
+		return edgelimit.Decision{}, false, true, false
+	}
+	return o.alg.decision(st, o.t, o.cost, false), true, true, false
+}
+
+// remember puts a state the store returned into the deny cache, a lower
+// bound of the stored state from then on: until a request of one unit
+// would fit it (a denial, or an admission that left nothing), else until
+// the denied request would fit, or (a batch member that fit, companion of
+// a denial) until the batch's denial expires.
+func (c *Counter) remember(o *op, r *result, until int64) {
+	if c.deny == nil || !r.known {
+		return
+	}
+	st := o.alg.compact(r.st, o.t)
+	switch {
+	case !o.alg.fits(st, o.t, 1):
+		until = o.t + int64(o.alg.decision(st, o.t, 1, false).RetryAfter)
+	case !r.ok:
+		until = o.t + int64(r.d.RetryAfter)
+	}
+	c.deny.put(o.id, st, o.t, until)
+}
+
+// Allow decides req: it spends req.Units() of the key's quota if they fit
+// and reports the quota left. A denial spends nothing. An error means the
+// store failed; the engine then applies the policy's on_store_error. An
+// allowed decision carries the Receipt that Refund needs to undo it.
+func (c *Counter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
+	if req.Key == "" {
+		return edgelimit.Decision{}, ErrNoKey
+	}
+	t, cost := c.instant(req), req.Units()
+	var d edgelimit.Decision
+	switch {
+	case c.limit == 0: // denied without asking the store
+		d = c.algs[0].decision(state{}, t, cost, false)
+	case len(c.algs) == 1:
+		var err error
+		if d, err = c.decide(ctx, req, 0, cost, t); err != nil {
+			return edgelimit.Decision{}, err
+		}
+	default:
+		var err error
+		if d, err = c.decideSharded(ctx, req, cost, t); err != nil {
+			return edgelimit.Decision{}, err
+		}
+	}
+	c.told(&d)
+	return d, nil
+}
+
+func (c *Counter) decide(ctx context.Context, req edgelimit.Request, shard int, cost, t int64) (edgelimit.Decision, error) {
+	o := c.op(shard, req.Key, cost, t)
+	d, denied, held, expired := c.cached(&o)
+	if denied {
+		return d, nil
+	}
+	if expired {
+		// The key was denied until just now: one request asks the store,
+		// the others wait for its answer and look again, so a flood costs
+		// one store call per expiry, not one per request in flight.
+		wait, leader := c.refresh.join(o.id)
+		if !leader {
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return edgelimit.Decision{}, fmt.Errorf("durablecounter: waiting for %q: %w", o.id.pk(), ctx.Err())
+			}
+			o = c.op(shard, req.Key, cost, c.later(req, t))
+			if d, denied, held, _ = c.cached(&o); denied {
+				return d, nil
+			}
+		} else {
+			defer c.refresh.done(o.id, wait)
+			// A leader that finished between our lookup and our join
+			// may have refreshed the entry already.
+			if d, denied, held, _ = c.cached(&o); denied {
+				return d, nil
+			}
+		}
+	}
+	r, err := c.store.apply(ctx, o)
+	if err != nil {
+		return edgelimit.Decision{}, err
+	}
+	if r.ok {
+		c.unpeek(o.id)
+	}
+	switch {
+	case !r.ok, r.d.Remaining == 0:
+		// A denial, or an admission that left nothing: the next request
+		// of this instance is answered from the cache.
+		c.remember(&o, &r, 0)
+	case held, expired:
+		// The entry is out of date now that this instance spent units.
+		c.deny.del(o.id)
+	}
+	d = r.d
+	if r.ok {
+		d.Receipt = receiptOf(&r, shard)
+	}
+	return d, nil
+}
+
+// decideSharded tries the shards from a random one on until one admits the
+// request: a request is denied only when every shard denies it (the deny
+// cache answers for shards known to be full), so a sharded policy admits
+// exactly its limit, at the price of up to one call per shard for a denial
+// the cache does not know yet.
+func (c *Counter) decideSharded(ctx context.Context, req edgelimit.Request, cost, t int64) (edgelimit.Decision, error) {
+	n := len(c.algs)
+	start := rand.IntN(n)
+	var worst edgelimit.Decision
+	for k := range n {
+		shard := (start + k) % n
+		d, err := c.decide(ctx, req, shard, cost, t)
+		if err != nil {
+			return edgelimit.Decision{}, err
+		}
+		if d.Allowed {
+			if d.Remaining == 0 {
+				c.wholePolicy(ctx, req.Key, shard, t, &d)
+			}
+			return d, nil
+		}
+		if k == 0 {
+			worst = d
+			continue
+		}
+		// Denied by every shard: the most any shard has left (what one
+		// request could still spend, less than its cost), the soonest any
+		// could take the request, the soonest a unit comes back anywhere.
+		worst.Remaining = max(worst.Remaining, d.Remaining)
+		worst.RetryAfter = min(worst.RetryAfter, d.RetryAfter)
+		worst.Reset = min(worst.Reset, d.Reset)
+	}
+	return worst, nil
+}
+
+// wholePolicy makes an admission that left its shard with nothing report
+// what the other shards have left, so that a sharded policy's Remaining
+// reads 0 only when the whole policy has nothing left: otherwise it is the
+// answering shard's, a lower bound of the policy's. It costs one read of
+// the other shards (one BatchGetItem), only for such an admission; should
+// the read fail, the shard's 0 stands. Reset becomes the soonest instant a
+// unit comes back in any shard.
+func (c *Counter) wholePolicy(ctx context.Context, key string, shard int, t int64, d *edgelimit.Decision) {
+	ops := make([]op, 0, len(c.algs)-1)
+	for i := range c.algs {
+		if i != shard {
+			ops = append(ops, c.op(i, key, 1, t))
+		}
+	}
+	sts := make([]state, len(ops))
+	if err := c.store.read(ctx, ops, sts); err != nil {
+		return
+	}
+	for k := range ops {
+		o := &ops[k]
+		od := o.alg.decision(sts[k], t, 1, true)
+		d.Remaining += od.Remaining
+		d.Reset = min(d.Reset, od.Reset)
+		c.remember(o, &result{ok: true, known: true, st: sts[k]}, 0)
+	}
+}
+
+// Refund undoes what the allowed decision d spent for req, by d's Receipt:
+// on the same item (the window of d's instant, its shard) and the same
+// units (the sliding log's millisecond, gcra's slot of the emission
+// schedule), as of the later of d's instant and req's (the Counter's clock,
+// or req.At): never a later window's count, never below zero. A refund
+// after the spent units stopped mattering (the window ended, they left the
+// log, they came back to the bucket) gives nothing back. A decision without
+// a Receipt (a denial, a peek, a member of a batch that was not committed,
+// a degraded decision) spent nothing, and Refund returns nil. A refund that
+// cannot land is retried until ctx ends, then returned as an error.
+func (c *Counter) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.Decision) error {
+	if req.Key == "" {
+		return ErrNoKey
+	}
+	rc := d.Receipt
+	if !d.Allowed || rc.At == 0 || c.limit == 0 {
+		return nil
+	}
+	shard := int(rc.Slot & shardMask)
+	if shard >= len(c.algs) {
+		return fmt.Errorf("%w: shard %d of policy %q, which has %d", ErrReceipt, shard, c.name, len(c.algs))
+	}
+	o := op{alg: c.algs[shard], cost: req.Units(), t: max(c.instant(req), rc.At)}
+	o.id = o.alg.itemFor(req.Key, c.shardID(shard), rc.At)
+	if c.deny != nil {
+		c.deny.del(o.id)
+	}
+	c.unpeek(o.id)
+	_, err := c.store.refund(ctx, o, rc)
+	return err
+}

@@ -1,0 +1,18 @@
+package durablecounter
+
+import (
+	"testing"
+
+	"github.com/edgelimit/edgelimit/internal/ddbtest"
+)
+
+// newDynamoPair returns two stores on one fresh table of s: the store
+// under test, and one without views to read the stored state with. The
+// internal tests cannot import dynamostore (it imports this package), so
+// dynamostore_hook_test.go, in package durablecounter_test, sets it.
+var newDynamoPair func(t *testing.T, s ddbtest.Server) (tested, reader Store)
+
+// SetNewDynamoPair is how dynamostore_hook_test.go sets newDynamoPair.
+func SetNewDynamoPair(f func(t *testing.T, s ddbtest.Server) (tested, reader Store)) {
+	newDynamoPair = f
+}

@@ -1,0 +1,135 @@
+package durablecounter
+
+import (
+	"context"
+
+	"github.com/edgelimit/edgelimit"
+)
+
+// Peek reports whether req would be allowed now, and the policy's state,
+// without spending anything; the decision has no Receipt. A denial it
+// reports is real. It answers from the deny cache only where the cached
+// state (a lower bound of the stored one) proves the denial; otherwise it
+// reads the item (one consistent GetItem; a sharded policy reads its
+// shards with one BatchGetItem) and remembers what the read showed in the
+// deny cache, so that repeat peeks, and requests, of a key the read showed
+// denied cost no call until it could fit. A peek that finds room costs one
+// read every time: the cache cannot prove that anything fits.
+func (c *Counter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
+	if req.Key == "" {
+		return edgelimit.Decision{}, ErrNoKey
+	}
+	t, cost := c.instant(req), req.Units()
+	if c.limit == 0 {
+		d := c.algs[0].decision(state{}, t, cost, false)
+		c.told(&d)
+		return d, nil
+	}
+	if len(c.algs) == 1 {
+		o := c.op(0, req.Key, cost, t)
+		d, denied, _, _ := c.cached(&o)
+		if !denied {
+			st, fresh := c.peekView(&o)
+			if !fresh {
+				var err error
+				if st, err = c.store.get(ctx, o); err != nil {
+					return edgelimit.Decision{}, err
+				}
+				c.peeked(&o, st)
+			}
+			fits := o.alg.fits(st, t, cost)
+			d = o.alg.decision(st, t, cost, fits)
+			if !fresh {
+				c.remember(&o, &result{ok: fits, known: true, st: st, d: d}, 0)
+			}
+		}
+		c.told(&d)
+		return d, nil
+	}
+	n := len(c.algs)
+	ops, ds := make([]op, n), make([]edgelimit.Decision, n)
+	proven := 0
+	for i := range n {
+		ops[i] = c.op(i, req.Key, cost, t)
+		if d, denied, _, _ := c.cached(&ops[i]); denied {
+			ds[i] = d
+			proven++
+		}
+	}
+	if proven < n { // something may fit: read every shard
+		sts := make([]state, n)
+		if err := c.store.read(ctx, ops, sts); err != nil {
+			return edgelimit.Decision{}, err
+		}
+		for i := range ops {
+			o := &ops[i]
+			fits := o.alg.fits(sts[i], t, cost)
+			ds[i] = o.alg.decision(sts[i], t, cost, fits)
+			c.remember(o, &result{ok: fits, known: true, st: sts[i], d: ds[i]}, 0)
+			if fits {
+				// What the shard has left, for the policy's sum.
+				ds[i] = o.alg.decision(sts[i], t, cost, true)
+			}
+		}
+	}
+	d := combine(ds)
+	c.told(&d)
+	return d, nil
+}
+
+// peekView returns what Peek read of o's item less than PeekFreshness ago.
+func (c *Counter) peekView(o *op) (state, bool) {
+	if c.peeks == nil {
+		return state{}, false
+	}
+	return c.peeks.get(o.id, o.t)
+}
+
+// peeked remembers what Peek read of o's item, for PeekFreshness.
+func (c *Counter) peeked(o *op, st state) {
+	if c.peeks != nil {
+		c.peekUsed.Store(true)
+		c.peeks.put(o.id, o.alg.compact(st, o.t), o.t, o.t+int64(PeekFreshness))
+	}
+}
+
+// unpeek forgets what Peek read of an item this instance just spent on or
+// refunded, so that its own spending always shows; until a peek has been
+// remembered, it costs one atomic load.
+func (c *Counter) unpeek(id itemID) {
+	if c.peekUsed.Load() {
+		c.peeks.del(id)
+	}
+}
+
+// combine reports the decisions of a sharded policy's shards as the
+// policy's: allowed if any shard allows, with the units every shard has
+// left and the soonest a unit comes back anywhere; else denied with what
+// the best shard has left (less than the cost: a request must fit one
+// shard), the soonest any shard could take the request, and the soonest a
+// unit comes back anywhere.
+func combine(ds []edgelimit.Decision) edgelimit.Decision {
+	if len(ds) == 1 {
+		return ds[0]
+	}
+	var out edgelimit.Decision
+	for i, d := range ds {
+		out.Allowed = out.Allowed || d.Allowed
+		if i == 0 || d.Reset < out.Reset {
+			out.Reset = d.Reset
+		}
+	}
+	first := true
+	for _, d := range ds {
+		switch {
+		case out.Allowed:
+			out.Remaining += d.Remaining
+		case first:
+			out.Remaining, out.RetryAfter, first = d.Remaining, d.RetryAfter, false
+		default:
+			out.Remaining = max(out.Remaining, d.Remaining)
+			out.RetryAfter = min(out.RetryAfter, d.RetryAfter)
+		}
+	}
+	return out
+}

@@ -1,0 +1,219 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+)
+
+// readmePrograms returns the Go code blocks of README.md; each must be a
+// complete program.
+func readmePrograms(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
+		out = append(out, m[1])
+	}
+	if len(out) == 0 {
+		t.Fatal("README.md has no Go code block")
+	}
+	return out
+}
+
+// readmeModule writes each program, with the repository's policies.yaml
+// beside it, into a module outside the repository that requires this one
+// (replaced by the working tree) at exactly the versions the repository
+// pins, so that building needs no network. It returns the programs' dirs.
+func readmeModule(t *testing.T, programs []string) (string, []string) {
+	t.Helper()
+	repo := root(t)
+	dir := t.TempDir()
+	gomod, err := os.ReadFile(filepath.Join(repo, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mod strings.Builder
+	mod.WriteString("module readme.example\n\n")
+	sc := bufio.NewScanner(strings.NewReader(string(gomod)))
+	for sc.Scan() {
+		if line := sc.Text(); !strings.HasPrefix(line, "module ") && !strings.HasPrefix(line, "tool") {
+			mod.WriteString(line + "\n")
+		}
+	}
+	fmt.Fprintf(&mod, "\nrequire github.com/edgelimit/edgelimit v0.0.0\n\nreplace github.com/edgelimit/edgelimit => %s\n", repo)
+	sum, err := os.ReadFile(filepath.Join(repo, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies, err := os.ReadFile(filepath.Join(repo, "cmd", "edgelimit", "policies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(name, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(dir, "go.mod"), []byte(mod.String()))
+	write(filepath.Join(dir, "go.sum"), sum)
+	var dirs []string
+	for i, p := range programs {
+		if !strings.HasPrefix(p, "package main\n") {
+			t.Errorf("README Go block %d is not a complete program (it does not start with package main):\n%.200s", i+1, p)
+			continue
+		}
+		d := filepath.Join(dir, fmt.Sprintf("prog%d", i+1))
+		write(filepath.Join(d, "main.go"), []byte(p))
+		write(filepath.Join(d, "policies.yaml"), policies)
+		dirs = append(dirs, d)
+	}
+	return dir, dirs
+}
+
+// buildProgram builds one program for this machine (linux: as Lambda runs
+// it) and returns the binary.
+func buildProgram(t *testing.T, modDir, progDir string) string {
+	t.Helper()
+	out := filepath.Join(progDir, "bootstrap")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-mod=mod", "-tags", "lambda.norpc", "-o", out, ".")
+	cmd.Dir = progDir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOPROXY=off", "GOWORK=off")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the README program in %s does not build outside the repository: %v\n%s", filepath.Base(progDir), err, b)
+	}
+	return out
+}
+
+// TestREADMEPrograms builds every Go block of the README in a module of its
+// own and runs it as the README says: the Lambda function under the
+// Runtime Interface Emulator against dynalite, the net/http server over
+// HTTP; each answers with its rate-limit headers and its handler's body.
+func TestREADMEPrograms(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the emulator runs linux programs")
+	}
+	programs := readmePrograms(t)
+	modDir, dirs := readmeModule(t, programs)
+	ran := map[string]bool{}
+	for i, d := range dirs {
+		src := programs[i]
+		bin := buildProgram(t, modDir, d)
+		switch {
+		case strings.Contains(src, "lambda.Start("):
+			t.Run("lambda", func(t *testing.T) { runREADMEFunction(t, bin) })
+			ran["lambda"] = true
+		case strings.Contains(src, "http.ListenAndServe("):
+			t.Run("net/http", func(t *testing.T) { runREADMEServer(t, bin) })
+			ran["net/http"] = true
+		default:
+			t.Errorf("README Go block %d is neither a Lambda function nor a server: how should a test run it?", i+1)
+		}
+	}
+	for _, kind := range []string{"lambda", "net/http"} {
+		if !ran[kind] {
+			t.Errorf("the README shows no %s program", kind)
+		}
+	}
+}
+
+func runREADMEFunction(t *testing.T, bin string) {
+	endpoint, table := dynalite(t)
+	e := startEmulatorOf(t, "readme", bin, map[string]string{
+		"EDGELIMIT_TABLE":             table,
+		"EDGELIMIT_DYNAMODB_ENDPOINT": endpoint,
+		"EDGELIMIT_SECRETS":           "k1:" + randomKey(),
+	})
+	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "GET /paid/{resource}", RawPath: "/paid/report",
+		Headers: map[string]string{"x-api-key": "readme-" + randomID(t)}}
+	ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path, ev.RequestContext.HTTP.SourceIP = "GET", "/paid/report", "192.0.2.10"
+	resp, _ := e.invoke(t, ev)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Body, "hello: 999 of 1000 left (policy paid-daily)") {
+		t.Fatalf("README function: %d %q %v\n%s", resp.StatusCode, resp.Body, resp.Headers, e.stderr)
+	}
+	if got := header(resp, "RateLimit"); !strings.Contains(got, `"paid-daily";r=999`) {
+		t.Errorf("RateLimit = %q", got)
+	}
+	// Without the key header: the policy's 400, from the middleware.
+	delete(ev.Headers, "x-api-key")
+	if resp, _ := e.invoke(t, ev); resp.StatusCode != 400 {
+		t.Errorf("no key: status %d, want 400", resp.StatusCode)
+	}
+}
+
+func runREADMEServer(t *testing.T, bin string) {
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(bin)
+	cmd.Dir = filepath.Dir(bin)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "ADDR=" + addr, "EDGELIMIT_SECRETS=k1:" + randomKey()}
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	})
+	if err := waitAnswers(addr, done, startTimeout); err != nil {
+		t.Fatalf("the README server did not answer: %v\n%s", err, out.String())
+	}
+	get := func(key string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+"/paid/report", nil)
+		if key != "" {
+			req.Header.Set("X-Api-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := get("alice")
+	body := readAll(t, resp)
+	if resp.StatusCode != 200 || body != "report report: 999 requests left today\n" {
+		t.Errorf("README server: %d %q", resp.StatusCode, body)
+	}
+	if got := resp.Header.Get("RateLimit"); !strings.Contains(got, `"paid-daily";r=999`) {
+		t.Errorf("RateLimit = %q", got)
+	}
+	if resp := get(""); resp.StatusCode != 400 {
+		t.Errorf("no key: status %d, want 400", resp.StatusCode)
+	}
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

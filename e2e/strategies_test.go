@@ -1,0 +1,9 @@
+package e2e
+
+// The example functions' policy files name all three strategies; parsing
+// them needs their packages registered.
+import (
+	_ "github.com/edgelimit/edgelimit/durablecounter"
+	_ "github.com/edgelimit/edgelimit/kvbucket"
+	_ "github.com/edgelimit/edgelimit/signedwindow"
+)

@@ -1,0 +1,44 @@
+package inflight_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/inflight"
+)
+
+// A limit of two jobs at once per client: the third is refused until one
+// of the first two is released, and a slot never released comes back when
+// its lease ends.
+func ExampleLimiter() {
+	now := time.Unix(1_700_000_000, 0)
+	store, _ := inflight.NewMemoryStore(inflight.MemoryConfig{})
+	l, _ := inflight.New(inflight.Config{
+		Policy: &edgelimit.Policy{Name: "speech", Limit: 2, Window: 15 * time.Minute},
+		Store:  store,
+		Now:    func() time.Time { return now },
+	})
+	ctx := context.Background()
+	req := edgelimit.Request{Key: "hashed-client-key"}
+
+	a, _ := l.Allow(ctx, req)
+	b, _ := l.Allow(ctx, req)
+	c, _ := l.Allow(ctx, req)
+	fmt.Println(a.Allowed, a.Remaining, b.Allowed, b.Remaining, c.Allowed, c.RetryAfter)
+
+	_ = l.Finish(ctx, req, a, 200, 0) // a's handler returned
+	d, _ := l.Allow(ctx, req)
+	fmt.Println(d.Allowed)
+
+	// b and d are never released (their instance died): both slots come
+	// back when their leases end.
+	now = now.Add(15 * time.Minute)
+	e, _ := l.Allow(ctx, req)
+	fmt.Println(e.Allowed, e.Remaining)
+	// Output:
+	// true 1 true 0 false 1s
+	// true
+	// true 1
+}

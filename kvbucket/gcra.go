@@ -1,0 +1,337 @@
+package kvbucket
+
+import (
+	"math"
+	"time"
+
+	"github.com/edgelimit/edgelimit"
+)
+
+// units are a bucket's numbers in bucket units: an instant of n nanoseconds
+// is n×Limit units and one token is Window units, so that a bucket refilling
+// Limit tokens per Window gains exactly one unit per nanosecond and all of
+// its arithmetic is exact integer arithmetic. Its state is a theoretical
+// arrival time, TAT (the GCRA's): the bucket at n holds
+//
+//	avail(n) = n·L + B·W − max(TAT, n·L)     units, at most B·W (full)
+//
+// and a spend of c tokens at n is TAT ← max(TAT, n·L) + c·W, allowed when
+// avail(n) ≥ c·W. A TAT in the past is a full bucket: refill is computed,
+// never written, and concurrent spends commute (they only add).
+type units struct {
+	p      Params
+	l, w   int64 // Limit, Window in ns
+	bw     Wide  // capacity in units
+	emit   time.Duration
+	advQ   int64
+	advW   time.Duration
+	window time.Duration
+}
+
+func newUnits(p Params) units {
+	u := units{p: p, l: p.Limit, w: int64(p.Window), window: p.Window}
+	u.bw = mulWide(p.Capacity, u.w)
+	u.emit = time.Duration(WideOf(u.w).div(u.l, true))
+	u.advQ, u.advW = p.Limit, p.Window
+	if p.Capacity != p.Limit {
+		u.advQ, u.advW = p.Advertised()
+	}
+	return u
+}
+
+// at returns the instant n in units.
+func (u *units) at(n int64) Wide { return mulWide(n, u.l) }
+
+// tokens returns c tokens in units.
+func (u *units) tokens(c int64) Wide {
+	if c == 1 {
+		return Wide{lo: uint64(u.w)} // Window ≥ 1ns
+	}
+	return mulWide(c, u.w)
+}
+
+// limit returns the highest TAT a bucket may hold at n: n·L + B·W.
+func (u *units) limit(n int64) Wide { return u.at(n).Add(u.bw) }
+
+// avail returns the units the bucket of tat holds at n (≤ B·W; negative
+// when it is over-spent).
+func (u *units) avail(tat Wide, n int64) Wide {
+	nl := u.at(n)
+	return nl.Add(u.bw).Sub(maxWide(tat, nl))
+}
+
+// decide fills d (which is zero) with the bucket's answer to a request of
+// cost tokens at n against tat, and reports whether it is allowed.
+func (u *units) decide(tat Wide, n, cost int64, d *edgelimit.Decision) bool {
+	cost = max(cost, 1)
+	a := u.avail(tat, n)
+	need := u.tokens(cost)
+	if cost > u.p.Capacity || a.Less(need) {
+		u.report(a, d)
+		if cost > u.p.Capacity {
+			d.RetryAfter = max(u.window, d.Reset)
+		} else {
+			d.RetryAfter = max(u.dur(need.Sub(a)), d.Reset, time.Nanosecond)
+		}
+		return false
+	}
+	u.report(a.Sub(need), d)
+	d.Allowed = true
+	return true
+}
+
+// peek fills d with the state at n and whether cost would be allowed,
+// spending nothing.
+func (u *units) peek(tat Wide, n, cost int64, d *edgelimit.Decision) {
+	if u.decide(tat, n, cost, d) {
+		u.report(u.avail(tat, n), d)
+	}
+}
+
+// report fills the quota, the whole tokens in a units and the effective
+// window; Allowed and RetryAfter are the caller's.
+func (u *units) report(a Wide, d *edgelimit.Decision) {
+	d.Limit, d.Window = u.advQ, u.advW
+	var k int64
+	if a.Sign() > 0 {
+		k = a.div(u.w, false)
+	}
+	d.Remaining = min(k, u.p.Capacity)
+	if !a.Less(u.bw) {
+		d.Reset = u.emit
+	} else {
+		d.Reset = u.dur(u.tokens(k + 1).Sub(a))
+	}
+}
+
+// nextToken returns draft-11's effective window of a bucket holding a
+// units: the time until it holds one more whole token; for a full one, one
+// emission interval (the time a token takes to come back after a spend).
+func (u *units) nextToken(a Wide) time.Duration {
+	if !a.Less(u.bw) {
+		return u.emit
+	}
+	var k int64
+	if a.Sign() > 0 {
+		k = a.div(u.w, false)
+	}
+	return u.dur(u.tokens(k + 1).Sub(a))
+}
+
+// dur returns how long the bucket takes to gain x units (one a
+// nanosecond), rounded up; saturating.
+func (u *units) dur(x Wide) time.Duration {
+	if x.Sign() <= 0 {
+		return 0
+	}
+	return time.Duration(x.div(u.l, true))
+}
+
+// fill returns the time the bucket takes to fill from empty.
+func (u *units) fill() time.Duration { return u.dur(u.bw) }
+
+// op is a composed change of a TAT, tat ← max(tat, f) + p: a spend, a
+// refund, an undone reservation, or several of them in order (ops compose
+// in the max-plus algebra, so any sequence is one op). spent is the tokens
+// it adds to Part.Spent.
+type op struct {
+	f, p     Wide
+	spent    int64
+	hasFloor bool
+	has      bool
+}
+
+// spend is a request of c tokens allowed at n.
+func (u *units) spend(n, c int64) op {
+	return op{f: u.at(n), p: u.tokens(c), spent: c, hasFloor: true, has: true}
+}
+
+// refund gives c tokens back at n, never beyond capacity:
+// tat ← max(tat − c·W, n·L) = max(tat, n·L + c·W) − c·W.
+func (u *units) refund(n, c int64) op {
+	w := u.tokens(c)
+	return op{f: u.at(n).Add(w), p: w.neg(), spent: -c, hasFloor: true, has: true}
+}
+
+// undo takes back a reservation of c tokens that did not fit.
+func (u *units) undo(c int64) op {
+	return op{f: negInf, p: u.tokens(c).neg(), spent: -c, has: true}
+}
+
+// thenSpend makes o the op o followed by a spend of c tokens whose floor
+// is f and units w (u.spend(n, c) is f = n·L, w = c·W), in place: the hot
+// path of a cached decision.
+func (o *op) thenSpend(f, w Wide, c int64) {
+	if !o.has {
+		*o = op{f: f, p: w, spent: c, hasFloor: true, has: true}
+		return
+	}
+	if g := f.Sub(o.p); o.f.Less(g) {
+		o.f = g
+	}
+	o.p = o.p.Add(w)
+	o.spent += c
+	o.hasFloor = true
+}
+
+// then returns o followed by x.
+func (o op) then(x op) op {
+	if !o.has {
+		return x
+	}
+	if !x.has {
+		return o
+	}
+	return op{
+		f:        maxWide(o.f, x.f.Sub(o.p)),
+		p:        o.p.Add(x.p),
+		spent:    o.spent + x.spent,
+		hasFloor: o.hasFloor || x.hasFloor,
+		has:      true,
+	}
+}
+
+// apply returns tat after o.
+func (o op) apply(tat Wide) Wide {
+	if !o.has {
+		return tat
+	}
+	return maxWide(tat, o.f).Add(o.p)
+}
+
+// view is what an instance knows of a bucket's shared state: this region's
+// part and a summary of the others'. The TAT of the whole bucket is
+//
+//	max over regions r of (TAT_r + W·(spent of every region but r))
+//
+// which for this region is own.TAT + W·so and for the others is at most
+// xo + W·(own.Spent + so), with xo the largest TAT_r − W·spent_r.
+type view struct {
+	own    Part
+	others []Part
+	xo     Wide // max over the other regions of TAT_r − W·Spent_r
+	xoOK   bool
+	so     int64 // spent of the other regions
+}
+
+// learn takes an answer of the KV into v: each part replaces the known one
+// unless that one is of a later version (answers of concurrent calls come
+// back in any order).
+func (v *view) learn(u *units, t Tally) {
+	if !v.own.Has || t.Own.Version >= v.own.Version {
+		v.own = t.Own
+	}
+	if len(t.Others) > 0 {
+		if len(v.others) != len(t.Others) {
+			v.others = make([]Part, len(t.Others))
+		}
+		for i, p := range t.Others {
+			if !v.others[i].Has || p.Version >= v.others[i].Version {
+				v.others[i] = p
+			}
+		}
+	}
+	v.setOthers(u, v.others)
+}
+
+// setOthers summarises the other regions' parts.
+func (v *view) setOthers(u *units, others []Part) {
+	v.xo, v.xoOK, v.so = negInf, false, 0
+	for _, p := range others {
+		v.so += p.Spent
+		if p.Has {
+			x := p.TAT.Sub(u.tokens(p.Spent))
+			if !v.xoOK || v.xo.Less(x) {
+				v.xo, v.xoOK = x, true
+			}
+		}
+	}
+}
+
+// tat returns the bucket's TAT (negInf for no state: a full bucket).
+func (v *view) tat(u *units) Wide {
+	t := negInf
+	if v.own.Has {
+		t = v.own.TAT.Add(u.tokens(v.so))
+	}
+	if v.xoOK {
+		t = maxWide(t, v.xo.Add(u.tokens(v.own.Spent+v.so)))
+	}
+	return t
+}
+
+// floorOf returns the own part's floor for an op of floor f: raising
+// TAT_own to f − W·so makes this region's term of the bucket's TAT f.
+func (v *view) floorOf(u *units, f Wide) Wide { return f.Sub(u.tokens(v.so)) }
+
+// update returns the Update that applies o to this region's part at n:
+// unconditional, or (conditional) only if a request of cost fits at n.
+func (v *view) update(u *units, o op, n int64, conditional bool) Update {
+	up := Update{Add: o.p, Spent: o.spent}
+	if o.hasFloor {
+		up.Floor, up.HasFloor = v.floorOf(u, o.f), true
+		up.RaiseFirst = !v.own.Has || v.own.TAT.Less(up.Floor)
+	}
+	if conditional {
+		// The bucket's TAT after o must stay within the limit: for this
+		// region's term TAT_own + W·so + p ≤ limit, for the others'
+		// xo + W·(spent_own + so) + p ≤ limit.
+		room := u.limit(n).Sub(o.p).Sub(u.tokens(v.so))
+		up.Conditional, up.MaxTAT = true, room
+		if v.xoOK {
+			up.MaxSpent, up.HasMaxSpent = room.Sub(v.xo).div(u.w, false), true
+		}
+	}
+	return up
+}
+
+// stale returns the own part's writer epochs before epoch−1.
+func (v *view) stale(epoch int64) []int64 {
+	var out []int64
+	for _, w := range v.own.Writers {
+		if w.Epoch < epoch-1 {
+			out = append(out, w.Epoch)
+		}
+	}
+	return out
+}
+
+// instances counts the distinct writers of epochs e−1 and e over the
+// parts: the instances that wrote the key in the last sync interval or two.
+func instances(epoch int64, parts ...[]Writer) int64 {
+	var ids []uint32
+	for _, ws := range parts {
+		for _, w := range ws {
+			if w.Epoch >= epoch-1 && w.Epoch <= epoch && !containsID(ids, w.ID) {
+				ids = append(ids, w.ID)
+			}
+		}
+	}
+	return int64(len(ids))
+}
+
+func containsID(ids []uint32, id uint32) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// epochOf returns n's epoch: ⌊n / S⌋.
+func epochOf(n, sync int64) int64 {
+	e := n / sync
+	if n < 0 && n%sync != 0 {
+		e--
+	}
+	return e
+}
+
+// satAdd returns a+b, saturating.
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}

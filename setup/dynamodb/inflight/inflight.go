@@ -1,0 +1,34 @@
+// Package inflight is the setup backend of the inflight strategy on the
+// DynamoDB table that package setup/dynamodb finds: one store of slots for
+// every inflight policy, shared by every instance that uses the table.
+package inflight
+
+import (
+	"github.com/edgelimit/edgelimit"
+	limit "github.com/edgelimit/edgelimit/inflight"
+	"github.com/edgelimit/edgelimit/inflight/dynamostore"
+	"github.com/edgelimit/edgelimit/setup"
+	"github.com/edgelimit/edgelimit/setup/dynamodb"
+)
+
+// Backend returns the backend of inflight policies on the table cfg names
+// (the zero Config: the environment's).
+func Backend(cfg dynamodb.Config) setup.Backend { return backend{cfg} }
+
+type backend struct{ cfg dynamodb.Config }
+
+func (backend) Strategy() *edgelimit.Strategy { return limit.Strategy }
+
+func (b backend) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+	client, table, err := b.cfg.Open(env)
+	if err != nil {
+		return nil, err
+	}
+	store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
+	if err != nil {
+		return nil, err
+	}
+	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		return limit.New(limit.Config{Policy: p, Store: store, Now: env.Now})
+	}, nil
+}
