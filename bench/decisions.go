@@ -276,7 +276,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		if err != nil {
 			return nil, err
 		}
-		b, err := memoryBuckets(memoryKV(2*numKeys), 2*numKeys, noCache)(p)
+		b, err := memoryBuckets(memoryKV(2*numKeys), 2*numKeys, noCache, nil)(p)
 		if err != nil {
 			add(microLimiter{name: name, group: "edgelimit", unavailable: err.Error()})
 			continue

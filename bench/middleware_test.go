@@ -26,9 +26,20 @@ func TestMiddlewareRowsMeasureWhatTheySay(t *testing.T) {
 			defer b.close()
 			for _, cs := range b.cells() {
 				send := cs.t.newClient()
+				var calls0 int64
+				if cs.t.calls != nil {
+					calls0 = cs.t.calls()
+				}
 				for _, k := range seq {
 					if got := send(k); got != cs.want {
 						t.Fatalf("cell %s: key %s answered %d, want %d", cs.name, k, got, cs.want)
+					}
+				}
+				// The cached row says its decisions cost no KV call: a key
+				// still in its first sync interval would cost one each.
+				if s.id == "edgelimit-kv-cached" {
+					if n := cs.t.calls() - calls0; n != 0 {
+						t.Errorf("cell %s: %d KV calls for %d requests, want none (decided from the process cache)", cs.name, n, len(seq))
 					}
 				}
 			}
@@ -176,5 +187,35 @@ func BenchmarkMiddleware(b *testing.B) {
 				})
 			}
 		})
+	}
+}
+
+// TestMWSummaryNetCPUInOrder pins the README's compact table: edgelimit's
+// rows before the peers whatever the JSON's order, CPU time net of the
+// baseline the cell's adapter and outcome call for (a denial net of the
+// empty handler), and the run's command and load beside it.
+func TestMWSummaryNetCPUInOrder(t *testing.T) {
+	cell := func(cpu float64, allocs int64) *MWCell {
+		return &MWCell{CPUNsPerOp: cpu, Net: &MWNet{AllocsPerOp: allocs, BytesPerOp: allocs * 100}}
+	}
+	base := func(id string, serial, parallel float64) MWRow {
+		return MWRow{ID: id, Adapter: "net/http", Cells: map[string]*MWCell{cellSerial: {CPUNsPerOp: serial}, cellParallel: {CPUNsPerOp: parallel}}}
+	}
+	row := func(id string, cpu float64) MWRow {
+		return MWRow{ID: id, Adapter: "net/http", Cells: map[string]*MWCell{
+			cellAllowedSerial: cell(cpu, 3), cellAllowedParallel: cell(cpu+1000, 3), cellDeniedParallel: cell(cpu+2000, 4)}}
+	}
+	d := &MiddlewareData{Count: 6, Benchtime: "300ms", GOMAXPROCS: 2,
+		Baselines: []MWRow{base(baseHTTPHandler, 100, 110), base(baseHTTPEmpty, 10, 20)},
+		Rows:      []MWRow{row("x-time-rate", 1100), row("edgelimit-fixed-window", 4100)}}
+	env := &Envelope{Command: "edgelimit-bench middleware", Machine: Machine{Cores: 2, CPU: "test CPU"}, Load: LoadStats{Start: 3, Mean: 5.5, Max: 9}}
+	got := mwSummary(&loaded{middleware: d, envs: map[string]*Envelope{"middleware": env}})
+	fw := strings.Index(got, "| edgelimit durable fixed-window, `middleware.Handler` | 4,000 ns | 4,990 ns | 6,080 ns | 3 / 4 | 300 / 400 |")
+	xr := strings.Index(got, "| x/time/rate in a map + mutex | 1,000 ns | 1,990 ns | 3,080 ns | 3 / 4 | 300 / 400 |")
+	if fw < 0 || xr < 0 || fw > xr {
+		t.Fatalf("rows missing, wrong or out of order:\n%s", got)
+	}
+	if !strings.Contains(got, "`edgelimit-bench middleware`") || !strings.Contains(got, "mean 5.50, max 9.00") {
+		t.Errorf("the run's command or load is missing:\n%s", got)
 	}
 }

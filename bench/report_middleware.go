@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -46,7 +47,62 @@ func updateMiddlewareSection(o options) error {
 		return err
 	}
 	logf("report: rewrote the section %q of %s", strings.TrimPrefix(mwHeading, "## "), o.md)
+	summary := filepath.Join(o.out, "middleware-summary.md")
+	if err := os.WriteFile(summary, []byte(mwSummary(l)), 0o644); err != nil {
+		return err
+	}
+	logf("report: the compact table of the same run in %s", summary)
 	return nil
+}
+
+// mwSummaryNames are the short names of the compact table's rows, in its
+// order: edgelimit's stacks, then the peers.
+var mwSummaryNames = [][2]string{
+	{"edgelimit-fixed-window", "edgelimit durable fixed-window, `middleware.Handler`"},
+	{"edgelimit-kv", "edgelimit kv token bucket, `middleware.Handler`"},
+	{"edgelimit-kv-cached", "edgelimit kv, every decision from the process cache"},
+	{"edgelimit-fixed-window-lambda", "edgelimit durable fixed-window, `middleware.HTTPAPI` (Lambda)"},
+	{"go-limiter", "sethvargo/go-limiter `httplimit`"},
+	{"throttled", "throttled/v2 GCRA `HTTPRateLimiterCtx`"},
+	{"ulule", "ulule/limiter v3 `stdlib`"},
+	{"x-time-rate", "x/time/rate in a map + mutex"},
+}
+
+// mwSummary is the README's side-by-side table of the middleware part: one
+// line per stack of one run, CPU time per request net of the baseline (the
+// figure a busy machine disturbs least), then allocations and bytes, with
+// the command, the machine and the load of that run.
+func mwSummary(l *loaded) string {
+	d, env := l.middleware, l.envs["middleware"]
+	var w mdWriter
+	w.p("| middleware (100,000 keys, memory stores) | allowed, serial | allowed, parallel | denied, parallel | allocs allowed / denied | B allowed / denied |")
+	w.p("|---|---:|---:|---:|---:|---:|")
+	for _, n := range mwSummaryNames {
+		r := d.row(n[0])
+		if r == nil {
+			continue
+		}
+		as, dp := r.Cells[cellAllowedSerial], r.Cells[cellDeniedParallel]
+		w.p("| %s | %s ns | %s ns | %s ns | %d / %d | %d / %d |", n[1], thousandsF(d.netCPU(*r, cellAllowedSerial)),
+			thousandsF(d.netCPU(*r, cellAllowedParallel)), thousandsF(d.netCPU(*r, cellDeniedParallel)),
+			as.Net.AllocsPerOp, dp.Net.AllocsPerOp, as.Net.BytesPerOp, dp.Net.BytesPerOp)
+	}
+	w.p("")
+	w.p("CPU time per request (every thread of the process, the collector included), net of the handler and recorder alone,")
+	w.p("median cell of %d interleaved runs of benchtime %s, GOMAXPROCS %d; `%s`, %s UTC, %d cores (%s), load average %.2f",
+		d.Count, d.Benchtime, d.GOMAXPROCS, env.Command, env.Started.Format(time.DateTime), env.Machine.Cores, env.Machine.CPU, env.Load.Start)
+	w.p("at the start, mean %.2f, max %.2f; edgelimit at %s.", env.Load.Mean, env.Load.Max, env.Machine.Commit)
+	return w.String()
+}
+
+// thousandsF renders a non-negative figure rounded to an integer with
+// thousands separators; a negative one (a stack cheaper than its baseline,
+// within noise) as is.
+func thousandsF(v float64) string {
+	if v < 0 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return thousands(int(v + 0.5))
 }
 
 // spliceSection returns md with its section under the line heading (up to

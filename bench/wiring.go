@@ -11,6 +11,7 @@ package main
 import (
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
@@ -38,10 +39,10 @@ func memoryCounters() limiterFactory {
 
 // memoryBuckets returns a factory of kv buckets on kv, each keeping up to
 // cacheKeys keys in its process cache (or, with noCache, reading and
-// writing kv on every decision).
-func memoryBuckets(kv kvbucket.KV, cacheKeys int, noCache bool) limiterFactory {
+// writing kv on every decision), on the clock now (nil: the request's).
+func memoryBuckets(kv kvbucket.KV, cacheKeys int, noCache bool, now func() time.Time) limiterFactory {
 	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
-		return kvbucket.New(kvbucket.Config{Policy: p, KV: kv, CacheSize: cacheKeys, NoCache: noCache})
+		return kvbucket.New(kvbucket.Config{Policy: p, KV: kv, CacheSize: cacheKeys, NoCache: noCache, Now: now})
 	}
 }
 
