@@ -219,3 +219,20 @@ func TestMWSummaryNetCPUInOrder(t *testing.T) {
 		t.Errorf("the run's command or load is missing:\n%s", got)
 	}
 }
+
+// TestKeepSections pins that the full report keeps the cold-start section,
+// which no part of the program measures, where a regenerated file would
+// drop it: before "What these figures do not show", replacing none of the
+// new report's sections, and nothing when the old file has none.
+func TestKeepSections(t *testing.T) {
+	cold := coldStartHeading + "\n\n| function | before | after |\n|---|---:|---:|\n| paid | 9.5 ms | 8.3 ms |\n"
+	old := "# Old\n\n## 1. A\n\nold a\n\n" + cold + "\n## What these figures do not show\n\nold\n"
+	md := "# New\n\n## 1. A\n\nnew a\n\n## What these figures do not show\n\nnew\n"
+	want := "# New\n\n## 1. A\n\nnew a\n\n" + cold + "\n## What these figures do not show\n\nnew\n"
+	if got := keepSections(old, md); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if got := keepSections("# Old\n\n## 1. A\n\nold a\n", md); got != md {
+		t.Errorf("without a kept section in the old file: got %q, want the new report as is", got)
+	}
+}

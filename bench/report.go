@@ -87,11 +87,58 @@ func runReport(o options) error {
 		plots[k] = rel(p)
 	}
 	md := renderMarkdown(l, plots)
+	if old, err := os.ReadFile(o.md); err == nil {
+		md = keepSections(string(old), md)
+	}
 	if err := os.WriteFile(o.md, []byte(md), 0o644); err != nil {
 		return err
 	}
 	logf("report: wrote %s and %d plots in %s", o.md, len(plots), o.plots)
 	return nil
+}
+
+// keptHeadings are sections of BENCHMARKS.md that no part of this program
+// measures: the full report carries them over from the file it replaces, as
+// they are, before "What these figures do not show". The cold-start table
+// comes from `make cold-start` (e2e.TestColdStart under the Lambda runtime
+// emulator), not from this program.
+var keptHeadings = []string{coldStartHeading}
+
+// coldStartHeading is the section of the cold-start table.
+const coldStartHeading = "## Cold start: before and after the redesign (make cold-start)"
+
+// keptBefore is the heading kept sections go before.
+const keptBefore = "## What these figures do not show"
+
+// keepSections returns md with each of old's kept sections spliced in.
+func keepSections(old, md string) string {
+	for _, h := range keptHeadings {
+		if sec := sectionOf(old, h); sec != "" {
+			md = spliceSection(md, h, sec, keptBefore)
+		}
+	}
+	return md
+}
+
+// sectionOf returns md's section under the line heading, up to the next
+// "## " heading, ending with a blank line; "" when md has none.
+func sectionOf(md, heading string) string {
+	lines := strings.SplitAfter(md, "\n")
+	for i, ln := range lines {
+		if strings.TrimRight(ln, "\n") != heading {
+			continue
+		}
+		end := len(lines)
+		for j := i + 1; j < len(lines); j++ {
+			if strings.HasPrefix(lines[j], "## ") {
+				end = j
+				break
+			}
+		}
+		sec := strings.TrimRight(strings.Join(lines[i:end], ""), "\n")
+		return sec + "\n\n"
+	}
+	return ""
 }
 
 type mdWriter struct{ strings.Builder }
