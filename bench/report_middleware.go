@@ -83,15 +83,16 @@ func mwSummary(l *loaded) string {
 			continue
 		}
 		as, dp := r.Cells[cellAllowedSerial], r.Cells[cellDeniedParallel]
-		w.p("| %s | %s ns | %s ns | %s ns | %d / %d | %d / %d |", n[1], thousandsF(d.netCPU(*r, cellAllowedSerial)),
+		w.p("| %s | %s ns | %s ns | %s ns | %d / %d | %s / %s |", n[1], thousandsF(d.netCPU(*r, cellAllowedSerial)),
 			thousandsF(d.netCPU(*r, cellAllowedParallel)), thousandsF(d.netCPU(*r, cellDeniedParallel)),
-			as.Net.AllocsPerOp, dp.Net.AllocsPerOp, as.Net.BytesPerOp, dp.Net.BytesPerOp)
+			as.Net.AllocsPerOp, dp.Net.AllocsPerOp, thousandsF(float64(as.Net.BytesPerOp)), thousandsF(float64(dp.Net.BytesPerOp)))
 	}
 	w.p("")
-	w.p("CPU time per request (every thread of the process, the collector included), net of the handler and recorder alone,")
-	w.p("median cell of %d interleaved runs of benchtime %s, GOMAXPROCS %d; `%s`, %s UTC, %d cores (%s), load average %.2f",
-		d.Count, d.Benchtime, d.GOMAXPROCS, env.Command, env.Started.Format(time.DateTime), env.Machine.Cores, env.Machine.CPU, env.Load.Start)
-	w.p("at the start, mean %.2f, max %.2f; edgelimit at %s.", env.Load.Mean, env.Load.Max, env.Machine.Commit)
+	w.p("CPU time per request (every thread of the process, the collector included) over all %d interleaved runs of benchtime", d.Count)
+	w.p("%s, GOMAXPROCS %d, net of the handler and recorder alone (a denial: of an empty handler and the recorder); allocations", d.Benchtime, d.GOMAXPROCS)
+	w.p("and bytes net of the same, the median run's. `%s`, %s UTC, %d cores (%s), load average %.2f at the start,",
+		env.Command, env.Started.Format(time.DateTime), env.Machine.Cores, env.Machine.CPU, env.Load.Start)
+	w.p("mean %.2f, max %.2f; edgelimit at %s.", env.Load.Mean, env.Load.Max, env.Machine.Commit)
 	return w.String()
 }
 
