@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/edgelimit/edgelimit"
 )
 
 // TestMiddlewareRowsMeasureWhatTheySay builds every row of the middleware
@@ -234,5 +237,30 @@ func TestKeepSections(t *testing.T) {
 	}
 	if got := keepSections("# Old\n\n## 1. A\n\nold a\n", md); got != md {
 		t.Errorf("without a kept section in the old file: got %q, want the new report as is", got)
+	}
+}
+
+// TestSettledBucketDecidesFromTheCache pins the decisions part's cached kv
+// row: after settledBucket every key is decided with no KV call (a key
+// still in its first sync interval would cost a reservation each).
+func TestSettledBucketDecidesFromTheCache(t *testing.T) {
+	ctx := context.Background()
+	p, err := policy("  - {name: bench, routes: [\"GET /\"], key: ip, strategy: kv, limit: 1000000, burst: 1000000, window: 1s, sync_interval: 1h}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := mwKeys(300)
+	b, kv, err := settledBucket(ctx, p, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n0 := kv.n.Load()
+	for _, k := range keys {
+		if d, err := b.Allow(ctx, edgelimit.Request{Key: k}); err != nil || !d.Allowed {
+			t.Fatalf("key %s: allowed %v, %v", k, d.Allowed, err)
+		}
+	}
+	if n := kv.n.Load() - n0; n != 0 {
+		t.Errorf("%d KV calls for %d decisions after settling, want none", n, len(keys))
 	}
 }
