@@ -91,6 +91,15 @@ func partCommand(o options, part string) string {
 		return "go run ./internal/tools/testservers -only dynalite,moto -- " + c + " " + part
 	case "flood":
 		return "go run ./internal/tools/testservers -only dynalite -- " + c + " " + part
+	case "middleware":
+		// Its figures depend on these, so the command names them when they
+		// are not the defaults.
+		if !o.quick && o.benchT != defaultBenchtime {
+			c += " -benchtime " + o.benchT.String()
+		}
+		if !o.quick && o.mwCount != mwDefaultCount {
+			c += fmt.Sprintf(" -mw-count %d", o.mwCount)
+		}
 	case "kv":
 		if o.kvOld != "" {
 			c += " -kv-old " + o.kvOld
@@ -205,7 +214,7 @@ func describeMachine(root string) Machine {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
 			switch d.Path {
-			case "golang.org/x/time", "github.com/sethvargo/go-limiter", "github.com/throttled/throttled/v2",
+			case "golang.org/x/time", "github.com/sethvargo/go-limiter", "github.com/throttled/throttled/v2", "github.com/ulule/limiter/v3",
 				"github.com/tsenart/vegeta/v12", "gonum.org/v1/plot", "github.com/aws/aws-sdk-go-v2/service/dynamodb":
 				m.Deps[d.Path] = d.Version
 			}

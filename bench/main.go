@@ -8,6 +8,10 @@
 //
 //	decisions   per-decision cost in process: every strategy vs x/time/rate,
 //	            go-limiter and throttled (ns/op, allocs/op, serial, parallel)
+//	middleware  per-request cost of each limiter's own net/http middleware
+//	            around one handler, net of the handler (edgelimit, go-limiter,
+//	            throttled, ulule/limiter, x/time/rate); run alone, it also
+//	            rewrites its own section of BENCHMARKS.md in place
 //	protocol    against dynalite: one conditional write vs read-then-write
 //	flood       the flood experiment: a CPU-bound search behind the Lambda
 //	            middleware, one flooding client and one legitimate client
@@ -16,7 +20,10 @@
 //	            the working tree's side by side; two regions with a
 //	            replicator between two dynalite servers
 //	report      BENCHMARKS.md and the PNG plots from the JSON results
-//	all         the five above, in order
+//	report-middleware
+//	            the middleware section of BENCHMARKS.md again from
+//	            middleware.json, the rest of the file left as it is
+//	all         the measuring parts above, in order
 //
 // It is its own Go module (bench/go.mod) so that the main module never
 // depends on the alternatives it is compared with.
@@ -34,6 +41,9 @@ import (
 	"time"
 )
 
+// defaultBenchtime is the -benchtime default.
+const defaultBenchtime = 300 * time.Millisecond
+
 // options are the flags every subcommand shares.
 type options struct {
 	out      string        // directory of the JSON results
@@ -44,6 +54,7 @@ type options struct {
 	quick    bool          // short runs, for development
 	benchT   time.Duration // testing.Benchmark's benchtime
 	count    int           // repetitions of each micro-benchmark (median kept)
+	mwCount  int           // repetitions of each middleware cell (median kept)
 	phase    time.Duration // length of one flood phase
 	step     time.Duration // length of one step of the offered-load sweep
 	cmdline  string        // how the program was invoked, for the report
@@ -73,8 +84,9 @@ func run(args []string) int {
 	fs.StringVar(&o.plots, "plots", "", "directory for the PNG plots (default ROOT/docs/bench)")
 	fs.StringVar(&o.dynalite, "dynalite", os.Getenv("EDGELIMIT_DYNALITE_ENDPOINT"), "dynalite endpoint (default $EDGELIMIT_DYNALITE_ENDPOINT)")
 	fs.BoolVar(&o.quick, "quick", false, "short runs for development; figures are not for publishing")
-	fs.DurationVar(&o.benchT, "benchtime", 300*time.Millisecond, "benchtime of each micro-benchmark run")
+	fs.DurationVar(&o.benchT, "benchtime", defaultBenchtime, "benchtime of each micro-benchmark run")
 	fs.IntVar(&o.count, "count", 3, "runs of each micro-benchmark; the median is reported")
+	fs.IntVar(&o.mwCount, "mw-count", mwDefaultCount, "runs of each cell of the middleware part; the median is reported")
 	fs.DurationVar(&o.phase, "phase", 8*time.Second, "length of each flood phase")
 	fs.DurationVar(&o.step, "step", 2*time.Second, "length of each step of the offered-load sweep")
 	fs.StringVar(&o.kvOld, "kv-old", "", "kv: the edgelimit binary before issue #14 (mk/bench.mk builds it); empty: the new code only")
@@ -83,7 +95,7 @@ func run(args []string) int {
 	fs.DurationVar(&o.kvDuration, "kv-duration", 30*time.Second, "kv: length of each steady run")
 	fs.StringVar(&o.kvOnly, "kv-only", "", "kv: run only these scenarios (comma-separated ids), for development")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: edgelimit-bench [flags] all|decisions|protocol|flood|kv|report\n\nFlags:")
+		fmt.Fprintln(os.Stderr, "usage: edgelimit-bench [flags] all|decisions|middleware|protocol|flood|kv|report|report-middleware\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -103,7 +115,7 @@ func run(args []string) int {
 		o.plots = filepath.Join(o.root, "docs", "bench")
 	}
 	if o.quick {
-		o.benchT, o.count, o.phase, o.step = 100*time.Millisecond, 1, 3*time.Second, time.Second
+		o.benchT, o.count, o.mwCount, o.phase, o.step = 100*time.Millisecond, 1, 1, 3*time.Second, time.Second
 		o.kvDuration = 8 * time.Second
 	}
 	o.cmdline = "edgelimit-bench " + strings.Join(args, " ")
@@ -119,10 +131,16 @@ func run(args []string) int {
 	switch cmd := fs.Arg(0); cmd {
 	case "decisions", "protocol", "flood", "kv":
 		err = runPart(ctx, o, cmd, parts[cmd])
+	case "middleware":
+		if err = runPart(ctx, o, cmd, parts[cmd]); err == nil {
+			err = updateMiddlewareSection(o)
+		}
 	case "report":
 		err = runReport(o)
+	case "report-middleware":
+		err = runMiddlewareReport(o)
 	case "all":
-		for _, name := range []string{"decisions", "protocol", "flood", "kv"} {
+		for _, name := range partNames {
 			logf("== %s", name)
 			if err = runPart(ctx, o, name, parts[name]); err != nil {
 				break
@@ -142,12 +160,16 @@ func run(args []string) int {
 	return 0
 }
 
+// partNames are the measuring subcommands, in the order `all` runs them.
+var partNames = []string{"decisions", "middleware", "protocol", "flood", "kv"}
+
 // parts are the measuring subcommands.
 var parts = map[string]partFunc{
-	"decisions": runDecisions,
-	"protocol":  runProtocol,
-	"flood":     runFlood,
-	"kv":        runKV,
+	"decisions":  runDecisions,
+	"middleware": runMiddleware,
+	"protocol":   runProtocol,
+	"flood":      runFlood,
+	"kv":         runKV,
 }
 
 // logf reports progress on stderr.

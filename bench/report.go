@@ -14,16 +14,17 @@ import (
 
 // loaded is every part's results that exist under -out.
 type loaded struct {
-	envs      map[string]*Envelope
-	decisions *DecisionsData
-	protocol  *ProtocolData
-	flood     *FloodData
-	kv        *KVData
+	envs       map[string]*Envelope
+	decisions  *DecisionsData
+	middleware *MiddlewareData
+	protocol   *ProtocolData
+	flood      *FloodData
+	kv         *KVData
 }
 
 func load(dir string) (*loaded, error) {
 	l := &loaded{envs: map[string]*Envelope{}}
-	for _, part := range []string{"decisions", "protocol", "flood", "kv"} {
+	for _, part := range partNames {
 		b, err := os.ReadFile(filepath.Join(dir, part+".json"))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -41,6 +42,9 @@ func load(dir string) (*loaded, error) {
 		case "decisions":
 			l.decisions = &DecisionsData{}
 			target = l.decisions
+		case "middleware":
+			l.middleware = &MiddlewareData{}
+			target = l.middleware
 		case "protocol":
 			l.protocol = &ProtocolData{}
 			target = l.protocol
@@ -83,11 +87,58 @@ func runReport(o options) error {
 		plots[k] = rel(p)
 	}
 	md := renderMarkdown(l, plots)
+	if old, err := os.ReadFile(o.md); err == nil {
+		md = keepSections(string(old), md)
+	}
 	if err := os.WriteFile(o.md, []byte(md), 0o644); err != nil {
 		return err
 	}
 	logf("report: wrote %s and %d plots in %s", o.md, len(plots), o.plots)
 	return nil
+}
+
+// keptHeadings are sections of BENCHMARKS.md that no part of this program
+// measures: the full report carries them over from the file it replaces, as
+// they are, before "What these figures do not show". The cold-start table
+// comes from `make cold-start` (e2e.TestColdStart under the Lambda runtime
+// emulator), not from this program.
+var keptHeadings = []string{coldStartHeading}
+
+// coldStartHeading is the section of the cold-start table.
+const coldStartHeading = "## Cold start: before and after the redesign (make cold-start)"
+
+// keptBefore is the heading kept sections go before.
+const keptBefore = "## What these figures do not show"
+
+// keepSections returns md with each of old's kept sections spliced in.
+func keepSections(old, md string) string {
+	for _, h := range keptHeadings {
+		if sec := sectionOf(old, h); sec != "" {
+			md = spliceSection(md, h, sec, keptBefore)
+		}
+	}
+	return md
+}
+
+// sectionOf returns md's section under the line heading, up to the next
+// "## " heading, ending with a blank line; "" when md has none.
+func sectionOf(md, heading string) string {
+	lines := strings.SplitAfter(md, "\n")
+	for i, ln := range lines {
+		if strings.TrimRight(ln, "\n") != heading {
+			continue
+		}
+		end := len(lines)
+		for j := i + 1; j < len(lines); j++ {
+			if strings.HasPrefix(lines[j], "## ") {
+				end = j
+				break
+			}
+		}
+		sec := strings.TrimRight(strings.Join(lines[i:end], ""), "\n")
+		return sec + "\n\n"
+	}
+	return ""
 }
 
 type mdWriter struct{ strings.Builder }
@@ -142,6 +193,9 @@ func renderMarkdown(l *loaded, plots map[string]string) string {
 	w.p("")
 	renderMachine(&w, l)
 	renderHeadline(&w, l)
+	if l.middleware != nil {
+		renderMiddleware(&w, l)
+	}
 	if l.decisions != nil {
 		renderDecisions(&w, l, plots)
 	}
@@ -161,7 +215,7 @@ func renderMarkdown(l *loaded, plots map[string]string) string {
 
 func partOrder(l *loaded) []*Envelope {
 	var out []*Envelope
-	for _, p := range []string{"decisions", "protocol", "flood", "kv"} {
+	for _, p := range partNames {
 		if e := l.envs[p]; e != nil {
 			out = append(out, e)
 		}
@@ -282,6 +336,9 @@ func renderHeadline(w *mdWriter, l *loaded) {
 		w.p("| in-process decision, parallel, 100,000 keys (ns/op) | %s | %s |",
 			joinNonEmpty(cell(fw, "durable fixed-window (memory)"), cell(kv, "kv cached"), cell(sg, "signed"), cell(mw, "whole Lambda middleware")),
 			joinNonEmpty(cell(xr, "x/time/rate"), cell(gl, "go-limiter"), cell(th, "throttled GCRA")))
+	}
+	if d := l.middleware; d != nil {
+		mwHeadline(w, d)
 	}
 	if p := l.protocol; p != nil {
 		ow := p.run("one-write", fixedWindow, "hot", 64)

@@ -2,14 +2,20 @@
 # repository's Makefile (`include mk/bench.mk`), so paths are relative to the
 # repository root; it also works on its own: `make -f mk/bench.mk bench`.
 #
-#   make bench          everything (about 16 minutes on 2 cores): per-decision cost vs
-#                       x/time/rate, go-limiter and throttled; one conditional write vs
-#                       read-then-write on dynalite; the flood experiment; the cost
-#                       model; kv across separate `edgelimit serve` processes, the
-#                       code before issue #14 (KV_OLD_COMMIT) beside the working tree's,
-#                       and across two regions. Writes BENCHMARKS.md and docs/bench/*.png,
-#                       keeps the raw results in bench/out/*.json (git-ignored).
+#   make bench          everything (about 19 minutes on 2 cores): per-decision cost vs
+#                       x/time/rate, go-limiter and throttled; per-request cost of each
+#                       limiter's own net/http middleware (edgelimit, go-limiter,
+#                       throttled, ulule/limiter, x/time/rate) net of the handler; one
+#                       conditional write vs read-then-write on dynalite; the flood
+#                       experiment; the cost model; kv across separate `edgelimit serve`
+#                       processes, the code before issue #14 (KV_OLD_COMMIT) beside the
+#                       working tree's, and across two regions. Writes BENCHMARKS.md and
+#                       docs/bench/*.png, keeps the raw results in bench/out/*.json
+#                       (git-ignored).
 #   make bench-kv       the kv part alone (about 8 minutes), then the report
+#   make bench-middleware  the middleware comparison alone (about 6 minutes, no
+#                       servers): bench/out/middleware.json, and its section of
+#                       BENCHMARKS.md rewritten in place (the rest left as it is)
 #   make bench-quick    the same with short runs, into bench/out/quick/ (development;
 #                       BENCHMARKS.md and docs/bench are left alone)
 #   make bench-report   BENCHMARKS.md and the plots again from bench/out/*.json
@@ -41,7 +47,7 @@ KV_OLD_COMMIT ?= e340e63
 KV_OLD_BIN    := bench/out/edgelimit-kv-old
 KV_FLAGS       = -kv-old $(KV_OLD_BIN) -kv-old-commit $(KV_OLD_COMMIT)
 
-.PHONY: bench bench-quick bench-report bench-build bench-deps bench-kv bench-kv-old dashboard-mock
+.PHONY: bench bench-quick bench-report bench-build bench-deps bench-kv bench-kv-old bench-middleware dashboard-mock
 
 ## bench-build: the benchmark program (bench/ module) as bench/out/edgelimit-bench.
 bench-build:
@@ -71,6 +77,10 @@ bench-kv: bench-build bench-deps bench-kv-old
 bench-quick: bench-build bench-deps bench-kv-old
 	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . -quick $(KV_FLAGS) \
 		-out bench/out/quick -md bench/out/quick/BENCHMARKS.md -plots bench/out/quick/plots $(BENCH_FLAGS) all
+
+## bench-middleware: the middleware comparison alone; rewrites its section of BENCHMARKS.md.
+bench-middleware: bench-build
+	$(BENCH_BIN) -root . $(BENCH_FLAGS) middleware
 
 ## bench-report: rewrite BENCHMARKS.md and the plots from bench/out/*.json.
 bench-report: bench-build
