@@ -18,6 +18,7 @@ var gatedTest = &edgelimit.Strategy{
 	Package:      "github.com/edgelimit/edgelimit/powgate (tests)",
 	Fields:       []string{powgate.Field, "burst"},
 	OnStoreError: edgelimit.FailOpen,
+	Limits:       true, // the tiers case: a share follows the tier's quota
 	Parse: func(f *edgelimit.Fields) any {
 		capacity := f.Policy().Limit
 		if b, ok := f.Int("burst"); ok {
