@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"fmt"
 	"os"
@@ -43,17 +44,22 @@ func coldEnv(t *testing.T, fn handlers.Function) map[string]string {
 }
 
 // TestColdStart measures every function's cold start under the emulator:
-// With EDGELIMIT_COLDSTART_BASELINE set to another checkout of the
-// repository (an older commit, in a git worktree), its functions are built
-// and measured in the same run, one cold start of each in turn with this
-// tree's, so the two columns compare like with like.
-//
 // the bootstrap's size and the init duration (from starting the process to
 // its first request for work), the median of coldStarts fresh starts. It
 // asserts the size budget of the deployed linux/arm64 bootstraps only:
 // durations depend on the machine and are reported, never asserted. With
 // EDGELIMIT_COLDSTART_REPORT set it writes the Markdown table of
 // docs/deploy.md there.
+//
+// With EDGELIMIT_COLDSTART_BASELINE set to another checkout of the
+// repository (an older commit, in a git worktree), its functions are built
+// (with EDGELIMIT_COLDSTART_BASELINE_TAGS, default lambda.norpc: the tags
+// of make build before nethttpomithttp2) and measured in the same run:
+// each function's baseline starts just before this tree's, so the two
+// columns share the machine's load.
+// baselineTags are the build tags of the baseline checkout's functions.
+var baselineTags = cmp.Or(os.Getenv("EDGELIMIT_COLDSTART_BASELINE_TAGS"), "lambda.norpc")
+
 func TestColdStart(t *testing.T) {
 	type row struct {
 		name              string
@@ -67,7 +73,7 @@ func TestColdStart(t *testing.T) {
 	var baseline map[string]string
 	if dir := os.Getenv("EDGELIMIT_COLDSTART_BASELINE"); dir != "" {
 		var err error
-		if baseline, err = buildTree(dir, runtime.GOARCH, t.TempDir()); err != nil {
+		if baseline, err = buildTree(dir, runtime.GOARCH, t.TempDir(), baselineTags); err != nil {
 			t.Fatalf("build the baseline %s: %v", dir, err)
 		}
 	}

@@ -157,13 +157,18 @@ func buildAll(goarch string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return buildTree(dir, goarch, filepath.Join(base, goarch))
+	return buildTree(dir, goarch, filepath.Join(base, goarch), lambdaTags)
 }
 
+// lambdaTags are the build tags of `make build` (LAMBDA_TAGS in
+// mk/lambda.mk; TestBuildTagsAreMakeBuilds keeps them in step).
+const lambdaTags = "lambda.norpc,nethttpomithttp2"
+
 // buildTree builds every example function of the checkout at dir for
-// linux/goarch into out/<fn>/bootstrap, with the flags of `make build`.
-func buildTree(dir, goarch, out string) (map[string]string, error) {
-	args := []string{"build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(out, "bin") + "/"}
+// linux/goarch into out/<fn>/bootstrap, with the flags of `make build` and
+// the build tags given.
+func buildTree(dir, goarch, out, tags string) (map[string]string, error) {
+	args := []string{"build", "-tags", tags, "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(out, "bin") + "/"}
 	for _, f := range handlers.All() {
 		args = append(args, "./functions/"+f.Name)
 	}

@@ -648,3 +648,20 @@ func TestTemplateLeasesOutlastTheTimeout(t *testing.T) {
 		t.Error("no function has an inflight policy (tts's speech-jobs)")
 	}
 }
+
+// TestBuildTagsAreMakeBuilds: the functions e2e runs are built with the
+// tags `make build` and `sam build` use (LAMBDA_TAGS in mk/lambda.mk), so
+// what is tested is what is deployed.
+func TestBuildTagsAreMakeBuilds(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(root(t), "mk", "lambda.mk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "LAMBDA_TAGS      := " + lambdaTags + "\n"
+	if !strings.Contains(string(data), want) {
+		t.Errorf("mk/lambda.mk does not set %q: e2e builds with other tags than make build", strings.TrimSpace(want))
+	}
+	if !strings.Contains(string(data), "-tags $(LAMBDA_TAGS)") {
+		t.Errorf("mk/lambda.mk's LAMBDA_GOFLAGS do not use LAMBDA_TAGS")
+	}
+}

@@ -19,8 +19,12 @@ lambda_mk_default_goal := $(.DEFAULT_GOAL)
 LAMBDA_FUNCTIONS := paid contact search tts
 LAMBDA_ARCHS     := arm64 amd64
 # -tags lambda.norpc drops aws-lambda-go's net/rpc path (only the retired
-# go1.x runtime used it); -s -w strips the symbol table and DWARF.
-LAMBDA_GOFLAGS   := -tags lambda.norpc -trimpath -ldflags "-s -w"
+# go1.x runtime used it); nethttpomithttp2 drops net/http's bundled HTTP/2
+# (320 KB: the runtime API, DynamoDB and Secrets Manager are called over
+# HTTP/1.1); -s -w strips the symbol table and DWARF. e2e builds with the
+# same tags (TestBuildTagsAreMakeBuilds).
+LAMBDA_TAGS      := lambda.norpc,nethttpomithttp2
+LAMBDA_GOFLAGS   := -tags $(LAMBDA_TAGS) -trimpath -ldflags "-s -w"
 LAMBDA_BINARIES  := $(foreach a,$(LAMBDA_ARCHS),$(foreach f,$(LAMBDA_FUNCTIONS),build/$(a)/$(f)/bootstrap))
 
 # The Lambda Runtime Interface Emulator, pinned; e2e/rie_test.go pins the
