@@ -10,8 +10,9 @@ import (
 	"time"
 )
 
-// TestImportersGetOnlyWhatTheyUse: a module that imports pow, or the root
-// package, gets from `go mod tidy` only the requirements those packages
+// TestImportersGetOnlyWhatTheyUse: a module that imports pow, the root
+// package, or a strategy's SDK-free package (durablecounter, kvbucket,
+// inflight with their memory stores), gets from `go mod tidy` only the requirements those packages
 // need — no AWS SDK, no aws-lambda-go, no testify (issue #11.7).
 func TestImportersGetOnlyWhatTheyUse(t *testing.T) {
 	for _, tc := range []struct {
@@ -21,6 +22,8 @@ func TestImportersGetOnlyWhatTheyUse(t *testing.T) {
 		{"github.com/edgelimit/edgelimit/pow", []string{"aws", "testify", "yaml", "jwt"}},
 		{"github.com/edgelimit/edgelimit", []string{"aws", "testify", "jwt"}},
 		{"github.com/edgelimit/edgelimit/durablecounter", []string{"aws", "testify", "jwt"}},
+		{"github.com/edgelimit/edgelimit/kvbucket", []string{"aws", "testify", "jwt"}},
+		{"github.com/edgelimit/edgelimit/inflight", []string{"aws", "testify", "jwt"}},
 	} {
 		t.Run(filepath.Base(tc.pkg), func(t *testing.T) {
 			gomod := tidyImporter(t, tc.pkg)
