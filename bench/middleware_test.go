@@ -223,8 +223,8 @@ func TestMWSummaryNetCPUInOrder(t *testing.T) {
 	}
 }
 
-// TestKeepSections pins that the full report keeps the cold-start section,
-// which no part of the program measures, where a regenerated file would
+// TestKeepSections pins that the full report keeps the cold-start and the
+// bootstrap-size sections, which no part of the program measures, where a regenerated file would
 // drop it: before "What these figures do not show", replacing none of the
 // new report's sections, and nothing when the old file has none.
 func TestKeepSections(t *testing.T) {
@@ -234,6 +234,11 @@ func TestKeepSections(t *testing.T) {
 	want := "# New\n\n## 1. A\n\nnew a\n\n" + cold + "\n## What these figures do not show\n\nnew\n"
 	if got := keepSections(old, md); got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	boot := bootstrapHeading + "\n\n| function | bytes |\n|---|---:|\n| tts | 6,881,442 |\n"
+	old2 := "# Old\n\n" + cold + "\n" + boot + "\n## What these figures do not show\n\nold\n"
+	if got, want := keepSections(old2, md), "# New\n\n## 1. A\n\nnew a\n\n"+cold+"\n"+boot+"\n## What these figures do not show\n\nnew\n"; got != want {
+		t.Errorf("two kept sections: got %q\nwant %q", got, want)
 	}
 	if got := keepSections("# Old\n\n## 1. A\n\nold a\n", md); got != md {
 		t.Errorf("without a kept section in the old file: got %q, want the new report as is", got)

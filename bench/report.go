@@ -101,11 +101,15 @@ func runReport(o options) error {
 // measures: the full report carries them over from the file it replaces, as
 // they are, before "What these figures do not show". The cold-start table
 // comes from `make cold-start` (e2e.TestColdStart under the Lambda runtime
-// emulator), not from this program.
-var keptHeadings = []string{coldStartHeading}
+// emulator), not from this program; the bootstrap sizes and package init
+// from `go build` and GODEBUG=inittrace=1 (the commands are in the section).
+var keptHeadings = []string{coldStartHeading, bootstrapHeading}
 
 // coldStartHeading is the section of the cold-start table.
 const coldStartHeading = "## Cold start: before and after the redesign (make cold-start)"
+
+// bootstrapHeading is the section of the bootstrap sizes and init.
+const bootstrapHeading = "## Bootstrap size and init"
 
 // keptBefore is the heading kept sections go before.
 const keptBefore = "## What these figures do not show"
