@@ -681,6 +681,24 @@ func renderFlood(w *mdWriter, l *loaded, plots map[string]string) {
 		w.p("  serve`, a container); a Lambda instance serves one request at a time. `on_store_error: deny`, the memory store, a")
 		w.p("  deny cache that absorbs the flood, or a strategy that decides locally (kv, signed) avoid it — compare their rows.")
 	}
+	var pow, plain *FloodPhase
+	for i := range f.Phases {
+		switch ph := &f.Phases[i]; {
+		case ph.Unavailable != "":
+		case ph.ID == "durable-gcra-pow":
+			pow = ph
+		case ph.ID == "durable-gcra":
+			plain = ph
+		}
+	}
+	if pow != nil && plain != nil {
+		w.p("- **The soft threshold** (`proof_of_work: {above: 10, bits: 16}` on the search policy, issue #13): a flood that")
+		w.p("  solves nothing is refused as without it, not more: the bucket still refills at 10/s and each refill lets one flood")
+		w.p("  request in below the threshold. What the threshold buys is against a client that does solve: between 10 and 20 units")
+		w.p("  in use each of its requests costs about 2^16 SHA-256, where the flood here pays nothing and gets 429s that carry a")
+		w.p("  challenge. Its price is on the store: a gated admission is a peek and a spend (%.3f calls per allowed request against", pow.CallsPer("allowed"))
+		w.p("  %.3f without the threshold), and the challenges are answered from the process (%.3f calls per denied request).", plain.CallsPer("allowed"), pow.CallsPer("denied"))
+	}
 	w.p("- The signed strategy keeps no state, so it can only slow a flood that cooperates or pays: with proof of work a client")
 	w.p("  that solves nothing gets nothing; without it, a client that drops its token starts a fresh window with every request")
 	w.p("  (the row shows what that costs the server). `docs/signed.md` discusses the trade-off.")
