@@ -1,8 +1,7 @@
 package dynamostore_test
 
 import (
-	"os/exec"
-	"strings"
+	"github.com/edgelimit/edgelimit/internal/depstest"
 	"testing"
 )
 
@@ -12,12 +11,8 @@ import (
 // store imported internal/ddb, every Lambda function linked it.
 func TestLinksNoConfigLoader(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("go", "list", "-deps", "github.com/edgelimit/edgelimit/durablecounter/dynamostore").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	for _, p := range strings.Fields(string(out)) {
-		if p == "github.com/aws/aws-sdk-go-v2/config" || strings.HasPrefix(p, "github.com/aws/aws-sdk-go-v2/service/sso") || strings.HasPrefix(p, "github.com/aws/aws-sdk-go-v2/service/sts") {
+	for _, p := range depstest.Links(t, "github.com/edgelimit/edgelimit/durablecounter/dynamostore") {
+		if depstest.ConfigLoader(p) {
 			t.Errorf("dynamostore links %s", p)
 		}
 	}

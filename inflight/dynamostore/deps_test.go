@@ -1,8 +1,7 @@
 package dynamostore_test
 
 import (
-	"os/exec"
-	"strings"
+	"github.com/edgelimit/edgelimit/internal/depstest"
 	"testing"
 )
 
@@ -14,12 +13,8 @@ import (
 // over the 10 MB budget of e2e.TestColdStart (9.50 MB without them).
 func TestLinksNoConfigLoader(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("go", "list", "-deps", "github.com/edgelimit/edgelimit/inflight/dynamostore").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	for _, p := range strings.Fields(string(out)) {
-		if p == "github.com/aws/aws-sdk-go-v2/config" || strings.HasPrefix(p, "github.com/aws/aws-sdk-go-v2/service/sso") || strings.HasPrefix(p, "github.com/aws/aws-sdk-go-v2/service/sts") {
+	for _, p := range depstest.Links(t, "github.com/edgelimit/edgelimit/inflight/dynamostore") {
+		if depstest.ConfigLoader(p) {
 			t.Errorf("dynamostore links %s", p)
 		}
 	}

@@ -1,7 +1,7 @@
 package dynamostore_test
 
 import (
-	"os/exec"
+	"github.com/edgelimit/edgelimit/internal/depstest"
 	"strings"
 	"testing"
 )
@@ -12,11 +12,7 @@ import (
 // KV imported internal/ddb, every kv Lambda function linked it.
 func TestLinksNoConfigLoader(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("go", "list", "-deps", "github.com/edgelimit/edgelimit/kvbucket/dynamostore").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	for _, p := range strings.Fields(string(out)) {
+	for _, p := range depstest.Links(t, "github.com/edgelimit/edgelimit/kvbucket/dynamostore") {
 		if p == "github.com/aws/aws-sdk-go-v2/config" || p == "github.com/edgelimit/edgelimit/internal/ddb" ||
 			strings.HasPrefix(p, "github.com/aws/aws-sdk-go-v2/service/sso") || strings.HasPrefix(p, "github.com/aws/aws-sdk-go-v2/service/sts") {
 			t.Errorf("dynamostore links %s", p)

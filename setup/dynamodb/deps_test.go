@@ -1,7 +1,7 @@
 package dynamodb_test
 
 import (
-	"os/exec"
+	"github.com/edgelimit/edgelimit/internal/depstest"
 	"strings"
 	"testing"
 )
@@ -16,11 +16,7 @@ import (
 func TestBackendsLinkNoConfigLoader(t *testing.T) {
 	t.Parallel()
 	for _, pkg := range []string{"durable", "kv", "inflight"} {
-		out, err := exec.Command("go", "list", "-deps", "github.com/edgelimit/edgelimit/setup/dynamodb/"+pkg).Output()
-		if err != nil {
-			t.Fatalf("go list -deps: %v", err)
-		}
-		for _, p := range strings.Fields(string(out)) {
+		for _, p := range depstest.Links(t, "github.com/edgelimit/edgelimit/setup/dynamodb/"+pkg) {
 			switch {
 			case p == "github.com/aws/aws-sdk-go-v2/config", p == "github.com/edgelimit/edgelimit/internal/ddb",
 				strings.HasPrefix(p, "github.com/aws/aws-sdk-go-v2/feature/ec2/imds"),
