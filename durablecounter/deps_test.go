@@ -1,9 +1,10 @@
 package durablecounter_test
 
 import (
-	"github.com/edgelimit/edgelimit/internal/depstest"
 	"strings"
 	"testing"
+
+	"github.com/edgelimit/edgelimit/internal/depstest"
 )
 
 // TestLinksNoAWSSDK pins issue #11's "a binary links only what it uses":

@@ -1,8 +1,9 @@
 package dynamostore_test
 
 import (
-	"github.com/edgelimit/edgelimit/internal/depstest"
 	"testing"
+
+	"github.com/edgelimit/edgelimit/internal/depstest"
 )
 
 // TestLinksNoConfigLoader: the store links the DynamoDB client, never the

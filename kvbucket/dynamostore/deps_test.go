@@ -1,9 +1,10 @@
 package dynamostore_test
 
 import (
-	"github.com/edgelimit/edgelimit/internal/depstest"
 	"strings"
 	"testing"
+
+	"github.com/edgelimit/edgelimit/internal/depstest"
 )
 
 // TestLinksNoConfigLoader: the store links the DynamoDB client, never the

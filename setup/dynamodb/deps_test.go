@@ -1,9 +1,10 @@
 package dynamodb_test
 
 import (
-	"github.com/edgelimit/edgelimit/internal/depstest"
 	"strings"
 	"testing"
+
+	"github.com/edgelimit/edgelimit/internal/depstest"
 )
 
 // TestBackendsLinkNoConfigLoader pins a cold-start fix of issue #16: the
