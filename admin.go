@@ -153,7 +153,7 @@ func (e *Engine) Reset(ctx context.Context, policy, raw string) error {
 	if err != nil {
 		return err
 	}
-	r, ok := c.limiter.(resetter)
+	r, ok := ability[resetter](c.limiter)
 	if !ok {
 		return fmt.Errorf("%w: policy %q (%s) keeps no usage to reset", errors.ErrUnsupported, c.Name, c.StrategyName())
 	}
@@ -174,7 +174,7 @@ func (e *Engine) Grant(ctx context.Context, policy, raw string, units int64, unt
 	if units <= 0 {
 		return fmt.Errorf("edgelimit: grant of %d units: it must be at least 1", units)
 	}
-	g, ok := c.limiter.(granter)
+	g, ok := ability[granter](c.limiter)
 	if !ok {
 		return fmt.Errorf("%w: policy %q (%s) keeps no usage to grant against", errors.ErrUnsupported, c.Name, c.StrategyName())
 	}

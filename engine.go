@@ -189,8 +189,8 @@ func New(cfg Config) (*Engine, error) {
 		}
 		c.refund, _ = l.(Refunder)
 		c.peek, _ = l.(Peeker)
-		c.charger, _ = l.(Charger)
-		c.finisher, _ = l.(Finisher)
+		c.charger, _ = ability[Charger](l)
+		c.finisher, _ = ability[Finisher](l)
 		c.deferred = p.ChargeAfter || len(p.ChargeStatus) > 0
 		switch {
 		case c.deferred && (c.charger == nil || c.peek == nil):

@@ -165,6 +165,11 @@ type Receipt struct {
 //	// window of req's limits when until is zero, else until that instant;
 //	// Engine.Grant. req is as for Reset.
 //	Grant(ctx context.Context, req Request, units int64, until time.Time) error
+//
+//	// Unwrap: the limiter a wrapper decides in front of (powgate.Gate). The
+//	// engine finds Reset, Grant, Charge and Finish through it when the
+//	// wrapper has none of its own.
+//	Unwrap() Limiter
 type Limiter interface {
 	Allow(ctx context.Context, req Request) (Decision, error)
 }
@@ -183,7 +188,31 @@ type (
 	granter interface {
 		Grant(ctx context.Context, req Request, units int64, until time.Time) error
 	}
+	unwrapper interface {
+		Unwrap() Limiter
+	}
 )
+
+// ability finds an optional ability of l: l's own, else that of the
+// limiter l wraps (Unwrap), and so on. A wrapper (powgate.Gate in front of
+// a durable or kv limiter) keeps the abilities it implements itself (Peek,
+// Refund) and lends the wrapped limiter's others: an operator's Reset and
+// Grant, and Charge and Finish after the response, concern the wrapped
+// limiter's state, which a wrapper does not keep.
+func ability[T any](l Limiter) (T, bool) {
+	for l != nil {
+		if a, ok := l.(T); ok {
+			return a, true
+		}
+		u, ok := l.(unwrapper)
+		if !ok {
+			break
+		}
+		l = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
 
 // Refunder is an optional ability: a limiter that can give back the units an
 // earlier Allow spent. The engine uses it when another policy on the same
