@@ -1,11 +1,11 @@
 package durablecounter
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/policyopts"
 	"github.com/edgelimit/edgelimit/powgate"
 )
 
@@ -150,15 +150,5 @@ func parseOptions(f *edgelimit.Fields) any {
 
 // options returns the Options cfg asks for.
 func options(cfg Config) (Options, error) {
-	switch {
-	case cfg.Options != nil:
-		return *cfg.Options, nil
-	case cfg.Policy.Options == nil:
-		return Options{}, nil
-	}
-	o, ok := cfg.Policy.Options.(*Options)
-	if !ok {
-		return Options{}, fmt.Errorf("%w: policy %q: options are a %T, not *durablecounter.Options (is it a durable policy?)", ErrConfig, cfg.Policy.Name, cfg.Policy.Options)
-	}
-	return *o, nil
+	return policyopts.Of(cfg.Options, cfg.Policy, ErrConfig, "durablecounter")
 }

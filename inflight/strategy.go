@@ -1,10 +1,10 @@
 package inflight
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/policyopts"
 )
 
 // DefaultRetryAfter is Options.RetryAfter's default.
@@ -115,15 +115,5 @@ func parseOptions(f *edgelimit.Fields) any {
 
 // options returns the Options cfg asks for.
 func options(cfg Config) (Options, error) {
-	switch {
-	case cfg.Options != nil:
-		return *cfg.Options, nil
-	case cfg.Policy.Options == nil:
-		return Options{}, nil
-	}
-	o, ok := cfg.Policy.Options.(*Options)
-	if !ok {
-		return Options{}, fmt.Errorf("%w: policy %q: options are a %T, not *inflight.Options (is it an inflight policy?)", ErrConfig, cfg.Policy.Name, cfg.Policy.Options)
-	}
-	return *o, nil
+	return policyopts.Of(cfg.Options, cfg.Policy, ErrConfig, "inflight")
 }

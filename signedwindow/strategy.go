@@ -1,11 +1,11 @@
 package signedwindow
 
 import (
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/internal/policyopts"
 )
 
 // ProofOfWork makes a fresh window cost work: the challenges of a signed
@@ -81,15 +81,5 @@ func parseOptions(f *edgelimit.Fields) any {
 
 // options returns the Options cfg asks for.
 func options(cfg Config) (Options, error) {
-	switch {
-	case cfg.Options != nil:
-		return *cfg.Options, nil
-	case cfg.Policy.Options == nil:
-		return Options{}, nil
-	}
-	o, ok := cfg.Policy.Options.(*Options)
-	if !ok {
-		return Options{}, fmt.Errorf("signedwindow: policy %q: options are a %T, not *signedwindow.Options (is it a signed policy?)", cfg.Policy.Name, cfg.Policy.Options)
-	}
-	return *o, nil
+	return policyopts.Of(cfg.Options, cfg.Policy, nil, "signedwindow")
 }
