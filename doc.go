@@ -1,34 +1,30 @@
 // Package edgelimit rate-limits serverless HTTP APIs on AWS Lambda without
 // Redis.
 //
-// The root package is the contract every piece meets on, and the engine;
-// nothing else:
+// The root package is the contract every strategy meets on, and the engine
+// that applies it; nothing else:
 //
 //   - [Limiter], [Request] and [Decision]: one small interface every strategy
-//     implements, with optional abilities the engine finds by type assertion
-//     ([Refunder], [Peeker], [Charger], [Finisher], [BatchLimiter], and the
-//     methods listed on Limiter). A denial is a Decision; an error means the
-//     backend failed.
-//   - [PolicyFile]: the strict policies.yaml that says which policies guard
-//     which routes, where each finds its client key, how it fails, and its
-//     allow and deny [List]s and quota [Tiers].
-//   - [Engine]: matches a request to its policies, hashes the keys, asks the
-//     limiters (atomically where a backend allows), gives back what was
-//     spent when another policy denies, and renders the RateLimit headers
+//     implements. A denial is a Decision; an error means the backend failed.
+//     What else a limiter can do is an optional ability, each an interface
+//     of its own that the engine finds by type assertion and a strategy
+//     asserts at compile time: [Refunder], [Peeker], [Charger], [Finisher],
+//     [BatchLimiter], [Localizer], [Quoter], [Resetter], [Granter] and
+//     [Unwrapper].
+//   - [Engine]: built by [New] from a policy file (package policy) and a
+//     limiter per policy, it matches a request to its policies, hashes the
+//     keys, applies the allow and deny lists, tiers and overrides, asks the
+//     limiters (atomically where a backend allows), gives back what was spent
+//     when another policy denies, and renders the RateLimit headers
 //     (draft-ietf-httpapi-ratelimit-headers-11) and RFC 9457 problem bodies
 //     into a [Verdict]. The adapters in package middleware translate Lambda
-//     events and net/http requests into an [Input] and back.
+//     events and net/http requests into an [Input] and back; a handler finds
+//     its Verdict with [FromContext].
 //
-// # Strategies own their options
-//
-// The parser reads the fields every policy has (name, routes, key, limit,
-// window, cost, the failure mode, tiers) and hands the rest of a policy's
-// fields to its [Strategy], which a strategy package [Register]s from init:
-// durablecounter, kvbucket, inflight and signedwindow each declare, validate
-// and document their own fields, with messages that point at the file's
-// line ([Fields]). A program parses the strategies it links, so adding a
-// strategy touches its own package and one registration, and a Lambda
-// function links only the strategies its policy file uses.
+// The policy file's syntax, and what a strategy declares to the parser, are
+// package policy's; the strategies are packages of their own (durablecounter,
+// kvbucket, signedwindow, inflight), and setup builds an Engine from a file
+// and the environment. ARCHITECTURE.md draws the whole.
 //
 // # Client state travels through one channel
 //

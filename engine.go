@@ -14,15 +14,16 @@ import (
 	"github.com/edgelimit/edgelimit/internal/keyhash"
 	isecret "github.com/edgelimit/edgelimit/internal/secret"
 	"github.com/edgelimit/edgelimit/internal/urlpath"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // Config configures an Engine.
 type Config struct {
 	// Policies is the loaded policy file. Required.
-	Policies *PolicyFile
+	Policies *policy.File
 	// Limiters builds each policy's Limiter. Required; setup.Limiters
 	// builds it from the backends of the strategies a program links.
-	Limiters func(p *Policy) (Limiter, error)
+	Limiters func(p *policy.Policy) (Limiter, error)
 	// HashSecret keys the hash that replaces raw client keys in storage. At
 	// least 32 bytes, and the same on every instance sharing a store. Nil
 	// generates a random one, which is only right for a single process.
@@ -86,7 +87,7 @@ type Event struct {
 // every adapter: adapters translate their event into an Input, call Decide
 // and render the Verdict.
 type Engine struct {
-	file     *PolicyFile
+	file     *policy.File
 	policies []*compiled
 	routes   []routeRef
 	hasher   *keyhash.Hasher
@@ -105,7 +106,7 @@ type Engine struct {
 
 // compiled is a policy with its limiter and what rendering it needs.
 type compiled struct {
-	*Policy
+	*policy.Policy
 	index   int
 	limiter Limiter
 	batch   BatchLimiter
@@ -133,7 +134,7 @@ type compiled struct {
 }
 
 type routeRef struct {
-	route  Route
+	route  policy.Route
 	policy int
 }
 
@@ -172,7 +173,7 @@ func New(cfg Config) (*Engine, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	if e.lists, err = compileLists(cfg.Policies.Lists, listDir(cfg.Policies.Source), getenv); err != nil {
+	if e.lists, err = compileLists(cfg.Policies, getenv); err != nil {
 		return nil, err
 	}
 	for i, p := range cfg.Policies.Policies {
@@ -199,8 +200,8 @@ func New(cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("edgelimit: policy %q has refund_status, which needs a limiter that can refund (edgelimit.Refunder); %T cannot", p.Name, l)
 		}
 		c.finishes = c.deferred || len(p.RefundStatus) > 0 || c.finisher != nil
-		if p.OnStoreError == FailLocal {
-			lz, ok := l.(localizer)
+		if p.OnStoreError == policy.FailLocal {
+			lz, ok := l.(Localizer)
 			if !ok {
 				return nil, fmt.Errorf("edgelimit: policy %q: on_store_error local needs a limiter with an in-process twin (a Local method); %T has none", p.Name, l)
 			}
@@ -226,7 +227,7 @@ func New(cfg Config) (*Engine, error) {
 }
 
 // Policies returns the engine's policy file.
-func (e *Engine) Policies() *PolicyFile { return e.file }
+func (e *Engine) Policies() *policy.File { return e.file }
 
 // Limiter returns the limiter built for the named policy, or nil.
 func (e *Engine) Limiter(policy string) Limiter {
@@ -242,8 +243,8 @@ func (e *Engine) Limiter(policy string) Limiter {
 // limiter could not make (the store failed): what the limiter says its
 // decisions announce (a bucket: its burst over the time it takes to fill),
 // or the policy's limit and window.
-func advertised(p *Policy, l Limiter) (int64, time.Duration) {
-	if q, ok := l.(quotaer); ok {
+func advertised(p *policy.Policy, l Limiter) (int64, time.Duration) {
+	if q, ok := l.(Quoter); ok {
 		return q.Quota()
 	}
 	return p.Limit, p.Window

@@ -11,13 +11,14 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // BenchmarkDecide measures the engine alone: route matching, key extraction
 // and hashing, one limiter call that always allows, and the headers. The
 // limiter is free so that what is measured is the engine's own cost.
 func BenchmarkDecide(b *testing.B) {
-	f, err := edgelimit.ParsePolicies("bench.yaml", []byte(`version: 1
+	f, err := policy.Parse("bench.yaml", []byte(`version: 1
 policies:
   - {name: one, routes: ["GET /one"], key: ip, strategy: durable, limit: 1000000, window: 1h}
   - {name: a, routes: ["GET /three"], key: ip, strategy: kv, limit: 1000000, window: 1h}
@@ -32,7 +33,7 @@ policies:
 	})
 	e, err := edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("k", 32)),
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) { return free, nil }})
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) { return free, nil }})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,12 +16,13 @@ import (
 	"github.com/edgelimit/edgelimit/internal/keyhash"
 	isecret "github.com/edgelimit/edgelimit/internal/secret"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // counter is a minimal exact limiter for engine unit tests; the real
 // backends run the conformance suite in package limitertest.
 type counter struct {
-	p        *edgelimit.Policy
+	p        *policy.Policy
 	mu       sync.Mutex
 	n        map[string]int64
 	keys     []string
@@ -127,7 +128,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, yaml string, tweak func(name string, c *counter) edgelimit.Limiter) *fixture {
 	t.Helper()
-	f, err := edgelimit.ParsePolicies("test.yaml", []byte(yaml))
+	f, err := policy.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func newFixture(t *testing.T, yaml string, tweak func(name string, c *counter) e
 			fx.events = append(fx.events, ev)
 			mu.Unlock()
 		},
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			c := &counter{p: p, n: map[string]int64{}}
 			fx.limiters[p.Name] = c
 			if tweak != nil {
@@ -383,8 +384,8 @@ policies:
 	if twins != 1 {
 		t.Errorf("twins built = %d, want 1", twins)
 	}
-	f, _ := edgelimit.ParsePolicies("p.yaml", []byte(yaml))
-	_, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) { return &counter{p: p}, nil }})
+	f, _ := policy.Parse("p.yaml", []byte(yaml))
+	_, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) { return &counter{p: p}, nil }})
 	if err == nil || !strings.Contains(err.Error(), "a Local method") {
 		t.Errorf("New with a limiter without a twin = %v, want an error naming the Local method", err)
 	}
@@ -662,8 +663,8 @@ policies:
 }
 
 func TestNewErrors(t *testing.T) {
-	f, _ := edgelimit.ParsePolicies("p.yaml", []byte(twoPolicies))
-	build := func(p *edgelimit.Policy) (edgelimit.Limiter, error) { return &counter{p: p}, nil }
+	f, _ := policy.Parse("p.yaml", []byte(twoPolicies))
+	build := func(p *policy.Policy) (edgelimit.Limiter, error) { return &counter{p: p}, nil }
 	if _, err := edgelimit.New(edgelimit.Config{Limiters: build}); err == nil {
 		t.Error("New without policies succeeded")
 	}
@@ -674,7 +675,7 @@ func TestNewErrors(t *testing.T) {
 		t.Errorf("short secret: %v, want ErrShortSecret", err)
 	}
 	boom := errors.New("no such store")
-	_, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) { return nil, boom }})
+	_, err := edgelimit.New(edgelimit.Config{Policies: f, Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) { return nil, boom }})
 	if !errors.Is(err, boom) || !strings.Contains(err.Error(), `policy "burst"`) {
 		t.Errorf("factory error = %v, want it wrapped with the policy name", err)
 	}
@@ -949,7 +950,7 @@ func (c *counter) Charge(ctx context.Context, r edgelimit.Request) (edgelimit.De
 type limitsOf struct {
 	*counter
 	mu  sync.Mutex
-	got []edgelimit.Limits
+	got []policy.Limits
 }
 
 func (l *limitsOf) Allow(ctx context.Context, r edgelimit.Request) (edgelimit.Decision, error) {
@@ -995,7 +996,7 @@ policies:
 	if v := do("gold"); v.Status != 400 || !strings.Contains(string(v.Body), "free, pro") || strings.Contains(string(v.Body), "gold") {
 		t.Errorf("unknown tier: %d %s, want 400 naming the tiers, not echoing the value", v.Status, v.Body)
 	}
-	want := []edgelimit.Limits{{Limit: 10000, Window: time.Hour}, {Limit: 10}}
+	want := []policy.Limits{{Limit: 10000, Window: time.Hour}, {Limit: 10}}
 	if !slices.Equal(rec.got, want) {
 		t.Errorf("limits the limiter saw = %v, want %v", rec.got, want)
 	}
@@ -1020,7 +1021,7 @@ policies:
 	if v := fx.e.Decide(context.Background(), in); !v.Allowed || !strings.HasPrefix(header(v, "RateLimit-Policy"), `"api";q=100;w=86400`) {
 		t.Errorf("free ({}): %d %v, want allowed under the policy's own quota", v.Status, v.Header())
 	}
-	if want := []edgelimit.Limits{{}}; !slices.Equal(rec.got, want) {
+	if want := []policy.Limits{{}}; !slices.Equal(rec.got, want) {
 		t.Errorf("limits the limiter saw = %v, want %v (the policy's)", rec.got, want)
 	}
 }
@@ -1028,11 +1029,11 @@ policies:
 // overrides is an OverrideStore that counts its reads.
 type countedOverrides struct {
 	mu    sync.Mutex
-	m     map[string]edgelimit.Limits
+	m     map[string]policy.Limits
 	reads int
 }
 
-func (o *countedOverrides) Override(_ context.Context, policy, key string) (edgelimit.Limits, bool, error) {
+func (o *countedOverrides) Override(_ context.Context, policy, key string) (policy.Limits, bool, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.reads++
@@ -1040,7 +1041,7 @@ func (o *countedOverrides) Override(_ context.Context, policy, key string) (edge
 	return l, ok, nil
 }
 
-func (o *countedOverrides) SetOverride(_ context.Context, policy, key string, l edgelimit.Limits, _ time.Time) error {
+func (o *countedOverrides) SetOverride(_ context.Context, policy, key string, l policy.Limits, _ time.Time) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.m[policy+"/"+key] = l
@@ -1057,7 +1058,7 @@ func (o *countedOverrides) DeleteOverride(_ context.Context, policy, key string)
 // An override is read at most once per key per staleness interval, and a
 // policy without overrides never asks.
 func TestEngineOverrides(t *testing.T) {
-	f, err := edgelimit.ParsePolicies("p.yaml", []byte(`version: 1
+	f, err := policy.Parse("p.yaml", []byte(`version: 1
 policies:
   - {name: api, routes: ["GET /api"], key: header:X-Api-Key, strategy: durable, limit: 5, window: 1h, overrides: true, override_staleness: 30s}
   - {name: other, routes: ["GET /other"], key: header:X-Api-Key, strategy: durable, limit: 5, window: 1h}
@@ -1066,11 +1067,11 @@ policies:
 		t.Fatal(err)
 	}
 	now := time.Unix(1_700_000_000, 0)
-	store := &countedOverrides{m: map[string]edgelimit.Limits{}}
+	store := &countedOverrides{m: map[string]policy.Limits{}}
 	var rec *limitsOf
 	e, err := edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("k", 32)), Overrides: store,
 		Now: func() time.Time { return now }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			l := &limitsOf{counter: &counter{p: p, n: map[string]int64{}}}
 			if p.Name == "api" {
 				rec = l
@@ -1090,7 +1091,7 @@ policies:
 	}
 	// The operator raises alice's limit; instances see it within 30s.
 	store.mu.Lock()
-	store.m["api/"+edgelimitHash(t, "api", "h:alice")] = edgelimit.Limits{Limit: 50}
+	store.m["api/"+edgelimitHash(t, "api", "h:alice")] = policy.Limits{Limit: 50}
 	store.mu.Unlock()
 	do("/api", "alice")
 	now = now.Add(30 * time.Second)

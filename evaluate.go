@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"strconv"
 	"time"
+
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // outcome is what became of one policy's part in a request.
@@ -91,17 +93,17 @@ func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdi
 
 // missingKeyDetail is the public detail of a 400 for a policy's missing or
 // unusable key: what is required, never what was sent.
-func missingKeyDetail(p *Policy, err error) string {
+func missingKeyDetail(p *policy.Policy, err error) string {
 	what := "a usable client key"
-	switch p.Key.kind {
-	case keyHeader:
-		what = "the " + p.Key.name + " header"
-	case keyClaim:
-		what = "an authorizer claim " + strconv.Quote(p.Key.name)
-	case keyIP:
+	switch p.Key.Kind() {
+	case policy.KeyHeader:
+		what = "the " + p.Key.Name() + " header"
+	case policy.KeyClaim:
+		what = "an authorizer claim " + strconv.Quote(p.Key.Name())
+	case policy.KeyIP:
 		what = "a valid source address"
 	}
-	if errors.Is(err, errBadKey) && p.Key.kind != keyIP {
+	if errors.Is(err, errBadKey) && p.Key.Kind() != policy.KeyIP {
 		return "This endpoint requires " + what + " of at most " + strconv.Itoa(maxKeyLength) + " bytes of UTF-8."
 	}
 	return "This endpoint requires " + what + "."
@@ -303,9 +305,9 @@ func (e *Engine) storeFailed(ctx context.Context, rs *routeSet, c *compiled, s *
 	d := Decision{Policy: c.Name, Limit: c.q, Window: c.w, Degraded: true, Reset: time.Second, RetryAfter: time.Second}
 	o := failedClosed
 	switch {
-	case c.OnStoreError == FailOpen:
+	case c.OnStoreError == policy.FailOpen:
 		d.Allowed, d.Remaining, d.Reset, d.RetryAfter, o = true, c.q, c.w, 0, allowed
-	case c.OnStoreError == FailLocal && c.local != nil:
+	case c.OnStoreError == policy.FailLocal && c.local != nil:
 		// The instance's own limiter decides: a denial is a real 429.
 		if ld, lerr := c.local.Allow(ctx, s.req); lerr == nil {
 			d = ld

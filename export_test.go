@@ -1,10 +1,6 @@
 package edgelimit
 
-import (
-	"net/netip"
-
-	"github.com/edgelimit/edgelimit/internal/urlpath"
-)
+import "github.com/edgelimit/edgelimit/internal/urlpath"
 
 // Internals the external tests reach.
 var (
@@ -12,23 +8,6 @@ var (
 	TemplatePath  = templatePath
 )
 
-// NewCIDRSet builds a list's address set from CIDRs and addresses, and
-// returns its membership test.
-func NewCIDRSet(values []string) func(netip.Addr) bool {
-	var pfxs []netip.Prefix
-	for _, v := range values {
-		p, err := parseCIDR(v)
-		if err != nil {
-			panic(err)
-		}
-		pfxs = append(pfxs, p)
-	}
-	return newCIDRSet(pfxs).contains
-}
-
-// Parsers the tests check directly.
-var (
-	ParseDuration  = parseDuration
-	FormatDuration = formatDuration
-	ParseRoute     = parseRoute
-)
+// AbilitiesOf is abilitiesOf, for the test that every strategy declares
+// what its limiters do.
+var AbilitiesOf = abilitiesOf

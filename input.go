@@ -6,7 +6,7 @@ package edgelimit
 type Input struct {
 	Method string
 	// Path is the request path as received (its canonical form is matched,
-	// see Route).
+	// see policy.Route).
 	Path string
 	// Route, when the event says which route an API gateway matched, is that
 	// route: an HTTP API routeKey ("GET /paid/{resource}") or a REST API

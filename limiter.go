@@ -3,6 +3,8 @@ package edgelimit
 import (
 	"context"
 	"time"
+
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // Request is what one policy is asked to admit.
@@ -25,32 +27,7 @@ type Request struct {
 	// of the policy's: the tier the request's tier key chose, or an override
 	// an operator set for its client key. Its zero fields keep the policy's
 	// (and the strategy's own, like a burst).
-	Limits Limits
-}
-
-// Limits is a quota: Limit units per Window, and for a bucket its Burst.
-// A zero field means "as the policy says".
-type Limits struct {
-	Limit  int64
-	Window time.Duration
-	Burst  int64
-}
-
-// IsZero reports whether l changes nothing.
-func (l Limits) IsZero() bool { return l == Limits{} }
-
-// Or returns l with its zero fields taken from base.
-func (l Limits) Or(base Limits) Limits {
-	if l.Limit == 0 {
-		l.Limit = base.Limit
-	}
-	if l.Window == 0 {
-		l.Window = base.Window
-	}
-	if l.Burst == 0 {
-		l.Burst = base.Burst
-	}
-	return l
+	Limits policy.Limits
 }
 
 // Units returns the request's cost, defaulting to 1.
@@ -136,62 +113,59 @@ type Receipt struct {
 // concurrent use. Allow returns an error only when its backend failed; the
 // caller then applies the policy's on_store_error mode.
 //
-// The engine finds a limiter's optional abilities by type assertion: the
-// interfaces below (Refunder, Peeker, Charger, Finisher, BatchLimiter),
-// and these methods, which need no interface of their own:
-//
-//	// Quota: the quota a limiter's decisions announce when it is not its
-//	// policy's limit and window (a bucket: its burst over the time it takes
-//	// to fill), for the decisions the engine makes in its place when the
-//	// store fails.
-//	Quota() (limit int64, window time.Duration)
-//
-//	// Local: an in-process twin of a limiter backed by a shared store (the
-//	// same policy, its state in this process only), which decides while
-//	// the store fails for a policy with on_store_error: local, so each
-//	// instance still holds the limit on its own.
-//	Local() (Limiter, error)
-//
-//	// Reset: forget one client key's usage (an operator's reset, at the
-//	// start of a billing cycle); Engine.Reset. req is the key's request
-//	// as the engine would make it now: its hashed Key, At, and the Limits
-//	// in force for the key (the default tier's, and the override's if one
-//	// is set), so that a limiter whose stored state depends on the limits
-//	// (a window of its own) finds it. A limiter resets the key under every
-//	// tier of its policy as well.
-//	Reset(ctx context.Context, req Request) error
-//
-//	// Grant: give one client key units beyond its quota, for the current
-//	// window of req's limits when until is zero, else until that instant;
-//	// Engine.Grant. req is as for Reset.
-//	Grant(ctx context.Context, req Request, units int64, until time.Time) error
-//
-//	// Unwrap: the limiter a wrapper decides in front of (powgate.Gate). The
-//	// engine finds Reset, Grant, Charge and Finish through it when the
-//	// wrapper has none of its own.
-//	Unwrap() Limiter
+// What else a limiter can do is an optional ability, each its own
+// interface below, which the engine finds by type assertion: [Quoter],
+// [Localizer], [Refunder], [Peeker], [Charger], [Finisher], [BatchLimiter],
+// [Resetter], [Granter] and [Unwrapper]. A strategy package asserts the
+// ones it implements at compile time (var _ edgelimit.Granter =
+// (*Counter)(nil)), so that a misspelt method is a build error, not an
+// ability silently missing.
 type Limiter interface {
 	Allow(ctx context.Context, req Request) (Decision, error)
 }
 
-// The optional abilities the engine asserts without a named interface.
-type (
-	quotaer interface {
-		Quota() (limit int64, window time.Duration)
-	}
-	localizer interface {
-		Local() (Limiter, error)
-	}
-	resetter interface {
-		Reset(ctx context.Context, req Request) error
-	}
-	granter interface {
-		Grant(ctx context.Context, req Request, units int64, until time.Time) error
-	}
-	unwrapper interface {
-		Unwrap() Limiter
-	}
-)
+// Quoter is an optional ability: a limiter whose decisions announce a
+// quota other than its policy's limit and window (a bucket: its burst over
+// the time it takes to fill). The engine announces it for the decisions it
+// makes in the limiter's place when the store fails.
+type Quoter interface {
+	Quota() (limit int64, window time.Duration)
+}
+
+// Localizer is an optional ability: a limiter backed by a shared store that
+// has an in-process twin (the same policy, its state in this process only),
+// which decides while the store fails for a policy with on_store_error:
+// local, so each instance still holds the limit on its own.
+type Localizer interface {
+	Local() (Limiter, error)
+}
+
+// Resetter is an optional ability: a limiter that can forget one client
+// key's usage (an operator's reset, at the start of a billing cycle;
+// Engine.Reset). req is the key's request as the engine would make it now:
+// its hashed Key, At, and the Limits in force for the key (the default
+// tier's, and the override's if one is set), so that a limiter whose stored
+// state depends on the limits (a window of its own) finds it. A limiter
+// resets the key under every tier of its policy as well.
+type Resetter interface {
+	Reset(ctx context.Context, req Request) error
+}
+
+// Granter is an optional ability: a limiter that can give one client key
+// units beyond its quota, for the current window of req's limits when
+// until is zero, else until that instant (Engine.Grant). req is as for
+// Resetter.
+type Granter interface {
+	Grant(ctx context.Context, req Request, units int64, until time.Time) error
+}
+
+// Unwrapper is an optional ability: a limiter that decides in front of
+// another (powgate.Gate). The engine finds the Resetter, Granter, Charger
+// and Finisher of the wrapped limiter through it when the wrapper has none
+// of its own.
+type Unwrapper interface {
+	Unwrap() Limiter
+}
 
 // ability finds an optional ability of l: l's own, else that of the
 // limiter l wraps (Unwrap), and so on. A wrapper (powgate.Gate in front of
@@ -204,7 +178,7 @@ func ability[T any](l Limiter) (T, bool) {
 		if a, ok := l.(T); ok {
 			return a, true
 		}
-		u, ok := l.(unwrapper)
+		u, ok := l.(Unwrapper)
 		if !ok {
 			break
 		}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 const listsFile = `version: 1
@@ -154,14 +153,14 @@ policies:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pf, err := edgelimit.LoadPolicies(path)
+	pf, err := policy.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e, err := edgelimit.New(edgelimit.Config{
 		Policies: pf, HashSecret: []byte(strings.Repeat("k", 32)),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			return &counter{p: p, n: map[string]int64{}}, nil
 		},
 		Getenv: func(k string) string {
@@ -203,126 +202,20 @@ func TestListsBuildErrors(t *testing.T) {
 		want   string
 	}{
 		"missing file":   {"{name: l, action: deny, file: " + filepath.Join(dir, "none.txt") + "}", nil, "no such file"},
-		"bad file value": {"{name: l, action: deny, file: " + bad + "}", nil, `value 2: "not-an-address" is not an address`},
-		"bad env value":  {"{name: l, action: deny, env: BLOCKED}", func(string) string { return "10.0.0.0/33" }, `value 1: "10.0.0.0/33" is not a CIDR`},
+		"bad file value": {"{name: l, action: deny, file: " + bad + "}", nil, `bad.txt:2: list "l": "not-an-address" is not an address`},
+		"bad env value":  {"{name: l, action: deny, env: BLOCKED}", func(string) string { return "10.0.0.0/33" }, `t.yaml:3: list "l": environment variable BLOCKED, value 1: "10.0.0.0/33" is not a CIDR`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			pf, err := edgelimit.ParsePolicies("t.yaml", []byte("version: 1\nlists:\n  - "+tc.list+"\npolicies:\n  - {name: p, routes: [\"GET /*\"], key: ip, strategy: durable, limit: 1, window: 1m}\n"))
+			pf, err := policy.Parse("t.yaml", []byte("version: 1\nlists:\n  - "+tc.list+"\npolicies:\n  - {name: p, routes: [\"GET /*\"], key: ip, strategy: durable, limit: 1, window: 1m}\n"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			_, err = edgelimit.New(edgelimit.Config{Policies: pf, Getenv: tc.getenv,
-				Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) { return &counter{p: p}, nil }})
+				Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) { return &counter{p: p}, nil }})
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `list "l"`) {
 				t.Fatalf("error %v, want one naming the list and %q", err, tc.want)
 			}
 		})
-	}
-}
-
-func TestListsParseErrors(t *testing.T) {
-	for _, tc := range []struct{ lists, want string }{
-		{`lists: {a: b}`, "`lists` must be a list"},
-		{"lists:\n  - just-a-string", "must be a mapping"},
-		{"lists:\n  - {action: deny, values: [10.0.0.0/8]}", "list has no `name`"},
-		{"lists:\n  - {name: Bad_Name, action: deny, values: [10.0.0.0/8]}", "must be 1-64 characters"},
-		{"lists:\n  - {name: a, action: deny, values: [10.0.0.0/8]}\n  - {name: a, action: allow, values: [10.0.0.0/8]}", `list name "a" is used twice`},
-		{"lists:\n  - {name: a, values: [10.0.0.0/8]}", "missing `action`"},
-		{"lists:\n  - {name: a, action: block, values: [10.0.0.0/8]}", `action "block" is not one of allow, deny`},
-		{"lists:\n  - {name: a, action: deny, valuse: [10.0.0.0/8]}", `unknown field "valuse"`},
-		{"lists:\n  - {name: a, action: deny, values: [10.0.0.0/33]}", `"10.0.0.0/33" is not a CIDR`},
-		{"lists:\n  - {name: a, action: deny, values: [10.0.0.300]}", "is not an address or a CIDR"},
-		{"lists:\n  - {name: a, action: deny}", "no values, file or env"},
-		{"lists:\n  - {name: a, action: deny, match: global, values: [x]}", "match global would match every request"},
-		{"lists:\n  - {name: a, action: deny, match: cookie:x, values: [x]}", "match:"},
-		{"lists:\n  - {name: a, action: deny, match: header:X-K, trusted_proxies: 1, values: [x]}", "trusted_proxies must be 0 to 16, for a list that matches ip"},
-		{"lists:\n  - {name: a, action: deny, routes: [\"FETCH\"], values: [10.0.0.0/8]}", "route"},
-	} {
-		file := "version: 1\n" + tc.lists + "\npolicies:\n  - {name: p, routes: [\"GET /*\"], key: ip, strategy: durable, limit: 1, window: 1m}\n"
-		_, err := edgelimit.ParsePolicies("t.yaml", []byte(file))
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s\nerror %v, want %q", tc.lists, err, tc.want)
-		}
-		if err != nil && !errors.Is(err, edgelimit.ErrBadPolicyFile) {
-			t.Errorf("%s: %v is not ErrBadPolicyFile", tc.lists, err)
-		}
-	}
-}
-
-// TestCIDRSetMatchesNetip compares the merged-span set with netip's own
-// Prefix.Contains over random prefixes and addresses, both families.
-func TestCIDRSetMatchesNetip(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for round := 0; round < 50; round++ {
-		var pfxs []netip.Prefix
-		var values []string
-		for i := 0; i < 1+rng.IntN(60); i++ {
-			p := randomPrefix(rng)
-			pfxs = append(pfxs, p)
-			values = append(values, p.String())
-		}
-		set := edgelimit.NewCIDRSet(values)
-		for i := 0; i < 2000; i++ {
-			var a netip.Addr
-			if i%3 == 0 {
-				// Near a prefix's edges, where off-by-one errors live.
-				a = edge(pfxs[rng.IntN(len(pfxs))], rng)
-			} else {
-				a = randomPrefix(rng).Addr()
-			}
-			want := false
-			for _, p := range pfxs {
-				want = want || p.Contains(a)
-			}
-			if got := set(a); got != want {
-				t.Fatalf("round %d: %s in %v: got %v, want %v", round, a, pfxs, got, want)
-			}
-		}
-	}
-}
-
-func randomPrefix(rng *rand.Rand) netip.Prefix {
-	if rng.IntN(2) == 0 {
-		var b [4]byte
-		for i := range b {
-			b[i] = byte(rng.IntN(4)) // a small space, so prefixes overlap
-		}
-		return netip.PrefixFrom(netip.AddrFrom4(b), rng.IntN(33)).Masked()
-	}
-	var b [16]byte
-	for i := range b {
-		b[i] = byte(rng.IntN(3))
-	}
-	return netip.PrefixFrom(netip.AddrFrom16(b), rng.IntN(129)).Masked()
-}
-
-// edge returns an address just inside or just outside p.
-func edge(p netip.Prefix, rng *rand.Rand) netip.Addr {
-	a := p.Addr()
-	switch rng.IntN(4) {
-	case 0:
-		return a
-	case 1:
-		if pr := a.Prev(); pr.IsValid() {
-			return pr
-		}
-		return a
-	default:
-		// The last address of p, or the one after it.
-		last := a
-		bits := a.BitLen() - p.Bits()
-		b := a.AsSlice()
-		for i := 0; i < bits; i++ {
-			b[len(b)-1-i/8] |= 1 << (i % 8)
-		}
-		last, _ = netip.AddrFromSlice(b)
-		if rng.IntN(2) == 0 {
-			return last
-		}
-		if n := last.Next(); n.IsValid() {
-			return n
-		}
-		return last
 	}
 }
 
@@ -333,10 +226,10 @@ func FuzzParseLists(f *testing.F) {
 	f.Add("- {name: a, action: deny, env: X}")
 	f.Fuzz(func(t *testing.T, lists string) {
 		file := "version: 1\nlists:\n" + indent(lists) + "\npolicies:\n  - {name: p, routes: [\"GET /*\"], key: ip, strategy: durable, limit: 1, window: 1m}\n"
-		pf, err := edgelimit.ParsePolicies("fuzz.yaml", []byte(file))
+		pf, err := policy.Parse("fuzz.yaml", []byte(file))
 		if err != nil {
-			if !errors.Is(err, edgelimit.ErrBadPolicyFile) {
-				t.Fatalf("error %v is not ErrBadPolicyFile", err)
+			if !errors.Is(err, policy.ErrBadFile) {
+				t.Fatalf("error %v is not ErrBadFile", err)
 			}
 			return
 		}
@@ -344,7 +237,7 @@ func FuzzParseLists(f *testing.F) {
 		// missing, which is an error, never a panic) and decides.
 		e, err := edgelimit.New(edgelimit.Config{Policies: pf, Getenv: func(string) string { return "" },
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+			Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 				return &counter{p: p, n: map[string]int64{}}, nil
 			}})
 		if err != nil {
@@ -372,13 +265,13 @@ func BenchmarkDenyList10000CIDRs(b *testing.B) {
 		fmt.Fprintf(&vals, "      - 10.%d.%d.0/24\n", i/256%256, i%256)
 		fmt.Fprintf(&vals, "      - \"2001:db8:%x::/48\"\n", i)
 	}
-	pf, err := edgelimit.ParsePolicies("b.yaml", []byte("version: 1\nlists:\n  - name: blocked\n    action: deny\n    values:\n"+vals.String()+
+	pf, err := policy.Parse("b.yaml", []byte("version: 1\nlists:\n  - name: blocked\n    action: deny\n    values:\n"+vals.String()+
 		"policies:\n  - {name: p, routes: [\"GET /other\"], key: ip, strategy: durable, limit: 1, window: 1m}\n"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	e, err := edgelimit.New(edgelimit.Config{Policies: pf,
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			return &counter{p: p, n: map[string]int64{}}, nil
 		}})
 	if err != nil {

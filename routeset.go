@@ -1,9 +1,12 @@
 package edgelimit
 
 import (
+	"path"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // routeSet is the set of policies that guard one kind of request (the
@@ -32,7 +35,7 @@ type member struct {
 // match returns the set of policies whose routes match the canonical path,
 // or the gateway's route template, or nil.
 func (e *Engine) match(method, path, template string) *routeSet {
-	matches := func(r Route) bool {
+	matches := func(r policy.Route) bool {
 		return r.Matches(method, path) || template != "" && r.Matches(method, template)
 	}
 	if len(e.policies) <= 64 {
@@ -70,9 +73,9 @@ func (e *Engine) match(method, path, template string) *routeSet {
 	return rs
 }
 
-func (e *Engine) newRouteSet(matches func(Route) bool) *routeSet {
+func (e *Engine) newRouteSet(matches func(policy.Route) bool) *routeSet {
 	rs := &routeSet{}
-	var best Route
+	var best policy.Route
 	bestScore := -1
 	seen := map[int]bool{}
 	var policies []*compiled
@@ -80,7 +83,7 @@ func (e *Engine) newRouteSet(matches func(Route) bool) *routeSet {
 		if !matches(r.route) {
 			continue
 		}
-		if s := r.route.specificity(); s > bestScore {
+		if s := specificity(r.route); s > bestScore {
 			best, bestScore = r.route, s
 		}
 		if !seen[r.policy] {
@@ -115,4 +118,33 @@ func (e *Engine) newRouteSet(matches func(Route) bool) *routeSet {
 	}
 	rs.policyHeader = strings.Join(items, ", ")
 	return rs
+}
+
+// specificity orders routes for labelling: exact before prefix, longer first.
+func specificity(r policy.Route) int {
+	n := len(r.Path) * 2
+	if !r.Prefix {
+		n++
+	}
+	if r.Method != "ANY" {
+		n += 1 << 20
+	}
+	return n
+}
+
+// templatePath returns the canonical path of the route an API gateway
+// matched, in its own syntax ("/paid/{resource}", "/{proxy+}"), from a
+// route key ("GET /paid/{resource}"; "$default" has none) or a bare resource
+// path. It returns "" when there is none.
+func templatePath(route string) string {
+	if route == "" || route[0] == '$' {
+		return ""
+	}
+	if i := strings.IndexByte(route, ' '); i >= 0 {
+		route = route[i+1:]
+	}
+	if route == "" || route[0] != '/' || len(route) > maxPathLength {
+		return ""
+	}
+	return path.Clean(route)
 }

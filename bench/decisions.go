@@ -190,7 +190,7 @@ func measure(ctx context.Context, l microLimiter, parallel bool, count int) *Ben
 
 // policy parses one policy of a generated policy file, so that every field
 // gets the defaults a real policies.yaml gives it.
-func policy(yaml string) (*edgelimit.Policy, error) {
+func policy(yaml string) (*policy.Policy, error) {
 	pf, err := parsePolicies("version: 1\npolicies:\n" + yaml)
 	if err != nil {
 		return nil, err
@@ -453,7 +453,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 // then moves an interval and a minute ahead, and a second pass syncs each
 // key, which grants this instance (the only writer) the whole bucket for
 // the interval.
-func settledBucket(ctx context.Context, p *edgelimit.Policy, keys []string) (edgelimit.Limiter, *countingKV, error) {
+func settledBucket(ctx context.Context, p *policy.Policy, keys []string) (edgelimit.Limiter, *countingKV, error) {
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	kv := &countingKV{KV: memoryKV(2 * len(keys))}

@@ -23,6 +23,7 @@ import (
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/internal/apigwlocal"
 	"github.com/edgelimit/edgelimit/middleware"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
@@ -149,7 +150,7 @@ func serveFlood(policies, endpoint, table string, records int) error {
 	all := NewTally()
 	obs := &observer{}
 	if policies != "" {
-		pf, err := edgelimit.LoadPolicies(policies)
+		pf, err := policy.Load(policies)
 		if err != nil {
 			return err
 		}

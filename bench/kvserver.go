@@ -23,6 +23,7 @@ import (
 	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/kvbucket/dynamostore"
 	"github.com/edgelimit/edgelimit/middleware"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 )
 
@@ -57,7 +58,7 @@ func serveKV(policies, endpoint, table, region, regions string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	pf, err := edgelimit.LoadPolicies(policies)
+	pf, err := policy.Load(policies)
 	if err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ func serveKV(policies, endpoint, table, region, regions string) error {
 	if err != nil {
 		return err
 	}
-	factory := func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	factory := func(p *policy.Policy) (edgelimit.Limiter, error) {
 		if p.Strategy != kvbucket.Strategy {
 			return nil, fmt.Errorf("policy %q: kv-server runs kv policies only", p.Name)
 		}

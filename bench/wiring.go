@@ -17,22 +17,23 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/middleware"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // parsePolicies parses a generated policy file.
-func parsePolicies(yaml string) (*edgelimit.PolicyFile, error) {
-	return edgelimit.ParsePolicies("bench.yaml", []byte(yaml))
+func parsePolicies(yaml string) (*policy.File, error) {
+	return policy.Parse("bench.yaml", []byte(yaml))
 }
 
 // limiterFactory builds one policy's limiter (edgelimit.Config.Limiters).
-type limiterFactory = func(p *edgelimit.Policy) (edgelimit.Limiter, error)
+type limiterFactory = func(p *policy.Policy) (edgelimit.Limiter, error)
 
 // memoryCounters returns a factory of durable counters sharing one fresh
 // durablecounter.Memory with its defaults (64 shards), as `edgelimit serve` keeps
 // them in one process.
 func memoryCounters() limiterFactory {
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
-	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	return func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
 	}
 }
@@ -41,7 +42,7 @@ func memoryCounters() limiterFactory {
 // cacheKeys keys in its process cache (or, with noCache, reading and
 // writing kv on every decision), on the clock now (nil: the request's).
 func memoryBuckets(kv kvbucket.KV, cacheKeys int, noCache bool, now func() time.Time) limiterFactory {
-	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	return func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return kvbucket.New(kvbucket.Config{Policy: p, KV: kv, CacheSize: cacheKeys, NoCache: noCache, Now: now})
 	}
 }
@@ -54,7 +55,7 @@ func memoryKV(maxKeys int) kvbucket.KV {
 // newEngine builds the engine every adapter wraps: the bench's fixed hash
 // secret (so runs are reproducible) and a logger that discards, so that
 // nothing measured writes a log line.
-func newEngine(pf *edgelimit.PolicyFile, limiters limiterFactory) (*edgelimit.Engine, error) {
+func newEngine(pf *policy.File, limiters limiterFactory) (*edgelimit.Engine, error) {
 	return edgelimit.New(edgelimit.Config{
 		Policies:   pf,
 		Limiters:   limiters,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
@@ -96,7 +97,7 @@ type server struct {
 
 func newServer(t *testing.T) *server {
 	t.Helper()
-	file, err := edgelimit.ParsePolicies("test.yaml", []byte(testPolicies))
+	file, err := policy.Parse("test.yaml", []byte(testPolicies))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func newServer(t *testing.T) *server {
 		Policies:   file,
 		HashSecret: []byte("client-test-hash-secret-0123456789ab"),
 		Now:        s.clock.Now,
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			if p.Strategy == signedwindow.Strategy {
 				return signed(p)
 			}

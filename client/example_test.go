@@ -11,13 +11,14 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/client"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
 
 // A server with one signed policy with proof of work, and a client that
 // answers its challenges: the caller only sees 200s.
 func ExampleTransport() {
-	file, _ := edgelimit.ParsePolicies("policies.yaml", []byte(`
+	file, _ := policy.Parse("policies.yaml", []byte(`
 version: 1
 policies:
   - name: tts

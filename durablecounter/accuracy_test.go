@@ -13,6 +13,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // A trace is a synthetic workload of Poisson arrivals from many clients.
@@ -76,7 +77,7 @@ func measureAccuracy(tb testing.TB, alg string, trace []arrival, clients int, li
 	tb.Helper()
 	clock := limitertest.NewClock(limitertest.T0)
 	c, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "acc", Limit: limit, Window: window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}},
+		Policy: &policy.Policy{Name: "acc", Limit: limit, Window: window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}},
 		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    clock.Now,
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/overrides"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // benchKeys are 100,000 distinct keys hashed the way the engine hashes
@@ -27,8 +28,8 @@ var benchKeys = limitertest.HashedKeys("bench", 100_000)
 // every decision is an admission that writes (the sliding log, whose limit
 // is bounded, gets its largest; gcra one unit a second with a burst of a
 // billion, so that its TAT stays ahead of the clock and its items live).
-func benchPolicy(name, alg string, window time.Duration) *edgelimit.Policy {
-	p := &edgelimit.Policy{Name: name, Limit: 1 << 50, Window: window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}}
+func benchPolicy(name, alg string, window time.Duration) *policy.Policy {
+	p := &policy.Policy{Name: name, Limit: 1 << 50, Window: window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}}
 	switch alg {
 	case string(durablecounter.SlidingLog):
 		p.Limit = durablecounter.MaxSlidingLogLimit
@@ -168,7 +169,7 @@ func BenchmarkDenyCache(b *testing.B) {
 	for _, alg := range allAlgorithms {
 		b.Run(alg, func(b *testing.B) {
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "deny", Limit: 1, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: true}},
+				Policy: &policy.Policy{Name: "deny", Limit: 1, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: true}},
 				Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 				Now:    func() time.Time { return time.Unix(1_700_000_000, 0) },
 				// room for every key
@@ -202,7 +203,7 @@ func BenchmarkAllowBatchMemory(b *testing.B) {
 	now := func() time.Time { return time.Unix(1_700_000_000, 0) }
 	mk := func(name string) *durablecounter.Counter {
 		c, err := durablecounter.New(durablecounter.Config{
-			Policy: &edgelimit.Policy{Name: name, Limit: 1 << 50, Window: time.Hour}, Store: store, Now: now,
+			Policy: &policy.Policy{Name: name, Limit: 1 << 50, Window: time.Hour}, Store: store, Now: now,
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -292,7 +293,7 @@ func BenchmarkPeekMemory(b *testing.B) {
 //
 //	go test -run '^$' -bench 'BenchmarkEngineDurable' -benchmem ./durablecounter/
 func BenchmarkEngineDurable(b *testing.B) {
-	f, err := edgelimit.ParsePolicies("bench.yaml", []byte(`version: 1
+	f, err := policy.Parse("bench.yaml", []byte(`version: 1
 policies:
   - {name: plain, routes: ["GET /plain"], key: ip, strategy: durable, limit: 1000000000, window: 1h}
   - name: tier
@@ -311,7 +312,7 @@ policies:
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	e, err := edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte("benchmark-secret-benchmark-secret"),
 		Now: now, Overrides: overrides.NewMemory(now), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
 		}})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/keyhash"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // TestDefaultDenyCacheHolds100kKeys pins DefaultDenyCacheSize against a
@@ -18,7 +19,7 @@ func TestDefaultDenyCacheHolds100kKeys(t *testing.T) {
 	t.Parallel()
 	const n = 100_000
 	clock := limitertest.NewClock(limitertest.T0)
-	c, err := New(Config{Policy: &edgelimit.Policy{Name: "p", Limit: 1, Window: time.Hour},
+	c, err := New(Config{Policy: &policy.Policy{Name: "p", Limit: 1, Window: time.Hour},
 		Options: &Options{DenyCache: true}, Store: NewMemory(MemoryConfig{}), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)

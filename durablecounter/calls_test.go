@@ -12,6 +12,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // TestDynamoCallsPerDecision counts the HTTP requests the SDK sends to each
@@ -52,7 +53,7 @@ func TestDynamoCallsPerDecision(t *testing.T) {
 		for _, alg := range allAlgorithms {
 			newCounter := func(name string, denyCache bool) *durablecounter.Counter {
 				c, err := durablecounter.New(durablecounter.Config{
-					Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: denyCache}},
+					Policy: &policy.Policy{Name: name, Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: denyCache}},
 					Store:  store, Now: clock.Now,
 				})
 				if err != nil {
@@ -149,7 +150,7 @@ func TestDynamoCallsRefundAndBatch(t *testing.T) {
 		clock := limitertest.NewClock(limitertest.T0)
 		counter := func(name string, limit int64) *durablecounter.Counter {
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: time.Hour}, Store: store, Now: clock.Now,
+				Policy: &policy.Policy{Name: name, Limit: limit, Window: time.Hour}, Store: store, Now: clock.Now,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -238,8 +239,8 @@ func TestDynamoCallsPerPeek(t *testing.T) {
 		clock := limitertest.NewClock(limitertest.T0)
 		for _, alg := range allAlgorithms {
 			t.Run(alg, func(t *testing.T) {
-				p := &edgelimit.Policy{Name: "peek", Limit: 2, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: true}}
-				instance := func(p *edgelimit.Policy) *durablecounter.Counter {
+				p := &policy.Policy{Name: "peek", Limit: 2, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: true}}
+				instance := func(p *policy.Policy) *durablecounter.Counter {
 					store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})
 					if err != nil {
 						t.Fatal(err)
@@ -335,7 +336,7 @@ func TestDynamoCallsWithGrants(t *testing.T) {
 		fmt.Fprintf(&tab, "%-15s %8s %17s %19s %14s %17s %16s\n", s.Name, "allowed", "after own last", "other's 1st denial", "repeat denial", "next key denial", "paid by a grant")
 		for _, alg := range allAlgorithms {
 			t.Run(alg, func(t *testing.T) {
-				p := &edgelimit.Policy{Name: "managed-" + alg, Limit: 2, Window: time.Hour, Overrides: true,
+				p := &policy.Policy{Name: "managed-" + alg, Limit: 2, Window: time.Hour, Overrides: true,
 					Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: true}}
 				instance := func() *durablecounter.Counter {
 					store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})

@@ -15,6 +15,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // TestReadThenWriteContention puts the baseline and ours side by side under
@@ -96,7 +97,7 @@ func TestReadThenWriteContention(t *testing.T) {
 		}
 		for _, v := range variants {
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: fmt.Sprintf("hot-%s-%v", v.alg, v.denyCache), Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(v.alg), DenyCache: v.denyCache}},
+				Policy: &policy.Policy{Name: fmt.Sprintf("hot-%s-%v", v.alg, v.denyCache), Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(v.alg), DenyCache: v.denyCache}},
 				Store:  store, Now: clock.Now,
 			})
 			if err != nil {
@@ -171,7 +172,7 @@ func TestDenyCacheExpiryAsksOnce(t *testing.T) {
 		for _, alg := range []string{string(durablecounter.GCRA)} {
 			clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Hour).Add(time.Minute))
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: alg + "-expiry", Limit: 10, Window: time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: 1, DenyCache: true}},
+				Policy: &policy.Policy{Name: alg + "-expiry", Limit: 10, Window: time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: 1, DenyCache: true}},
 				Store:  store, Now: clock.Now,
 			})
 			if err != nil {

@@ -1,7 +1,6 @@
 package durablecounter
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // Config configures a Counter.
@@ -17,7 +17,7 @@ type Config struct {
 	// Policy is the policy the Counter enforces. Required. New reads its
 	// Name, Strategy (nil or durable), Limit, Window and Options once;
 	// later changes to it have no effect.
-	Policy *edgelimit.Policy
+	Policy *policy.Policy
 	// Options, if set, are the Counter's algorithm, burst, shards and deny
 	// cache; default the Policy's Options (what its file said), else the
 	// zero Options.
@@ -96,7 +96,7 @@ type Counter struct {
 	burstFollows bool
 	variants     struct {
 		mu sync.RWMutex
-		m  map[edgelimit.Limits]*variant
+		m  map[policy.Limits]*variant
 	}
 	store Store
 	// clock is Config.Now, or nil: then decisions are at Request.At.
@@ -125,7 +125,7 @@ type Counter struct {
 type variant struct {
 	// lim is the whole policy's limit, window and burst (gcra), before the
 	// shards' shares.
-	lim edgelimit.Limits
+	lim policy.Limits
 	// qLimit and qWindow are what decisions tell the client (Limit and
 	// Window): the limit and window, or for gcra with a burst other than
 	// the limit, the burst over the time the bucket takes to fill.
@@ -143,11 +143,10 @@ var (
 	_ edgelimit.Refunder     = (*Counter)(nil)
 	_ edgelimit.Peeker       = (*Counter)(nil)
 	_ edgelimit.Charger      = (*Counter)(nil)
-	_ interface {
-		Local() (edgelimit.Limiter, error)
-		Reset(ctx context.Context, req edgelimit.Request) error
-		Grant(ctx context.Context, req edgelimit.Request, units int64, until time.Time) error
-	} = (*Counter)(nil)
+	_ edgelimit.Localizer    = (*Counter)(nil)
+	_ edgelimit.Quoter       = (*Counter)(nil)
+	_ edgelimit.Resetter     = (*Counter)(nil)
+	_ edgelimit.Granter      = (*Counter)(nil)
 )
 
 // algorithms maps a policy's algorithm to its constructor.
@@ -239,11 +238,11 @@ func New(cfg Config) (*Counter, error) {
 	if c.denyAge == 0 {
 		c.denyAge = int64(DefaultDenyCacheMaxAge)
 	}
-	base := edgelimit.Limits{Limit: p.Limit, Window: p.Window, Burst: burst}
+	base := policy.Limits{Limit: p.Limit, Window: p.Window, Burst: burst}
 	if c.base, err = c.build(base); err != nil {
 		return nil, err
 	}
-	c.variants.m = map[edgelimit.Limits]*variant{}
+	c.variants.m = map[policy.Limits]*variant{}
 	if c.store == nil {
 		c.store = defaultStore()
 	}
@@ -260,7 +259,7 @@ func New(cfg Config) (*Counter, error) {
 
 // build returns the algorithms of the whole policy's limits l (which New
 // or effective completed), or the reason they cannot be enforced.
-func (c *Counter) build(l edgelimit.Limits) (*variant, error) {
+func (c *Counter) build(l policy.Limits) (*variant, error) {
 	name := c.name
 	switch {
 	case l.Limit < 0 || l.Burst < 0:
@@ -314,9 +313,9 @@ func limitsErr(base *variant) error {
 // keeps the policy's, and gcra's burst follows the limit in force when the
 // policy's burst is its limit (the default). The other algorithms have no
 // burst.
-func (c *Counter) effective(l edgelimit.Limits) edgelimit.Limits {
+func (c *Counter) effective(l policy.Limits) policy.Limits {
 	b := c.base.lim
-	out := edgelimit.Limits{Limit: l.Limit, Window: l.Window, Burst: l.Burst}
+	out := policy.Limits{Limit: l.Limit, Window: l.Window, Burst: l.Burst}
 	if out.Limit == 0 {
 		out.Limit = b.Limit
 	}
@@ -345,7 +344,7 @@ func (c *Counter) variantFor(req edgelimit.Request) (*variant, error) {
 	return c.variantOf(c.effective(req.Limits))
 }
 
-func (c *Counter) variantOf(l edgelimit.Limits) (*variant, error) {
+func (c *Counter) variantOf(l policy.Limits) (*variant, error) {
 	if l == c.base.lim {
 		return c.base, nil
 	}

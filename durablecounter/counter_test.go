@@ -9,67 +9,68 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 func TestNewValidates(t *testing.T) {
-	ok := func() *edgelimit.Policy {
-		return &edgelimit.Policy{Name: "p", Limit: 5, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 1}}
+	ok := func() *policy.Policy {
+		return &policy.Policy{Name: "p", Limit: 5, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 1}}
 	}
 	for _, tc := range []struct {
-		name   string
-		policy func() *edgelimit.Policy
-		want   error
+		name string
+		pol  func() *policy.Policy
+		want error
 	}{
-		{"no policy", func() *edgelimit.Policy { return nil }, durablecounter.ErrConfig},
-		{"no name", func() *edgelimit.Policy { p := ok(); p.Name = ""; return p }, durablecounter.ErrConfig},
-		{"# in name", func() *edgelimit.Policy { p := ok(); p.Name = "a#b"; return p }, durablecounter.ErrConfig},
-		{"kv strategy", func() *edgelimit.Policy { p := ok(); p.Strategy = &edgelimit.Strategy{Name: "kv"}; return p }, durablecounter.ErrConfig},
-		{"negative limit", func() *edgelimit.Policy { p := ok(); p.Limit = -1; return p }, durablecounter.ErrConfig},
-		{"no window", func() *edgelimit.Policy { p := ok(); p.Window = 0; return p }, durablecounter.ErrConfig},
-		{"sub-millisecond window", func() *edgelimit.Policy { p := ok(); p.Window = 1500 * time.Microsecond; return p }, durablecounter.ErrConfig},
-		{"more shards than units", func() *edgelimit.Policy { p := ok(); opts(p).Shards = 6; return p }, durablecounter.ErrConfig},
-		{"too many shards", func() *edgelimit.Policy { p := ok(); p.Limit = 5000; opts(p).Shards = 1001; return p }, durablecounter.ErrConfig},
-		{"shards", func() *edgelimit.Policy { p := ok(); opts(p).Shards = 5; return p }, nil},
-		{"gcra", func() *edgelimit.Policy { p := ok(); opts(p).Algorithm = durablecounter.GCRA; return p }, nil},
-		{"gcra burst", func() *edgelimit.Policy {
+		{"no policy", func() *policy.Policy { return nil }, durablecounter.ErrConfig},
+		{"no name", func() *policy.Policy { p := ok(); p.Name = ""; return p }, durablecounter.ErrConfig},
+		{"# in name", func() *policy.Policy { p := ok(); p.Name = "a#b"; return p }, durablecounter.ErrConfig},
+		{"kv strategy", func() *policy.Policy { p := ok(); p.Strategy = &policy.Strategy{Name: "kv"}; return p }, durablecounter.ErrConfig},
+		{"negative limit", func() *policy.Policy { p := ok(); p.Limit = -1; return p }, durablecounter.ErrConfig},
+		{"no window", func() *policy.Policy { p := ok(); p.Window = 0; return p }, durablecounter.ErrConfig},
+		{"sub-millisecond window", func() *policy.Policy { p := ok(); p.Window = 1500 * time.Microsecond; return p }, durablecounter.ErrConfig},
+		{"more shards than units", func() *policy.Policy { p := ok(); opts(p).Shards = 6; return p }, durablecounter.ErrConfig},
+		{"too many shards", func() *policy.Policy { p := ok(); p.Limit = 5000; opts(p).Shards = 1001; return p }, durablecounter.ErrConfig},
+		{"shards", func() *policy.Policy { p := ok(); opts(p).Shards = 5; return p }, nil},
+		{"gcra", func() *policy.Policy { p := ok(); opts(p).Algorithm = durablecounter.GCRA; return p }, nil},
+		{"gcra burst", func() *policy.Policy {
 			p := ok()
 			opts(p).Algorithm = durablecounter.GCRA
 			opts(p).Burst = 20
 			return p
 		}, nil},
-		{"gcra burst below shards", func() *edgelimit.Policy {
+		{"gcra burst below shards", func() *policy.Policy {
 			p := ok()
 			opts(p).Algorithm, opts(p).Burst, opts(p).Shards = durablecounter.GCRA, 2, 3
 			return p
 		}, durablecounter.ErrConfig},
-		{"gcra tolerance overflow", func() *edgelimit.Policy {
+		{"gcra tolerance overflow", func() *policy.Policy {
 			p := ok()
 			opts(p).Algorithm, p.Limit, p.Window, opts(p).Burst = durablecounter.GCRA, 1, 3650*24*time.Hour, 1<<40
 			return p
 		}, durablecounter.ErrConfig},
-		{"sliding window", func() *edgelimit.Policy { p := ok(); opts(p).Algorithm = durablecounter.SlidingWindow; return p }, nil},
-		{"sliding log", func() *edgelimit.Policy { p := ok(); opts(p).Algorithm = durablecounter.SlidingLog; return p }, nil},
-		{"sliding log at its largest limit", func() *edgelimit.Policy {
+		{"sliding window", func() *policy.Policy { p := ok(); opts(p).Algorithm = durablecounter.SlidingWindow; return p }, nil},
+		{"sliding log", func() *policy.Policy { p := ok(); opts(p).Algorithm = durablecounter.SlidingLog; return p }, nil},
+		{"sliding log at its largest limit", func() *policy.Policy {
 			p := ok()
 			opts(p).Algorithm, p.Limit = durablecounter.SlidingLog, durablecounter.MaxSlidingLogLimit
 			return p
 		}, nil},
-		{"sliding log above its largest limit", func() *edgelimit.Policy {
+		{"sliding log above its largest limit", func() *policy.Policy {
 			p := ok()
 			opts(p).Algorithm, p.Limit = durablecounter.SlidingLog, durablecounter.MaxSlidingLogLimit+1
 			return p
 		}, durablecounter.ErrConfig},
-		{"sliding log above its largest limit, sharded", func() *edgelimit.Policy {
+		{"sliding log above its largest limit, sharded", func() *policy.Policy {
 			p := ok()
 			opts(p).Algorithm, p.Limit, opts(p).Shards = durablecounter.SlidingLog, 2*durablecounter.MaxSlidingLogLimit, 2
 			return p
 		}, nil},
-		{"unknown algorithm", func() *edgelimit.Policy { p := ok(); opts(p).Algorithm = "leaky"; return p }, durablecounter.ErrUnsupportedAlgorithm},
+		{"unknown algorithm", func() *policy.Policy { p := ok(); opts(p).Algorithm = "leaky"; return p }, durablecounter.ErrUnsupportedAlgorithm},
 		{"valid", ok, nil},
-		{"defaults", func() *edgelimit.Policy { return &edgelimit.Policy{Name: "p", Limit: 0, Window: time.Millisecond} }, nil},
+		{"defaults", func() *policy.Policy { return &policy.Policy{Name: "p", Limit: 0, Window: time.Millisecond} }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := durablecounter.New(durablecounter.Config{Policy: tc.policy()})
+			c, err := durablecounter.New(durablecounter.Config{Policy: tc.pol()})
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (c != nil) {
 				t.Errorf("New = %v, %v; want error %v", c, err, tc.want)
 			}
@@ -95,7 +96,7 @@ func TestEmptyKey(t *testing.T) {
 // request); one with Config.Now uses its clock, whatever At says.
 func TestRequestAt(t *testing.T) {
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
-	p := &edgelimit.Policy{Name: "at", Limit: 1, Window: time.Minute}
+	p := &policy.Policy{Name: "at", Limit: 1, Window: time.Minute}
 	free, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store})
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +117,7 @@ func TestRequestAt(t *testing.T) {
 			t.Errorf("request %d at ws+%s: %+v, %v; want allowed %v, Reset %s, decided at its At", i, tc.at.Sub(ws), d, err, tc.allowed, tc.reset)
 		}
 	}
-	own, err := durablecounter.New(durablecounter.Config{Policy: &edgelimit.Policy{Name: "own", Limit: 1, Window: time.Minute}, Store: store,
+	own, err := durablecounter.New(durablecounter.Config{Policy: &policy.Policy{Name: "own", Limit: 1, Window: time.Minute}, Store: store,
 		Now: func() time.Time { return ws.Add(30 * time.Second) }})
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +166,7 @@ func (fakeBatcher) AllowBatch(context.Context, []edgelimit.BatchItem) ([]edgelim
 }
 
 // opts returns a test policy's durable options, to change them.
-func opts(p *edgelimit.Policy) *durablecounter.Options {
+func opts(p *policy.Policy) *durablecounter.Options {
 	if p.Options == nil {
 		p.Options = &durablecounter.Options{}
 	}
@@ -178,7 +179,7 @@ var t0 = time.Unix(1_700_000_000, 0)
 func newCounter(t *testing.T, store durablecounter.Store, name string, limit int64, window time.Duration) *durablecounter.Counter {
 	t.Helper()
 	c, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: window},
+		Policy: &policy.Policy{Name: name, Limit: limit, Window: window},
 		Store:  store,
 		Now:    func() time.Time { return t0 },
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // TestDenialExplainsItself: a denial reports Remaining, Reset and
@@ -30,7 +31,7 @@ func TestDenialExplainsItself(t *testing.T) {
 		mem := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 		for _, alg := range allAlgorithms {
 			clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Minute).Add(90 * time.Second))
-			p := &edgelimit.Policy{Name: "explain-" + alg, Limit: 5, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}}
+			p := &policy.Policy{Name: "explain-" + alg, Limit: 5, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}}
 			c, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: clock.Now})
 			if err != nil {
 				t.Fatal(err)
@@ -86,7 +87,7 @@ func TestTwoInstances(t *testing.T) {
 		client, table, calls := ddbtest.Table(t, s)
 		for _, alg := range allAlgorithms {
 			clock := limitertest.NewClock(limitertest.T0)
-			p := &edgelimit.Policy{Name: "two-" + alg, Limit: 6, Window: 10 * time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}}
+			p := &policy.Policy{Name: "two-" + alg, Limit: 6, Window: 10 * time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}}
 			var instances [2]*durablecounter.Counter
 			for i := range instances {
 				store, err := dynamostore.New(dynamostore.Config{Client: client, Table: table})

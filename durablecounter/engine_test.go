@@ -12,6 +12,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // TestEngineWithCounters wires Counters on one memory store into the
@@ -19,7 +20,7 @@ import (
 // denial by one policy spends nothing of the other, and the response
 // carries each policy's quota.
 func TestEngineWithCounters(t *testing.T) {
-	file, err := edgelimit.ParsePolicies("test.yaml", []byte(`version: 1
+	file, err := policy.Parse("test.yaml", []byte(`version: 1
 policies:
   - {name: daily, routes: ["GET /paid/*"], key: header:X-Api-Key, strategy: durable, limit: 5, window: 1d}
   - {name: burst, routes: ["GET /paid/*"], key: header:X-Api-Key, strategy: durable, limit: 2, window: 10s}
@@ -34,7 +35,7 @@ policies:
 		HashSecret: []byte(strings.Repeat("s", 32)),
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:        clock.Now,
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: clock.Now})
 		},
 	})

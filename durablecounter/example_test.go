@@ -7,6 +7,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 func ExampleNew() {
@@ -14,7 +15,7 @@ func ExampleNew() {
 	// instance shares the counts.
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "paid-daily", Limit: 1000, Window: 24 * time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow}},
+		Policy: &policy.Policy{Name: "paid-daily", Limit: 1000, Window: 24 * time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow}},
 		Store:  store,
 	})
 	if err != nil {
@@ -24,7 +25,7 @@ func ExampleNew() {
 	fmt.Printf("%T\n", counter)
 
 	_, err = durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "burst", Limit: 10, Window: 0, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow}},
+		Policy: &policy.Policy{Name: "burst", Limit: 10, Window: 0, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow}},
 	})
 	fmt.Println(err)
 	// Output:
@@ -36,7 +37,7 @@ func ExampleCounter_Allow() {
 	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	now := t0
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "login", Limit: 3, Window: time.Minute},
+		Policy: &policy.Policy{Name: "login", Limit: 3, Window: time.Minute},
 		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
@@ -73,7 +74,7 @@ func ExampleCounter_AllowBatch() {
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	newCounter := func(name string, limit int64, window time.Duration) *durablecounter.Counter {
 		c, err := durablecounter.New(durablecounter.Config{
-			Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: window},
+			Policy: &policy.Policy{Name: name, Limit: limit, Window: window},
 			Store:  store,
 			Now:    func() time.Time { return now },
 		})
@@ -110,7 +111,7 @@ func ExampleNew_slidingWindow() {
 	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	now := start
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingWindow}},
+		Policy: &policy.Policy{Name: "search", Limit: 10, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingWindow}},
 		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
@@ -142,7 +143,7 @@ func ExampleNew_slidingWindow() {
 func ExampleNew_gcra() {
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "paid-burst", Limit: 10, Window: time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.GCRA, Burst: 3}},
+		Policy: &policy.Policy{Name: "paid-burst", Limit: 10, Window: time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.GCRA, Burst: 3}},
 		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})
@@ -171,7 +172,7 @@ func ExampleNew_slidingLog() {
 	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	now := start
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "login", Limit: 3, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingLog}},
+		Policy: &policy.Policy{Name: "login", Limit: 3, Window: time.Minute, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingLog}},
 		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}),
 		Now:    func() time.Time { return now },
 	})

@@ -26,6 +26,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // faultPolicies guard two routes with the same durable policies, one
@@ -61,7 +62,7 @@ func newFaultEngineBudget(t *testing.T, store durablecounter.Store, now func() t
 	if budget != "" {
 		src = strings.ReplaceAll(src, "on_store_error:", "store_timeout: "+budget+", on_store_error:")
 	}
-	file, err := edgelimit.ParsePolicies("fault.yaml", []byte(src))
+	file, err := policy.Parse("fault.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func newFaultEngineBudget(t *testing.T, store durablecounter.Store, now func() t
 			fe.events = append(fe.events, ev)
 			fe.mu.Unlock()
 		},
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: now})
 		},
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // TestMemorySweepBoundsMemory: 60 windows of 1,000 fresh keys each must
@@ -21,7 +22,7 @@ func TestMemorySweepBoundsMemory(t *testing.T) {
 			store := durablecounter.NewMemory(durablecounter.MemoryConfig{Shards: shards})
 			clock := limitertest.NewClock(limitertest.T0)
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "p", Limit: 5, Window: time.Second},
+				Policy: &policy.Policy{Name: "p", Limit: 5, Window: time.Second},
 				Store:  store, Now: clock.Now,
 			})
 			if err != nil {
@@ -52,7 +53,7 @@ func TestMemoryFull(t *testing.T) {
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{Shards: 1, MaxKeys: 100})
 	clock := limitertest.NewClock(limitertest.T0)
 	c, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "p", Limit: 5, Window: time.Minute},
+		Policy: &policy.Policy{Name: "p", Limit: 5, Window: time.Minute},
 		Store:  store, Now: clock.Now,
 	})
 	if err != nil {
@@ -90,7 +91,7 @@ func TestMemoryAllocationFree(t *testing.T) {
 	}
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	c, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "p", Limit: 1 << 40, Window: time.Hour},
+		Policy: &policy.Policy{Name: "p", Limit: 1 << 40, Window: time.Hour},
 		Store:  store, Now: func() time.Time { return limitertest.T0 },
 	})
 	if err != nil {
@@ -112,7 +113,7 @@ func TestSharedClockSkew(t *testing.T) {
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	ahead := limitertest.NewClock(limitertest.T0.Add(2 * time.Second))
 	behind := limitertest.NewClock(limitertest.T0)
-	p := &edgelimit.Policy{Name: "p", Limit: 3, Window: time.Minute}
+	p := &policy.Policy{Name: "p", Limit: 3, Window: time.Minute}
 	a, _ := durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: ahead.Now})
 	b, _ := durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: behind.Now})
 	admitted := map[int64]int{} // by window start, as each instance saw it

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // Reset forgets req's key's usage: it deletes every item that holds it, on
@@ -29,7 +30,7 @@ func (c *Counter) Reset(ctx context.Context, req edgelimit.Request) error {
 	}
 	t := c.instant(req)
 	vs := []*variant{c.base}
-	add := func(l edgelimit.Limits) {
+	add := func(l policy.Limits) {
 		if v, err := c.variantOf(c.effective(l)); err == nil && !slices.Contains(vs, v) {
 			vs = append(vs, v)
 		}

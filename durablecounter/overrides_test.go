@@ -20,6 +20,7 @@ import (
 	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/overrides"
 	ovrdynamo "github.com/edgelimit/edgelimit/overrides/dynamostore"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // Tiers and overrides through the root engine, with durable counters and
@@ -41,9 +42,9 @@ type countingOverrides struct {
 	n atomic.Int64
 }
 
-func (c *countingOverrides) Override(ctx context.Context, policy, key string) (edgelimit.Limits, bool, error) {
+func (c *countingOverrides) Override(ctx context.Context, pol, key string) (policy.Limits, bool, error) {
 	c.n.Add(1)
-	return c.OverrideStore.Override(ctx, policy, key)
+	return c.OverrideStore.Override(ctx, pol, key)
 }
 
 // forEachQuotaBackend runs f on memory stores and on each real server, in
@@ -84,14 +85,14 @@ func forEachQuotaBackend(t *testing.T, clock func() time.Time, f func(t *testing
 // mid-request crashes dynalite (it throws on an aborted request).
 func quotaEngine(t *testing.T, policies string, b quotaBackend, clock func() time.Time) *edgelimit.Engine {
 	t.Helper()
-	f, err := edgelimit.ParsePolicies("quota.yaml", []byte(policies))
+	f, err := policy.Parse("quota.yaml", []byte(policies))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e, err := edgelimit.New(edgelimit.Config{
 		Policies: f, HashSecret: []byte(strings.Repeat("h", 32)), Overrides: b.overrides, Now: clock,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			return durablecounter.New(durablecounter.Config{Policy: p, Store: b.store})
 		},
 	})
@@ -140,15 +141,15 @@ policies:
       default: free
       levels: {free: {limit: 3}, pro: {limit: 30}}
 `, alg, alg), b, clock.Now)
-			count := func(key, plan string) (n int, policy string) {
+			count := func(key, plan string) (n int, pol string) {
 				for range 40 {
 					v := get(e, "/api/x", key, plan)
 					if !v.Allowed {
-						return n, policy
+						return n, pol
 					}
-					n, policy = n+1, headerOf(v, "RateLimit-Policy")
+					n, pol = n+1, headerOf(v, "RateLimit-Policy")
 				}
-				return n, policy
+				return n, pol
 			}
 			if n, rp := count("pro-key", "pro"); n != 30 || rp != fmt.Sprintf(`"api-%s";q=30;w=3600`, alg) {
 				t.Errorf("pro: %d admitted, RateLimit-Policy %s; want 30, q=30", n, rp)
@@ -197,7 +198,7 @@ policies:
      limit: 10, window: 1h, overrides: true, override_staleness: 1s, store_timeout: 30s}
 `, alg, alg)
 			a, other := quotaEngine(t, policies, b, now.Now), quotaEngine(t, policies, b, now.Now)
-			policy := "live-" + alg
+			pol := "live-" + alg
 			var mu sync.Mutex
 			var admitted []admission
 			denied := 0
@@ -205,7 +206,7 @@ policies:
 			least := int64(0) // every request of a raising phase had at least this limit
 			for phase, limits := range schedule {
 				now.Set(start.Add(time.Duration(phase) * time.Second))
-				if err := a.SetOverride(ctx, policy, "the-key", edgelimit.Limits{Limit: limits.before}, time.Time{}); err != nil {
+				if err := a.SetOverride(ctx, pol, "the-key", policy.Limits{Limit: limits.before}, time.Time{}); err != nil {
 					t.Fatal(err)
 				}
 				if limits.during > limits.before {
@@ -215,7 +216,7 @@ policies:
 				wg.Add(1)
 				go func() { // the operator, while the clients ask
 					defer wg.Done()
-					if err := a.SetOverride(ctx, policy, "the-key", edgelimit.Limits{Limit: limits.during}, time.Time{}); err != nil {
+					if err := a.SetOverride(ctx, pol, "the-key", policy.Limits{Limit: limits.during}, time.Time{}); err != nil {
 						t.Error(err)
 					}
 				}()

@@ -15,6 +15,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // The quotas of issue #12 on the Counter: the limits in force for a
@@ -51,7 +52,7 @@ type quotaCounter struct {
 	c *durablecounter.Counter
 }
 
-func newQuotaCounter(t *testing.T, store durablecounter.Store, clock *limitertest.Clock, p *edgelimit.Policy) quotaCounter {
+func newQuotaCounter(t *testing.T, store durablecounter.Store, clock *limitertest.Clock, p *policy.Policy) quotaCounter {
 	t.Helper()
 	c, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: clock.Now})
 	if err != nil {
@@ -60,12 +61,12 @@ func newQuotaCounter(t *testing.T, store durablecounter.Store, clock *limitertes
 	return quotaCounter{t, c}
 }
 
-func quotaPolicy(name, alg string, limit int64, window time.Duration) *edgelimit.Policy {
-	return &edgelimit.Policy{Name: name, Limit: limit, Window: window, Overrides: true,
+func quotaPolicy(name, alg string, limit int64, window time.Duration) *policy.Policy {
+	return &policy.Policy{Name: name, Limit: limit, Window: window, Overrides: true,
 		Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), DenyCache: true}}
 }
 
-func (q quotaCounter) allow(key string, l edgelimit.Limits) edgelimit.Decision {
+func (q quotaCounter) allow(key string, l policy.Limits) edgelimit.Decision {
 	q.t.Helper()
 	d, err := q.c.Allow(context.Background(), edgelimit.Request{Key: key, Limits: l})
 	if err != nil {
@@ -75,7 +76,7 @@ func (q quotaCounter) allow(key string, l edgelimit.Limits) edgelimit.Decision {
 }
 
 // spend allows until the first denial and returns how many were admitted.
-func (q quotaCounter) spend(key string, l edgelimit.Limits, most int) int {
+func (q quotaCounter) spend(key string, l policy.Limits, most int) int {
 	q.t.Helper()
 	for i := range most + 1 {
 		if d := q.allow(key, l); !d.Allowed {
@@ -98,17 +99,17 @@ func TestTierReachesTheAlgorithm(t *testing.T) {
 					p := quotaPolicy("tiers-"+alg, alg, 3, time.Hour)
 					p.Options.(*durablecounter.Options).Shards = shards
 					q := newQuotaCounter(t, store(t), clock, p)
-					pro := edgelimit.Limits{Limit: 30}
+					pro := policy.Limits{Limit: 30}
 					if d := q.allow("pro-key", pro); !d.Allowed || d.Limit != 30 || d.Window != time.Hour || d.Remaining > 29 {
 						t.Errorf("pro's first request = %+v, want allowed, Limit 30, Window 1h", d)
 					}
 					if got := 1 + q.spend("pro-key", pro, 30); got != 30 {
 						t.Errorf("pro tier admitted %d, want 30", got)
 					}
-					if d := q.allow("free-key", edgelimit.Limits{}); !d.Allowed || d.Limit != 3 {
+					if d := q.allow("free-key", policy.Limits{}); !d.Allowed || d.Limit != 3 {
 						t.Errorf("free's first request = %+v, want allowed, Limit 3", d)
 					}
-					if got := 1 + q.spend("free-key", edgelimit.Limits{}, 3); got != 3 {
+					if got := 1 + q.spend("free-key", policy.Limits{}, 3); got != 3 {
 						t.Errorf("free tier admitted %d, want 3", got)
 					}
 				})
@@ -121,7 +122,7 @@ func TestTierReachesTheAlgorithm(t *testing.T) {
 // the policy's), and what its decision says.
 type limitsStep struct {
 	at         time.Duration
-	limits     edgelimit.Limits
+	limits     policy.Limits
 	allowed    bool
 	remaining  int64
 	limit      int64
@@ -136,24 +137,24 @@ type limitsStep struct {
 // TAT and reads it with the new emission interval.
 func TestLimitsChangeUnderLiveState(t *testing.T) {
 	t.Parallel()
-	up, down := edgelimit.Limits{Limit: 20}, edgelimit.Limits{Limit: 3}
-	halfHour := edgelimit.Limits{Window: 30 * time.Minute}
+	up, down := policy.Limits{Limit: 20}, policy.Limits{Limit: 3}
+	halfHour := policy.Limits{Window: 30 * time.Minute}
 	windowed := []limitsStep{
-		{0, edgelimit.Limits{}, true, 9, 10, time.Hour, 0},
-		{0, edgelimit.Limits{}, true, 8, 10, time.Hour, 0},
-		{0, edgelimit.Limits{}, true, 7, 10, time.Hour, 0},
-		{0, edgelimit.Limits{}, true, 6, 10, time.Hour, 0},
+		{0, policy.Limits{}, true, 9, 10, time.Hour, 0},
+		{0, policy.Limits{}, true, 8, 10, time.Hour, 0},
+		{0, policy.Limits{}, true, 7, 10, time.Hour, 0},
+		{0, policy.Limits{}, true, 6, 10, time.Hour, 0},
 		// Raised to 20: the 4 spent stay spent.
 		{0, up, true, 15, 20, time.Hour, 0},
 		// Lowered to 3: 5 are spent, nothing is left.
 		{time.Second, down, false, 0, 3, time.Hour, 0},
 		// Back to the policy's: 5 of 10.
-		{2 * time.Second, edgelimit.Limits{}, true, 4, 10, time.Hour, 0},
+		{2 * time.Second, policy.Limits{}, true, 4, 10, time.Hour, 0},
 		// A window of its own: its own count, from nothing.
 		{3 * time.Second, halfHour, true, 9, 10, 30 * time.Minute, 0},
 		{3 * time.Second, halfHour, true, 8, 10, 30 * time.Minute, 0},
 		// and the hour's count is where it was.
-		{4 * time.Second, edgelimit.Limits{}, true, 3, 10, time.Hour, 0},
+		{4 * time.Second, policy.Limits{}, true, 3, 10, time.Hour, 0},
 	}
 	fixed := append([]limitsStep(nil), windowed...)
 	fixed[5].retryAfter = 30*time.Minute - time.Second // until the hour's window ends
@@ -164,10 +165,10 @@ func TestLimitsChangeUnderLiveState(t *testing.T) {
 	// gcra 10/h: T = 6m, tolerance 1h. The TAT is kept: 4 spent put it
 	// 24m ahead.
 	gcraSteps := []limitsStep{
-		{0, edgelimit.Limits{}, true, 9, 10, time.Hour, 0},
-		{0, edgelimit.Limits{}, true, 8, 10, time.Hour, 0},
-		{0, edgelimit.Limits{}, true, 7, 10, time.Hour, 0},
-		{0, edgelimit.Limits{}, true, 6, 10, time.Hour, 0},
+		{0, policy.Limits{}, true, 9, 10, time.Hour, 0},
+		{0, policy.Limits{}, true, 8, 10, time.Hour, 0},
+		{0, policy.Limits{}, true, 7, 10, time.Hour, 0},
+		{0, policy.Limits{}, true, 6, 10, time.Hour, 0},
 		// 20/h (T = 3m, burst 20 since the policy's burst is its limit): the
 		// TAT 24m ahead is 8 units of 3m; this request takes the 9th.
 		{0, up, true, 11, 20, time.Hour, 0},
@@ -176,10 +177,10 @@ func TestLimitsChangeUnderLiveState(t *testing.T) {
 		{0, down, true, 0, 3, time.Hour, 0},
 		{0, down, false, 0, 3, time.Hour, 7 * time.Minute}, // until 47m + 20m <= 60m
 		// The policy's 10/h: 47m + 6m <= 60m.
-		{0, edgelimit.Limits{}, true, 1, 10, time.Hour, 0},
+		{0, policy.Limits{}, true, 1, 10, time.Hour, 0},
 		// 10 per 2h (T = 12m, tolerance 2h): 53m ahead, 67m of room: this
 		// request takes one of 5 units.
-		{0, edgelimit.Limits{Window: 2 * time.Hour}, true, 4, 10, 2 * time.Hour, 0},
+		{0, policy.Limits{Window: 2 * time.Hour}, true, 4, 10, 2 * time.Hour, 0},
 	}
 	steps := map[string][]limitsStep{
 		string(durablecounter.FixedWindow):   fixed,
@@ -223,13 +224,13 @@ func TestDenyCacheChecksTheLimitsInForce(t *testing.T) {
 				t.Fatal(err)
 			}
 			q := quotaCounter{t, c}
-			if got := q.spend("k", edgelimit.Limits{}, 3); got != 3 {
+			if got := q.spend("k", policy.Limits{}, 3); got != 3 {
 				t.Fatalf("admitted %d of 3", got)
 			}
-			if d := q.allow("k", edgelimit.Limits{}); d.Allowed {
+			if d := q.allow("k", policy.Limits{}); d.Allowed {
 				t.Fatalf("after 3 of 3: %+v", d)
 			}
-			raised, want := edgelimit.Limits{Limit: 5}, 2
+			raised, want := policy.Limits{Limit: 5}, 2
 			if alg == string(durablecounter.GCRA) {
 				if d := q.allow("k", raised); d.Allowed {
 					t.Errorf("gcra raised to 5/h with the bucket empty: %+v, want a denial until a unit comes back", d)
@@ -240,7 +241,7 @@ func TestDenyCacheChecksTheLimitsInForce(t *testing.T) {
 			if got := q.spend("k", raised, 2); got != want {
 				t.Errorf("raised to 5 with 3 spent (and the denial cached): %d admitted, want %d", got, want)
 			}
-			if d := q.allow("k", edgelimit.Limits{Limit: 2}); d.Allowed {
+			if d := q.allow("k", policy.Limits{Limit: 2}); d.Allowed {
 				t.Errorf("lowered to 2: %+v, want a denial", d)
 			}
 		})
@@ -255,7 +256,7 @@ func TestLimitsThatCannotBeEnforced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range []edgelimit.Limits{
+	for _, l := range []policy.Limits{
 		{Window: 1500 * time.Microsecond},
 		{Limit: durablecounter.MaxSlidingLogLimit + 1},
 	} {
@@ -277,23 +278,23 @@ func TestReset(t *testing.T) {
 					clock := limitertest.NewClock(quotaT0)
 					p := quotaPolicy("reset-"+alg, alg, 4, time.Hour)
 					p.Options.(*durablecounter.Options).Shards = shards
-					p.Tiers = &edgelimit.Tiers{Default: "free", Names: []string{"free", "half"},
-						Levels: map[string]edgelimit.Limits{"free": {Limit: 4}, "half": {Limit: 2, Window: 30 * time.Minute}}}
+					p.Tiers = &policy.Tiers{Default: "free", Names: []string{"free", "half"},
+						Levels: map[string]policy.Limits{"free": {Limit: 4}, "half": {Limit: 2, Window: 30 * time.Minute}}}
 					q := newQuotaCounter(t, store(t), clock, p)
 					half := p.Tiers.Levels["half"]
-					override := edgelimit.Limits{Window: 20 * time.Minute}
-					for _, l := range []edgelimit.Limits{{}, half, override} {
+					override := policy.Limits{Window: 20 * time.Minute}
+					for _, l := range []policy.Limits{{}, half, override} {
 						q.spend("k", l, 4)
 					}
-					q.spend("other", edgelimit.Limits{}, 4)
+					q.spend("other", policy.Limits{}, 4)
 					clock.Advance(time.Millisecond)
 					if err := q.c.Reset(context.Background(), edgelimit.Request{Key: "k", Limits: override}); err != nil {
 						t.Fatal(err)
 					}
 					after := []struct {
-						l    edgelimit.Limits
+						l    policy.Limits
 						want int
-					}{{edgelimit.Limits{}, 4}, {half, 2}, {override, 4}}
+					}{{policy.Limits{}, 4}, {half, 2}, {override, 4}}
 					if alg == string(durablecounter.GCRA) {
 						// One TAT whatever the limits: what the first spends,
 						// the others see.
@@ -304,7 +305,7 @@ func TestReset(t *testing.T) {
 							t.Errorf("after the reset, under %+v: %d admitted, want %d", a.l, got, a.want)
 						}
 					}
-					if d := q.allow("other", edgelimit.Limits{}); d.Allowed {
+					if d := q.allow("other", policy.Limits{}); d.Allowed {
 						t.Errorf("another key after the reset: %+v, want still denied", d)
 					}
 				})
@@ -324,16 +325,16 @@ func TestResetOnAnotherInstance(t *testing.T) {
 			s := store(t)
 			p := quotaPolicy("other-reset-"+alg, alg, 2, time.Hour)
 			a, b := newQuotaCounter(t, s, clock, p), newQuotaCounter(t, s, clock, p)
-			b.spend("k", edgelimit.Limits{}, 2) // b's deny cache holds the denial
+			b.spend("k", policy.Limits{}, 2) // b's deny cache holds the denial
 			if err := a.c.Reset(context.Background(), edgelimit.Request{Key: "k"}); err != nil {
 				t.Fatal(err)
 			}
 			clock.Advance(durablecounter.DefaultDenyCacheMaxAge - time.Millisecond)
-			if d := b.allow("k", edgelimit.Limits{}); d.Allowed {
+			if d := b.allow("k", policy.Limits{}); d.Allowed {
 				t.Errorf("b within DenyCacheMaxAge of its denial: %+v, want its cached denial", d)
 			}
 			clock.Advance(time.Millisecond)
-			if got := b.spend("k", edgelimit.Limits{}, 2); got != 2 {
+			if got := b.spend("k", policy.Limits{}, 2); got != 2 {
 				t.Errorf("b DenyCacheMaxAge after its denial: %d admitted, want the reset's 2", got)
 			}
 		})
@@ -350,17 +351,17 @@ func TestRefundAfterResetGivesNothing(t *testing.T) {
 			q := newQuotaCounter(t, store(t), clock, quotaPolicy("rr-"+alg, alg, 3, time.Hour))
 			ctx := context.Background()
 			req := edgelimit.Request{Key: "k"}
-			before := q.allow("k", edgelimit.Limits{})
+			before := q.allow("k", policy.Limits{})
 			if err := q.c.Reset(ctx, req); err != nil {
 				t.Fatal(err)
 			}
-			if got := q.spend("k", edgelimit.Limits{}, 3); got != 3 {
+			if got := q.spend("k", policy.Limits{}, 3); got != 3 {
 				t.Fatalf("after the reset: %d admitted, want 3", got)
 			}
 			if err := q.c.Refund(ctx, req, before); err != nil {
 				t.Fatal(err)
 			}
-			if d := q.allow("k", edgelimit.Limits{}); d.Allowed {
+			if d := q.allow("k", policy.Limits{}); d.Allowed {
 				t.Errorf("after refunding a spending from before the reset: %+v, want still denied (3 of 3 spent since)", d)
 			}
 		})
@@ -381,19 +382,19 @@ func TestGrant(t *testing.T) {
 			p := quotaPolicy("grant-"+alg, alg, 2, time.Hour)
 			q, other := newQuotaCounter(t, s, clock, p), newQuotaCounter(t, s, clock, p)
 			req := edgelimit.Request{Key: "k"}
-			q.spend("k", edgelimit.Limits{}, 2)
-			other.spend("k", edgelimit.Limits{}, 0) // other's cache: denied, no grant
+			q.spend("k", policy.Limits{}, 2)
+			other.spend("k", policy.Limits{}, 0) // other's cache: denied, no grant
 			if err := q.c.Grant(ctx, req, 3, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
-			d := q.allow("k", edgelimit.Limits{})
+			d := q.allow("k", policy.Limits{})
 			if !d.Allowed || d.Reason != "grant" || d.Remaining != 2 {
 				t.Errorf("first request the grant pays: %+v, want allowed, Reason grant, Remaining 2", d)
 			}
 			if err := q.c.Refund(ctx, req, d); err != nil {
 				t.Fatal(err)
 			}
-			if got := q.spend("k", edgelimit.Limits{}, 3); got != 3 {
+			if got := q.spend("k", policy.Limits{}, 3); got != 3 {
 				t.Errorf("the grant of 3 (one refunded back): %d admitted, want 3", got)
 			}
 			// Peek sees the grant run dry, as Allow.
@@ -404,18 +405,18 @@ func TestGrant(t *testing.T) {
 			if err := q.c.Grant(ctx, req, 4, quotaT0.Add(3*time.Hour)); err != nil {
 				t.Fatal(err)
 			}
-			if d := other.allow("k", edgelimit.Limits{}); d.Allowed {
+			if d := other.allow("k", policy.Limits{}); d.Allowed {
 				t.Errorf("another instance at once: %+v, want its cached denial (DenyCacheMaxAge)", d)
 			}
 			clock.Advance(durablecounter.DefaultDenyCacheMaxAge)
-			if got := other.spend("k", edgelimit.Limits{}, 4); got != 4 {
+			if got := other.spend("k", policy.Limits{}, 4); got != 4 {
 				t.Errorf("another instance DenyCacheMaxAge later: %d admitted, want the grant's 4", got)
 			}
 			if err := q.c.Grant(ctx, req, 5, quotaT0.Add(3*time.Hour)); err != nil {
 				t.Fatal(err)
 			}
 			clock.Set(quotaT0.Add(2 * time.Hour))
-			if got := q.spend("k", edgelimit.Limits{}, 7); got != 7 {
+			if got := q.spend("k", policy.Limits{}, 7); got != 7 {
 				t.Errorf("two hours on: %d admitted, want the quota's 2 and the grant's 5", got)
 			}
 			if err := q.c.Grant(ctx, req, 1, quotaT0.Add(-time.Second)); !errors.Is(err, durablecounter.ErrGrant) {
@@ -443,9 +444,9 @@ func TestGrantForTheWindowEnds(t *testing.T) {
 				end = quotaT0.Add(time.Hour)
 			}
 			clock.Set(end.Add(-time.Millisecond))
-			q.spend("k", edgelimit.Limits{}, 11)
+			q.spend("k", policy.Limits{}, 11)
 			clock.Set(end.Add(time.Hour)) // the quota is back, the grant has ended
-			if got := q.spend("k", edgelimit.Limits{}, 11); got != 1 {
+			if got := q.spend("k", policy.Limits{}, 11); got != 1 {
 				t.Errorf("after the grant's window: %d admitted, want the quota's 1", got)
 			}
 		})
@@ -501,7 +502,7 @@ func TestGrantInABatch(t *testing.T) {
 			if ds := batch(); ds[0].Allowed {
 				t.Errorf("fourth batch, the grant spent: %+v, want a denied", ds)
 			}
-			if got := b.spend("k", edgelimit.Limits{}, 10); got != 8 {
+			if got := b.spend("k", policy.Limits{}, 10); got != 8 {
 				t.Errorf("b after two admitted batches: %d left, want 8 (denied batches spend nothing)", got)
 			}
 		})
@@ -533,11 +534,11 @@ func TestChargeOverSpends(t *testing.T) {
 				t.Errorf("Peek of one unit after the over-spend = %+v, %v; want denied, r=0", p, err)
 			}
 			clock.Advance(wait - time.Millisecond)
-			if d := q.allow("k", edgelimit.Limits{}); d.Allowed {
+			if d := q.allow("k", policy.Limits{}); d.Allowed {
 				t.Errorf("1ms before the charge's RetryAfter (%s): %+v, want denied", wait, d)
 			}
 			clock.Advance(time.Millisecond)
-			if d := q.allow("k", edgelimit.Limits{}); !d.Allowed {
+			if d := q.allow("k", policy.Limits{}); !d.Allowed {
 				t.Errorf("at the charge's RetryAfter (%s): %+v, want allowed", wait, d)
 			}
 		})
@@ -558,8 +559,8 @@ func TestLimitsInABatchAndShards(t *testing.T) {
 			sp.Options.(*durablecounter.Options).Shards = 2
 			b := newQuotaCounter(t, s, clock, sp)
 			items := []edgelimit.BatchItem{
-				{Limiter: a.c, Request: edgelimit.Request{Key: "k", Limits: edgelimit.Limits{Limit: 20}}},
-				{Limiter: b.c, Request: edgelimit.Request{Key: "k", Limits: edgelimit.Limits{Limit: 6}}},
+				{Limiter: a.c, Request: edgelimit.Request{Key: "k", Limits: policy.Limits{Limit: 20}}},
+				{Limiter: b.c, Request: edgelimit.Request{Key: "k", Limits: policy.Limits{Limit: 6}}},
 			}
 			admitted := 0
 			for range 10 {
@@ -580,7 +581,7 @@ func TestLimitsInABatchAndShards(t *testing.T) {
 			if err := b.c.Grant(ctx, edgelimit.Request{Key: "k"}, 2, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
-			if got := b.spend("k", edgelimit.Limits{Limit: 6}, 3); got != 2 {
+			if got := b.spend("k", policy.Limits{Limit: 6}, 3); got != 2 {
 				t.Errorf("the sharded policy with every shard spent and a grant of 2: %d admitted, want 2", got)
 			}
 		})

@@ -13,6 +13,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // Regression (issue #10, "gcra denies nothing that fits, under concurrency
@@ -31,7 +32,7 @@ func TestTwoClocksOneMillisecondApart(t *testing.T) {
 			start := limitertest.WindowStart(limitertest.T0, time.Minute).Add(30 * time.Second)
 			early := limitertest.NewClock(start)
 			late := limitertest.NewClock(start.Add(time.Millisecond))
-			p := &edgelimit.Policy{Name: "two-clocks", Limit: 2, Window: time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: 2}}
+			p := &policy.Policy{Name: "two-clocks", Limit: 2, Window: time.Second, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: 2}}
 			mk := func(c *limitertest.Clock) *durablecounter.Counter {
 				cnt, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: c.Now})
 				if err != nil {
@@ -124,7 +125,7 @@ func TestNoSpuriousDenialOfFirstRequests(t *testing.T) {
 					}
 					for _, sh := range shapes {
 						t.Run(sh.name, func(t *testing.T) {
-							p := &edgelimit.Policy{Name: "first", Limit: sh.limit, Window: sh.window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: sh.burst}}
+							p := &policy.Policy{Name: "first", Limit: sh.limit, Window: sh.window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: sh.burst}}
 							if alg != string(durablecounter.GCRA) {
 								p.Limit, opts(p).Burst = sh.windowedLimit, 0
 							}
@@ -226,7 +227,7 @@ func testSequentialBatchRefunds(t *testing.T, s ddbtest.Server, alg string) {
 	clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Hour).Add(time.Minute))
 	mk := func(name, alg string, limit int64) *durablecounter.Counter {
 		c, err := durablecounter.New(durablecounter.Config{
-			Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}},
+			Policy: &policy.Policy{Name: name, Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg)}},
 			Store:  store, Now: clock.Now,
 		})
 		if err != nil {
@@ -333,7 +334,7 @@ func TestShardedRemainingDescribesPolicy(t *testing.T) {
 				t.Run(alg, func(t *testing.T) {
 					clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Hour).Add(time.Minute))
 					c, err := durablecounter.New(durablecounter.Config{
-						Policy: &edgelimit.Policy{Name: "global", Limit: 10, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Shards: 4, DenyCache: true}},
+						Policy: &policy.Policy{Name: "global", Limit: 10, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Shards: 4, DenyCache: true}},
 						Store:  b.store(t), Now: clock.Now,
 					})
 					if err != nil {

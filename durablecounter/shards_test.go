@@ -17,6 +17,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // TestShards: a global limit of 100 spread over 4 items (shards: 4), hit by
@@ -59,7 +60,7 @@ func TestShards(t *testing.T) {
 					store, items := b.store(t)
 					clock := limitertest.NewClock(limitertest.T0)
 					c, err := durablecounter.New(durablecounter.Config{
-						Policy: &edgelimit.Policy{Name: "global", Limit: 100, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Shards: 4, DenyCache: true}},
+						Policy: &policy.Policy{Name: "global", Limit: 100, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Shards: 4, DenyCache: true}},
 						Store:  store, Now: clock.Now,
 					})
 					if err != nil {
@@ -134,7 +135,7 @@ func TestShardsTradeOff(t *testing.T) {
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	clock := limitertest.NewClock(limitertest.T0)
 	c, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "global", Limit: 100, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 4}},
+		Policy: &policy.Policy{Name: "global", Limit: 100, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 4}},
 		Store:  store, Now: clock.Now,
 	})
 	if err != nil {
@@ -180,7 +181,7 @@ func TestShardedKeysInDynamo(t *testing.T) {
 		clock := limitertest.NewClock(limitertest.T0)
 		for _, alg := range allAlgorithms {
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "hot", Limit: 2, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Shards: 2}},
+				Policy: &policy.Policy{Name: "hot", Limit: 2, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Shards: 2}},
 				Store:  store, Now: clock.Now,
 			})
 			if err != nil {

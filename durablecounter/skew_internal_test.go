@@ -10,6 +10,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // skewBackend is a store and a way to read an item's stored state.
@@ -78,7 +79,7 @@ func TestClockSkew(t *testing.T) {
 					start := limitertest.WindowStart(limitertest.T0, time.Minute).Add(time.Minute)
 					behind := limitertest.NewClock(start)
 					ahead := limitertest.NewClock(start.Add(skew))
-					p := &edgelimit.Policy{Name: "skew-" + alg, Limit: limit, Window: window, Options: &Options{Algorithm: Algorithm(alg)}}
+					p := &policy.Policy{Name: "skew-" + alg, Limit: limit, Window: window, Options: &Options{Algorithm: Algorithm(alg)}}
 					a, err := New(Config{Policy: p, Store: b.store, Now: ahead.Now})
 					if err != nil {
 						t.Fatal(err)

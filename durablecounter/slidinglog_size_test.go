@@ -15,6 +15,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // itemSize is an item's size as DynamoDB bills and bounds it: the UTF-8
@@ -85,7 +86,7 @@ func TestSlidingLogLargestItem(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, err := durablecounter.New(durablecounter.Config{
-			Policy: &edgelimit.Policy{Name: "largest", Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingLog}},
+			Policy: &policy.Policy{Name: "largest", Limit: limit, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.SlidingLog}},
 			Store:  store, Now: clock.Now,
 		})
 		if err != nil {

@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/policyopts"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/powgate"
 )
 
@@ -91,19 +91,21 @@ func (o Options) String() string {
 // durable, with the fields algorithm, burst, shards and deny_cache. It
 // fails closed by default: an exact quota must not be over-spent when its
 // store is down. Importing the package registers it.
-var Strategy = &edgelimit.Strategy{
+var Strategy = &policy.Strategy{
 	Name:         "durable",
 	Package:      "github.com/edgelimit/edgelimit/durablecounter",
 	Fields:       []string{"algorithm", "burst", "shards", "deny_cache", powgate.Field},
 	Parse:        parseOptions,
-	OnStoreError: edgelimit.FailClosed,
+	OnStoreError: policy.FailClosed,
 	Limits:       true,
+	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanBatch | policy.CanLocal |
+		policy.CanQuota | policy.CanReset | policy.CanGrant,
 }
 
-func init() { edgelimit.Register(Strategy) }
+func init() { policy.Register(Strategy) }
 
 // parseOptions reads a durable policy's own fields.
-func parseOptions(f *edgelimit.Fields) any {
+func parseOptions(f *policy.Fields) any {
 	p := f.Policy()
 	o := &Options{Algorithm: FixedWindow, Shards: 1, DenyCache: true}
 	names := make([]string, len(Algorithms))

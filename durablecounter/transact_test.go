@@ -15,6 +15,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // txBackends returns the memory store and every real server that has
@@ -60,7 +61,7 @@ func TestBatchAcrossAlgorithms(t *testing.T) {
 			clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Hour).Add(time.Hour))
 			mk := func(name, alg string, limit int64, window time.Duration, burst int64) *durablecounter.Counter {
 				c, err := durablecounter.New(durablecounter.Config{
-					Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: burst}},
+					Policy: &policy.Policy{Name: name, Limit: limit, Window: window, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(alg), Burst: burst}},
 					Store:  store, Now: clock.Now,
 				})
 				if err != nil {
@@ -131,7 +132,7 @@ func TestEngineAcrossAlgorithms(t *testing.T) {
 	t.Parallel()
 	// store_timeout 30s: moto is shared with tests that keep it busy, and
 	// this test is about the answers, not the budget (fault_test.go is).
-	file, err := edgelimit.ParsePolicies("test.yaml", []byte(`version: 1
+	file, err := policy.Parse("test.yaml", []byte(`version: 1
 policies:
   - {name: burst, routes: ["GET /paid/*"], key: header:X-Api-Key, strategy: durable, algorithm: gcra, limit: 10, window: 10s, burst: 2, store_timeout: 30s}
   - {name: daily, routes: ["GET /paid/*"], key: header:X-Api-Key, strategy: durable, algorithm: fixed-window, limit: 1000, window: 1d, store_timeout: 30s}
@@ -151,7 +152,7 @@ policies:
 				HashSecret: []byte(strings.Repeat("s", 32)),
 				Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 				Now:        clock.Now,
-				Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+				Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 					return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: clock.Now})
 				},
 			})

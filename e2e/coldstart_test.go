@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/functions/handlers"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // coldStarts is how many cold starts TestColdStart measures per function.
@@ -26,7 +26,7 @@ const MaxBootstrapSize = 10_000_000
 // call (FromEnv makes none): a table name, a DynamoDB endpoint where nothing
 // listens, and a key ring.
 func coldEnv(t *testing.T, fn handlers.Function) map[string]string {
-	pf, err := edgelimit.ParsePolicies(fn.PolicyFile, fn.Policies)
+	pf, err := policy.Parse(fn.PolicyFile, fn.Policies)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
@@ -76,9 +77,9 @@ func wantProblem(t *testing.T, what string, resp events.APIGatewayV2HTTPResponse
 }
 
 // wantEMF checks the last EMF line the function wrote for policy.
-func wantEMF(t *testing.T, e *emulator, policy, route string, want map[string]float64) {
+func wantEMF(t *testing.T, e *emulator, pol, route string, want map[string]float64) {
 	t.Helper()
-	m, err := e.lastEMF(policy)
+	m, err := e.lastEMF(pol)
 	if err != nil {
 		t.Fatalf("%v; stdout:\n%s", err, e.stdout)
 	}
@@ -570,7 +571,7 @@ func TestTTSFunctionLimitsJobsInFlight(t *testing.T) {
 	}
 	// The instance holding the slots: the function's own speech-jobs policy,
 	// alone, with the function's lease.
-	pf, err := edgelimit.ParsePolicies(handlers.TTS.PolicyFile, handlers.TTS.Policies)
+	pf, err := policy.Parse(handlers.TTS.PolicyFile, handlers.TTS.Policies)
 	if err != nil {
 		t.Fatal(err)
 	}

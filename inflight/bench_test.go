@@ -9,6 +9,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // benchKeys are 100,000 distinct keys hashed as the engine hashes them.
@@ -20,7 +21,7 @@ func benchLimiter(b *testing.B, limit int64) *inflight.Limiter {
 		b.Fatal(err)
 	}
 	l, err := inflight.New(inflight.Config{
-		Policy: &edgelimit.Policy{Name: "speech", Strategy: inflight.Strategy, Limit: limit, Window: 15 * time.Minute},
+		Policy: &policy.Policy{Name: "speech", Strategy: inflight.Strategy, Limit: limit, Window: 15 * time.Minute},
 		Store:  store,
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/inflight"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // A limit of two jobs at once per client: the third is refused until one
@@ -16,7 +17,7 @@ func ExampleLimiter() {
 	now := time.Unix(1_700_000_000, 0)
 	store, _ := inflight.NewMemoryStore(inflight.MemoryConfig{})
 	l, _ := inflight.New(inflight.Config{
-		Policy: &edgelimit.Policy{Name: "speech", Limit: 2, Window: 15 * time.Minute},
+		Policy: &policy.Policy{Name: "speech", Limit: 2, Window: 15 * time.Minute},
 		Store:  store,
 		Now:    func() time.Time { return now },
 	})

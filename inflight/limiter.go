@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // Config configures a Limiter.
@@ -18,7 +19,7 @@ type Config struct {
 	// Name, Strategy (nil or inflight), Limit (how many requests of one
 	// key run at once), Window (the lease) and Options once; later changes
 	// to it have no effect.
-	Policy *edgelimit.Policy
+	Policy *policy.Policy
 	// Options, if set, are the Limiter's own options; default the Policy's
 	// Options (what its file said), else the zero Options.
 	Options *Options
@@ -60,9 +61,7 @@ var (
 	_ edgelimit.Finisher = (*Limiter)(nil)
 	_ edgelimit.Refunder = (*Limiter)(nil)
 	_ edgelimit.Peeker   = (*Limiter)(nil)
-	_ interface {
-		Quota() (int64, time.Duration)
-	} = (*Limiter)(nil)
+	_ edgelimit.Quoter   = (*Limiter)(nil)
 )
 
 var defaultStore = sync.OnceValue(func() *MemoryStore {

@@ -10,6 +10,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 var t0 = time.Unix(1_700_000_000, 0)
@@ -19,23 +20,23 @@ func TestParse(t *testing.T) {
 	for _, tc := range []struct {
 		name, fields string
 		want         string // a phrase of the error, "" for none
-		check        func(*testing.T, *edgelimit.Policy)
+		check        func(*testing.T, *policy.Policy)
 	}{
-		{"defaults", "limit: 2, window: 15m", "", func(t *testing.T, p *edgelimit.Policy) {
-			if p.OnStoreError != edgelimit.FailClosed {
+		{"defaults", "limit: 2, window: 15m", "", func(t *testing.T, p *policy.Policy) {
+			if p.OnStoreError != policy.FailClosed {
 				t.Errorf("on_store_error = %s, want deny", p.OnStoreError)
 			}
 			if o := p.Options.(*inflight.Options); o.RetryAfter != 0 {
 				t.Errorf("options = %+v", o)
 			}
 		}},
-		{"retry_after", "limit: 2, window: 15m, retry_after: 5s", "", func(t *testing.T, p *edgelimit.Policy) {
+		{"retry_after", "limit: 2, window: 15m, retry_after: 5s", "", func(t *testing.T, p *policy.Policy) {
 			if o := p.Options.(*inflight.Options); o.RetryAfter != 5*time.Second {
 				t.Errorf("retry_after = %s", o.RetryAfter)
 			}
 		}},
-		{"fail open", "limit: 2, window: 15m, on_store_error: allow", "", func(t *testing.T, p *edgelimit.Policy) {
-			if p.OnStoreError != edgelimit.FailOpen {
+		{"fail open", "limit: 2, window: 15m, on_store_error: allow", "", func(t *testing.T, p *policy.Policy) {
+			if p.OnStoreError != policy.FailOpen {
 				t.Errorf("on_store_error = %s", p.OnStoreError)
 			}
 		}},
@@ -56,12 +57,12 @@ func TestParse(t *testing.T) {
 		{"tier huge limit", "limit: 2, window: 15m, tiers: {by: \"header:X-Plan\", default: free, levels: {free: {limit: 20000}}}", "more than 10000", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := edgelimit.ParsePolicies("p.yaml", []byte(head+tc.fields+"}\n"))
+			f, err := policy.Parse("p.yaml", []byte(head+tc.fields+"}\n"))
 			switch {
 			case tc.want == "" && err != nil:
-				t.Fatalf("ParsePolicies: %v", err)
+				t.Fatalf("policy.Parse: %v", err)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("ParsePolicies = %v, want an error with %q", err, tc.want)
+				t.Fatalf("policy.Parse = %v, want an error with %q", err, tc.want)
 			case tc.want != "":
 				if !strings.Contains(err.Error(), "p.yaml:3") {
 					t.Errorf("error %q does not name the line", err)
@@ -79,32 +80,32 @@ func TestParse(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	ok := func() *edgelimit.Policy {
-		return &edgelimit.Policy{Name: "p", Strategy: inflight.Strategy, Limit: 2, Window: time.Minute, Cost: 1}
+	ok := func() *policy.Policy {
+		return &policy.Policy{Name: "p", Strategy: inflight.Strategy, Limit: 2, Window: time.Minute, Cost: 1}
 	}
 	for _, tc := range []struct {
-		name   string
-		policy func() *edgelimit.Policy
-		opts   *inflight.Options
-		want   error
+		name string
+		pol  func() *policy.Policy
+		opts *inflight.Options
+		want error
 	}{
 		{"valid", ok, nil, nil},
-		{"no strategy, no cost", func() *edgelimit.Policy { return &edgelimit.Policy{Name: "p", Limit: 1, Window: time.Second} }, nil, nil},
-		{"no policy", func() *edgelimit.Policy { return nil }, nil, inflight.ErrConfig},
-		{"no name", func() *edgelimit.Policy { p := ok(); p.Name = ""; return p }, nil, inflight.ErrConfig},
-		{"# in name", func() *edgelimit.Policy { p := ok(); p.Name = "a#b"; return p }, nil, inflight.ErrConfig},
-		{"another strategy", func() *edgelimit.Policy { p := ok(); p.Strategy = &edgelimit.Strategy{Name: "kv"}; return p }, nil, inflight.ErrConfig},
-		{"foreign options", func() *edgelimit.Policy { p := ok(); p.Options = struct{}{}; return p }, nil, inflight.ErrConfig},
-		{"negative limit", func() *edgelimit.Policy { p := ok(); p.Limit = -1; return p }, nil, inflight.ErrConfig},
-		{"huge limit", func() *edgelimit.Policy { p := ok(); p.Limit = inflight.MaxLimit + 1; return p }, nil, inflight.ErrConfig},
-		{"no lease", func() *edgelimit.Policy { p := ok(); p.Window = 0; return p }, nil, inflight.ErrConfig},
-		{"sub-millisecond lease", func() *edgelimit.Policy { p := ok(); p.Window = 1500 * time.Microsecond; return p }, nil, inflight.ErrConfig},
-		{"cost 2", func() *edgelimit.Policy { p := ok(); p.Cost = 2; return p }, nil, inflight.ErrCost},
+		{"no strategy, no cost", func() *policy.Policy { return &policy.Policy{Name: "p", Limit: 1, Window: time.Second} }, nil, nil},
+		{"no policy", func() *policy.Policy { return nil }, nil, inflight.ErrConfig},
+		{"no name", func() *policy.Policy { p := ok(); p.Name = ""; return p }, nil, inflight.ErrConfig},
+		{"# in name", func() *policy.Policy { p := ok(); p.Name = "a#b"; return p }, nil, inflight.ErrConfig},
+		{"another strategy", func() *policy.Policy { p := ok(); p.Strategy = &policy.Strategy{Name: "kv"}; return p }, nil, inflight.ErrConfig},
+		{"foreign options", func() *policy.Policy { p := ok(); p.Options = struct{}{}; return p }, nil, inflight.ErrConfig},
+		{"negative limit", func() *policy.Policy { p := ok(); p.Limit = -1; return p }, nil, inflight.ErrConfig},
+		{"huge limit", func() *policy.Policy { p := ok(); p.Limit = inflight.MaxLimit + 1; return p }, nil, inflight.ErrConfig},
+		{"no lease", func() *policy.Policy { p := ok(); p.Window = 0; return p }, nil, inflight.ErrConfig},
+		{"sub-millisecond lease", func() *policy.Policy { p := ok(); p.Window = 1500 * time.Microsecond; return p }, nil, inflight.ErrConfig},
+		{"cost 2", func() *policy.Policy { p := ok(); p.Cost = 2; return p }, nil, inflight.ErrCost},
 		{"retry hint beyond the lease", ok, &inflight.Options{RetryAfter: time.Hour}, inflight.ErrConfig},
 		{"negative retry hint", ok, &inflight.Options{RetryAfter: -time.Second}, inflight.ErrConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := inflight.New(inflight.Config{Policy: tc.policy(), Options: tc.opts})
+			l, err := inflight.New(inflight.Config{Policy: tc.pol(), Options: tc.opts})
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (l != nil) {
 				t.Errorf("New = %v, %v; want error %v", l, err, tc.want)
 			}
@@ -118,7 +119,7 @@ func TestNewValidates(t *testing.T) {
 func newLimiter(t *testing.T, limit int64, lease time.Duration, store inflight.Store, now func() time.Time) *inflight.Limiter {
 	t.Helper()
 	l, err := inflight.New(inflight.Config{
-		Policy: &edgelimit.Policy{Name: "speech", Strategy: inflight.Strategy, Limit: limit, Window: lease, Cost: 1},
+		Policy: &policy.Policy{Name: "speech", Strategy: inflight.Strategy, Limit: limit, Window: lease, Cost: 1},
 		Store:  store, Now: now,
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/inflight"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/memory"
 )
@@ -14,7 +15,7 @@ import (
 // TestSetupMemory: setup/memory's InFlight backend builds the inflight
 // policies of a file, on one store, at the instants BackendEnv.Now gives.
 func TestSetupMemory(t *testing.T) {
-	file, err := edgelimit.ParsePolicies("p.yaml", []byte(`version: 1
+	file, err := policy.Parse("p.yaml", []byte(`version: 1
 policies:
   - {name: speech, routes: ["POST /tts"], key: ip, strategy: inflight, limit: 1, window: 1m}
 `))

@@ -3,8 +3,8 @@ package inflight
 import (
 	"time"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/policyopts"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // DefaultRetryAfter is Options.RetryAfter's default.
@@ -48,20 +48,21 @@ func (o Options) String() string {
 // never releases it), with the field retry_after. It fails closed by
 // default: a concurrency limit protects something that cannot take more.
 // Importing the package registers it.
-var Strategy = &edgelimit.Strategy{
+var Strategy = &policy.Strategy{
 	Name:         "inflight",
 	Package:      "github.com/edgelimit/edgelimit/inflight",
 	Fields:       []string{"retry_after"},
 	Parse:        parseOptions,
-	OnStoreError: edgelimit.FailClosed,
+	OnStoreError: policy.FailClosed,
 	Limits:       true,
+	Abilities:    policy.CanRefund | policy.CanPeek | policy.CanFinish | policy.CanQuota,
 }
 
-func init() { edgelimit.Register(Strategy) }
+func init() { policy.Register(Strategy) }
 
 // parseOptions reads an in-flight policy's own fields, and refuses the
 // common ones that mean nothing for a concurrency limit.
-func parseOptions(f *edgelimit.Fields) any {
+func parseOptions(f *policy.Fields) any {
 	p := f.Policy()
 	o := &Options{}
 	if p.Cost != 1 {
@@ -76,7 +77,7 @@ func parseOptions(f *edgelimit.Fields) any {
 	if p.Window%time.Millisecond != 0 {
 		f.Errorf("window", "window %s must be a whole number of milliseconds", p.Window)
 	}
-	if p.OnStoreError == edgelimit.FailLocal {
+	if p.OnStoreError == policy.FailLocal {
 		f.Errorf("on_store_error", "on_store_error local is not supported by strategy inflight: a slot taken from an in-process twin would never be released; use deny or allow")
 	}
 	switch {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // DefaultSyncInterval is how often a hot key is written back (and its share
@@ -37,7 +38,7 @@ type Config struct {
 	// size; both at most MaxTokens, Window positive. A Limit of 0 denies
 	// every request without touching the KV. Cost is not read: each Request
 	// carries its own.
-	Policy *edgelimit.Policy
+	Policy *policy.Policy
 	// Options, if set, are the bucket's burst and sync interval; default
 	// the Policy's Options (what its file said), else the zero Options.
 	Options *Options
@@ -144,12 +145,14 @@ type Bucket struct {
 const maxScaled = 1024
 
 var (
-	_ edgelimit.Limiter  = (*Bucket)(nil)
-	_ edgelimit.Refunder = (*Bucket)(nil)
-	_ edgelimit.Peeker   = (*Bucket)(nil)
-	_ interface {
-		Local() (edgelimit.Limiter, error)
-	} = (*Bucket)(nil)
+	_ edgelimit.Limiter   = (*Bucket)(nil)
+	_ edgelimit.Refunder  = (*Bucket)(nil)
+	_ edgelimit.Peeker    = (*Bucket)(nil)
+	_ edgelimit.Charger   = (*Bucket)(nil)
+	_ edgelimit.Localizer = (*Bucket)(nil)
+	_ edgelimit.Quoter    = (*Bucket)(nil)
+	_ edgelimit.Resetter  = (*Bucket)(nil)
+	_ edgelimit.Granter   = (*Bucket)(nil)
 )
 
 // New checks cfg and returns the bucket.
@@ -286,7 +289,7 @@ func (b *Bucket) AllowAt(ctx context.Context, now time.Time, req edgelimit.Reque
 // units.scaled), with l's zero fields the policy's (a zero burst: the
 // policy's burst, else the limit in force). nil means a limit of 0: the
 // request is denied without a KV call.
-func (b *Bucket) unitsOf(l edgelimit.Limits) (*units, error) {
+func (b *Bucket) unitsOf(l policy.Limits) (*units, error) {
 	if l.IsZero() {
 		if b.closed {
 			return nil, nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // clock is a settable clock for Config.Now and MemoryConfig.Now.
@@ -31,11 +32,11 @@ func (c *clock) Add(d time.Duration)            { c.ns.Add(int64(d)) }
 func (c *clock) Tick(d time.Duration) time.Time { return time.Unix(0, c.ns.Add(int64(d))) }
 
 // kvPolicy returns a loaded-looking kv policy.
-func kvPolicy(name string, limit, burst int64, window, sync time.Duration) *edgelimit.Policy {
-	return &edgelimit.Policy{
+func kvPolicy(name string, limit, burst int64, window, sync time.Duration) *policy.Policy {
+	return &policy.Policy{
 		Name: name, Strategy: Strategy,
 		Limit: limit, Window: window, Cost: 1,
-		OnStoreError: edgelimit.FailOpen, StoreTimeout: 100 * time.Millisecond,
+		OnStoreError: policy.FailOpen, StoreTimeout: 100 * time.Millisecond,
 		Options: &Options{Burst: burst, SyncInterval: sync},
 	}
 }
@@ -86,12 +87,12 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{"no policy", Config{KV: kv}, "Policy is required"},
 		{"no kv", Config{Policy: good}, "KV is required"},
-		{"durable policy", Config{Policy: &edgelimit.Policy{Name: "d", Strategy: &edgelimit.Strategy{Name: "durable"}, Limit: 1, Window: time.Second}, KV: kv}, "not kv"},
-		{"another strategy's options", Config{Policy: &edgelimit.Policy{Name: "g", Limit: 1, Window: time.Second, Options: struct{}{}}, KV: kv}, "not *kvbucket.Options"},
+		{"durable policy", Config{Policy: &policy.Policy{Name: "d", Strategy: &policy.Strategy{Name: "durable"}, Limit: 1, Window: time.Second}, KV: kv}, "not kv"},
+		{"another strategy's options", Config{Policy: &policy.Policy{Name: "g", Limit: 1, Window: time.Second, Options: struct{}{}}, KV: kv}, "not *kvbucket.Options"},
 		{"no window", Config{Policy: kvPolicy("p", 1, 1, 0, 0), KV: kv}, "window"},
 		{"closed without window", Config{Policy: kvPolicy("p", 0, 0, 0, 0), KV: kv}, "window"},
 		{"huge limit", Config{Policy: kvPolicy("p", MaxTokens+1, 1, time.Second, 0), KV: kv}, "limit"},
-		{"cost above capacity", Config{Policy: &edgelimit.Policy{Name: "c", Limit: 10, Cost: 7, Window: time.Second}, Options: &Options{Burst: 5}, KV: kv}, "cost 7"},
+		{"cost above capacity", Config{Policy: &policy.Policy{Name: "c", Limit: 10, Cost: 7, Window: time.Second}, Options: &Options{Burst: 5}, KV: kv}, "cost 7"},
 		{"negative sync", Config{Policy: kvPolicy("p", 1, 1, time.Second, -1), KV: kv}, "sync interval"},
 		{"negative cache", Config{Policy: good, KV: kv, CacheSize: -1}, "cache size"},
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/kvbucket"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // A contact form: 3 messages per minute per client, bursts of up to 3.
@@ -18,16 +19,16 @@ func ExampleNew() {
 	now := t0
 	clock := func() time.Time { return now }
 
-	policy := &edgelimit.Policy{Name: "contact", Limit: 3, Window: time.Minute, Cost: 1}
+	pol := &policy.Policy{Name: "contact", Limit: 3, Window: time.Minute, Cost: 1}
 	bucket, err := kvbucket.New(kvbucket.Config{
-		Policy: policy,
+		Policy: pol,
 		KV:     kvbucket.NewMemory(kvbucket.MemoryConfig{Now: clock}),
 		Now:    clock,
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	req := edgelimit.Request{Key: "hashed-client-key", Cost: policy.Cost}
+	req := edgelimit.Request{Key: "hashed-client-key", Cost: pol.Cost}
 	for _, at := range []time.Duration{0, 0, 0, 0, 20 * time.Second} {
 		now = t0.Add(at)
 		d, err := bucket.Allow(context.Background(), req)
@@ -53,9 +54,9 @@ func ExampleNew() {
 func ExampleBucket_AllowAt() {
 	t0 := time.Unix(1_700_000_000, 0)
 	kv := kvbucket.NewMemory(kvbucket.MemoryConfig{Now: func() time.Time { return t0 }})
-	policy := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Hour, Options: &kvbucket.Options{SyncInterval: time.Second}}
-	a, _ := kvbucket.New(kvbucket.Config{Policy: policy, KV: kv})
-	b, _ := kvbucket.New(kvbucket.Config{Policy: policy, KV: kv})
+	pol := &policy.Policy{Name: "search", Limit: 10, Window: time.Hour, Options: &kvbucket.Options{SyncInterval: time.Second}}
+	a, _ := kvbucket.New(kvbucket.Config{Policy: pol, KV: kv})
+	b, _ := kvbucket.New(kvbucket.Config{Policy: pol, KV: kv})
 	ctx, req := context.Background(), edgelimit.Request{Key: "k"}
 
 	show := func(name string, l *kvbucket.Bucket, at time.Duration) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // TestRequestLimitsReplaceThePolicys pins issue #12 for kv at fixed
@@ -33,7 +34,7 @@ func TestRequestLimitsReplaceThePolicys(t *testing.T) {
 					w            time.Duration
 					reset, retry time.Duration
 				}
-				step := func(what string, l edgelimit.Limits, cost int64, wt want) {
+				step := func(what string, l policy.Limits, cost int64, wt want) {
 					t.Helper()
 					d, err := b.Allow(ctx, edgelimit.Request{Key: "k", Cost: cost, Limits: l})
 					got := want{d.Allowed, d.Remaining, d.Limit, d.Window, d.Reset, d.RetryAfter}
@@ -41,18 +42,18 @@ func TestRequestLimitsReplaceThePolicys(t *testing.T) {
 						t.Errorf("%s: Allow(%d, %+v) at t0+%s = %+v, %v; want %+v", what, cost, l, clk.Now().Sub(t0), got, err, wt)
 					}
 				}
-				policy := edgelimit.Limits{}
-				pro := edgelimit.Limits{Limit: 100} // 100 a minute, burst its limit
-				slow := edgelimit.Limits{Limit: 2, Burst: 2}
-				hourly := edgelimit.Limits{Window: time.Hour}
+				pol := policy.Limits{}
+				pro := policy.Limits{Limit: 100} // 100 a minute, burst its limit
+				slow := policy.Limits{Limit: 2, Burst: 2}
+				hourly := policy.Limits{Window: time.Hour}
 				// The policy's 10 a minute: 5 spent, the TAT 30s ahead.
-				step("policy", policy, 5, want{true, 5, 10, time.Minute, 6 * time.Second, 0})
+				step("policy", pol, 5, want{true, 5, 10, time.Minute, 6 * time.Second, 0})
 				// pro reads the same TAT: 30s of 100 a minute is 50 tokens
 				// short of its 100.
 				step("pro", pro, 1, want{true, 49, 100, time.Minute, 600 * time.Millisecond, 0})
 				// Back at the policy's: 30.6s ahead is 5.1 tokens of 10;
 				// with this one, 6.1: 3.9 left.
-				step("policy after pro", policy, 1, want{true, 3, 10, time.Minute, 600 * time.Millisecond, 0})
+				step("policy after pro", pol, 1, want{true, 3, 10, time.Minute, 600 * time.Millisecond, 0})
 				// 2 a minute (a token every 30s) is more than one token
 				// short: 36.6s ahead of 60s leaves 0.78 of a token, the
 				// next whole one 6.6s away.
@@ -65,9 +66,9 @@ func TestRequestLimitsReplaceThePolicys(t *testing.T) {
 				// client waits out (the next token in 282.6s, ten in
 				// 336.6s), not a clock far ahead to repair.
 				clk.Add(time.Minute)
-				step("policy later", policy, 10, want{false, 0, 10, time.Minute, 282600 * time.Millisecond, 336600 * time.Millisecond})
+				step("policy later", pol, 10, want{false, 0, 10, time.Minute, 282600 * time.Millisecond, 336600 * time.Millisecond})
 				clk.Add(336600 * time.Millisecond)
-				step("policy once paid", policy, 10, want{true, 0, 10, time.Minute, 6 * time.Second, 0})
+				step("policy once paid", pol, 10, want{true, 0, 10, time.Minute, 6 * time.Second, 0})
 			})
 		}
 	})
@@ -85,7 +86,7 @@ func TestLimitsSharedDecisionsInRange(t *testing.T) {
 	for range 4 {
 		inst = append(inst, mustNew(t, Config{Policy: pol, KV: kv, Now: clk.Now}))
 	}
-	limits := []edgelimit.Limits{{}, {Limit: 70}, {Limit: 2, Burst: 3}, {Window: time.Minute}, {Burst: 40}}
+	limits := []policy.Limits{{}, {Limit: 70}, {Limit: 2, Burst: 3}, {Window: time.Minute}, {Burst: 40}}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range 20000 {
 		clk.Add(time.Duration(rng.Int64N(int64(20 * time.Millisecond))))
@@ -111,11 +112,11 @@ func TestLimitsSharedDecisionsInRange(t *testing.T) {
 // wrong answer.
 func TestLimitsBeyondTheScaleFail(t *testing.T) {
 	b := mustNew(t, Config{Policy: kvPolicy("scale", MaxTokens, 0, time.Nanosecond, 0), KV: NewMemory(MemoryConfig{})})
-	_, err := b.Allow(ctx, edgelimit.Request{Key: "k", Limits: edgelimit.Limits{Limit: 1, Window: 100 * 365 * 24 * time.Hour}})
+	_, err := b.Allow(ctx, edgelimit.Request{Key: "k", Limits: policy.Limits{Limit: 1, Window: 100 * 365 * 24 * time.Hour}})
 	if !errors.Is(err, ErrConfig) {
 		t.Errorf("a token of a century on a policy of 10^9 a nanosecond: %v, want ErrConfig", err)
 	}
-	if _, err := b.Allow(ctx, edgelimit.Request{Key: "k", Limits: edgelimit.Limits{Limit: MaxTokens + 1}}); !errors.Is(err, ErrConfig) {
+	if _, err := b.Allow(ctx, edgelimit.Request{Key: "k", Limits: policy.Limits{Limit: MaxTokens + 1}}); !errors.Is(err, ErrConfig) {
 		t.Errorf("a limit beyond MaxTokens: %v, want ErrConfig", err)
 	}
 }
@@ -156,7 +157,7 @@ func TestLimitsChangeUnderConcurrency(t *testing.T) {
 			for range 64 {
 				wg.Go(func() {
 					for range perClient {
-						req := edgelimit.Request{Key: "the-key", Limits: edgelimit.Limits{Limit: limit.Load()}}
+						req := edgelimit.Request{Key: "the-key", Limits: policy.Limits{Limit: limit.Load()}}
 						d, err := b.Allow(ctx, req)
 						if err != nil {
 							t.Error(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
@@ -28,7 +29,7 @@ func TestProofOfWorkGatesKV(t *testing.T) {
 policies:
   - {name: search, routes: ["GET /search"], key: ip, strategy: kv, limit: 4, window: 1h, proof_of_work: {above: 2, bits: 8}}
 `
-	pf, err := edgelimit.ParsePolicies("test.yaml", []byte(file))
+	pf, err := policy.Parse("test.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +39,7 @@ policies:
 	}
 	clock := limitertest.NewClock(time.Unix(1_700_000_000, 0))
 	kv := kvbucket.NewMemory(kvbucket.MemoryConfig{Now: clock.Now})
-	build := func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	build := func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return kvbucket.New(kvbucket.Config{Policy: p, KV: kv, Now: clock.Now})
 	}
 	e, err := edgelimit.New(edgelimit.Config{

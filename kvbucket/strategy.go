@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/policyopts"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/powgate"
 )
 
@@ -60,19 +60,21 @@ func (o Options) String() string {
 // algorithm, which can only be token-bucket). It fails open by default: a soft limit lets requests
 // through rather than lose them while its store is down. Importing the
 // package registers it.
-var Strategy = &edgelimit.Strategy{
+var Strategy = &policy.Strategy{
 	Name:         "kv",
 	Package:      "github.com/edgelimit/edgelimit/kvbucket",
 	Fields:       []string{"algorithm", "burst", "sync_interval", "cache_size", powgate.Field},
 	Parse:        parseOptions,
-	OnStoreError: edgelimit.FailOpen,
+	OnStoreError: policy.FailOpen,
 	Limits:       true,
+	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanLocal | policy.CanQuota |
+		policy.CanReset | policy.CanGrant,
 }
 
-func init() { edgelimit.Register(Strategy) }
+func init() { policy.Register(Strategy) }
 
 // parseOptions reads a kv policy's own fields.
-func parseOptions(f *edgelimit.Fields) any {
+func parseOptions(f *policy.Fields) any {
 	p := f.Policy()
 	o := &Options{}
 	if a, ok := f.String("algorithm"); ok && a != "token-bucket" {

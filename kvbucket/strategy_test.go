@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/kvbucket"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // TestPolicyFields: a kv policy's own fields reach its Options and the
 // Bucket, and bad values are the file's errors.
 func TestPolicyFields(t *testing.T) {
-	pf, err := edgelimit.ParsePolicies("p.yaml", []byte(`version: 1
+	pf, err := policy.Parse("p.yaml", []byte(`version: 1
 policies:
   - {name: c, routes: ["POST /c"], key: ip, strategy: kv, limit: 5, window: 1m, burst: 8, sync_interval: 2s, cache_size: 1000}
 `))
@@ -34,7 +34,7 @@ policies:
 		t.Errorf("bucket %+v, sync %s; want capacity 8, sync 2s", b.Params(), b.SyncInterval())
 	}
 	for _, bad := range []string{"cache_size: 0", "burst: 0", "algorithm: gcra", "cost: 9"} {
-		_, err := edgelimit.ParsePolicies("p.yaml", []byte("version: 1\npolicies:\n  - {name: c, routes: [\"POST /c\"], key: ip, strategy: kv, limit: 5, window: 1m, "+bad+"}\n"))
+		_, err := policy.Parse("p.yaml", []byte("version: 1\npolicies:\n  - {name: c, routes: [\"POST /c\"], key: ip, strategy: kv, limit: 5, window: 1m, "+bad+"}\n"))
 		field := strings.SplitN(bad, ":", 2)[0]
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: %v, want an error naming %s", bad, err, field)

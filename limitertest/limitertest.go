@@ -100,6 +100,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // T0 is the instant every test starts at.
@@ -122,7 +123,7 @@ const (
 // Spec is a policy under test: the fields every policy has, and what the
 // backend must implement for it.
 type Spec struct {
-	*edgelimit.Policy
+	*policy.Policy
 	// Algorithm is one of FixedWindow, SlidingWindow, SlidingLog, GCRA and
 	// TokenBucket.
 	Algorithm string
@@ -335,16 +336,16 @@ func (s *suite) env(t *testing.T) *env {
 	return &env{t: t, s: s, clock: NewClock(T0), newL: s.backend(t)}
 }
 
-// policy returns a complete policy as ParsePolicies would, with the
+// policy returns a complete policy as policy.Parse would, with the
 // suite's algorithm.
 func (s *suite) policy(name string, limit int64, window time.Duration) *Spec {
 	return &Spec{
-		Policy: &edgelimit.Policy{
+		Policy: &policy.Policy{
 			Name:         name,
 			Limit:        limit,
 			Window:       window,
 			Cost:         1,
-			OnStoreError: edgelimit.FailClosed,
+			OnStoreError: policy.FailClosed,
 			StoreTimeout: 100 * time.Millisecond,
 			IPv6Prefix:   64,
 		},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // refLimiter is the simplest exact implementation of each algorithm: its
@@ -110,7 +111,7 @@ func TestWindowStart(t *testing.T) {
 }
 
 func TestCheckDecision(t *testing.T) {
-	p := &Spec{Policy: &edgelimit.Policy{Name: "p", Limit: 5, Window: time.Minute}, Algorithm: FixedWindow}
+	p := &Spec{Policy: &policy.Policy{Name: "p", Limit: 5, Window: time.Minute}, Algorithm: FixedWindow}
 	ok := edgelimit.Decision{Allowed: true, Limit: 5, Window: time.Minute, Remaining: 3, Reset: time.Second, Receipt: edgelimit.Receipt{At: 1}}
 	if msg := checkDecision(p, 2, ok); msg != "" {
 		t.Errorf("checkDecision(valid allowed) = %q, want \"\"", msg)
@@ -188,7 +189,7 @@ func TestQuota(t *testing.T) {
 		{TokenBucket, 10, 0, time.Second, 10, time.Second},
 		{FixedWindow, 10, 20, time.Minute, 10, time.Minute},
 	} {
-		p := &Spec{Policy: &edgelimit.Policy{Limit: tc.limit, Window: tc.window}, Algorithm: tc.alg, Burst: tc.burst}
+		p := &Spec{Policy: &policy.Policy{Limit: tc.limit, Window: tc.window}, Algorithm: tc.alg, Burst: tc.burst}
 		if q, w := Quota(p); q != tc.q || w != tc.w {
 			t.Errorf("Quota(%s %d/%s burst %d) = %d, %s; want %d, %s", tc.alg, tc.limit, tc.window, tc.burst, q, w, tc.q, tc.w)
 		}

@@ -19,18 +19,19 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/keyhash"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // funcEngine builds an engine whose every policy is decided by allow.
-func funcEngine(t *testing.T, policies string, allow func(p *edgelimit.Policy, ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error)) *edgelimit.Engine {
+func funcEngine(t *testing.T, policies string, allow func(p *policy.Policy, ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error)) *edgelimit.Engine {
 	t.Helper()
-	f, err := edgelimit.ParsePolicies("test.yaml", []byte(policies))
+	f, err := policy.Parse("test.yaml", []byte(policies))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e, err := edgelimit.New(edgelimit.Config{
 		Policies: f, HashSecret: testSecret, Logger: discardLogger,
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			return limitertest.LimiterFunc(func(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
 				return allow(p, ctx, req)
 			}), nil
@@ -62,7 +63,7 @@ type ctxKey struct{}
 func TestLimiterContext(t *testing.T) {
 	var seen []context.Context
 	var mu sync.Mutex
-	e := funcEngine(t, onePolicy, func(p *edgelimit.Policy, ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
+	e := funcEngine(t, onePolicy, func(p *policy.Policy, ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
 		mu.Lock()
 		seen = append(seen, ctx)
 		mu.Unlock()
@@ -106,7 +107,7 @@ func TestLimiterContext(t *testing.T) {
 	short, cancel := context.WithTimeout(parent, 50*time.Millisecond)
 	defer cancel()
 	pdl, _ := short.Deadline()
-	e2 := funcEngine(t, onePolicy, func(_ *edgelimit.Policy, ctx context.Context, _ edgelimit.Request) (edgelimit.Decision, error) {
+	e2 := funcEngine(t, onePolicy, func(_ *policy.Policy, ctx context.Context, _ edgelimit.Request) (edgelimit.Decision, error) {
 		if dl, _ := ctx.Deadline(); !dl.Equal(pdl) {
 			t.Errorf("Deadline() = %v, want the parent's %v", dl, pdl)
 		}
@@ -117,7 +118,7 @@ func TestLimiterContext(t *testing.T) {
 	// A cancelled parent is seen by Err without Done.
 	done, cancelDone := context.WithCancel(parent)
 	cancelDone()
-	e3 := funcEngine(t, onePolicy, func(_ *edgelimit.Policy, ctx context.Context, _ edgelimit.Request) (edgelimit.Decision, error) {
+	e3 := funcEngine(t, onePolicy, func(_ *policy.Policy, ctx context.Context, _ edgelimit.Request) (edgelimit.Decision, error) {
 		if err := ctx.Err(); !errors.Is(err, context.Canceled) {
 			t.Errorf("Err() with a cancelled parent = %v, want context.Canceled", err)
 		}
@@ -133,7 +134,7 @@ func TestLimiterContext(t *testing.T) {
 func TestLimiterContextExpires(t *testing.T) {
 	policies := strings.Replace(onePolicy, "store_timeout: 250ms", "store_timeout: 1ms", 1)
 	var got error
-	e := funcEngine(t, policies, func(_ *edgelimit.Policy, ctx context.Context, _ edgelimit.Request) (edgelimit.Decision, error) {
+	e := funcEngine(t, policies, func(_ *policy.Policy, ctx context.Context, _ edgelimit.Request) (edgelimit.Decision, error) {
 		<-ctx.Done() // a store that never answers
 		got = context.Cause(ctx)
 		return edgelimit.Decision{}, ctx.Err()
@@ -158,18 +159,18 @@ func TestKeyHashUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tt := range []struct{ policy, raw string }{
+	for _, tt := range []struct{ pol, raw string }{
 		{"paid", "h:key-1"},
 		{"pair-ip", "i:203.0.113.7/32"},
 		{"p", strings.Repeat("x", 5000)},
 		{"", ""},
 	} {
 		m := hmac.New(sha256.New, testSecret)
-		m.Write([]byte(tt.policy + "\x00" + tt.raw))
+		m.Write([]byte(tt.pol + "\x00" + tt.raw))
 		want := base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:16])
 		for range 2 { // the second call reuses the pooled state
-			if got := h.Hash(tt.policy, []byte(tt.raw)); got != want {
-				t.Errorf("Hash(%q, %.20q) = %q, want %q", tt.policy, tt.raw, got, want)
+			if got := h.Hash(tt.pol, []byte(tt.raw)); got != want {
+				t.Errorf("Hash(%q, %.20q) = %q, want %q", tt.pol, tt.raw, got, want)
 			}
 		}
 	}
@@ -198,7 +199,7 @@ policies:
 	for _, a := range adapters {
 		var mu sync.Mutex
 		got := map[string]edgelimit.Request{}
-		e := funcEngine(t, policies, func(p *edgelimit.Policy, _ context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
+		e := funcEngine(t, policies, func(p *policy.Policy, _ context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
 			mu.Lock()
 			got[p.Name] = req
 			mu.Unlock()
@@ -265,7 +266,7 @@ policies:
 `
 	errDown := errors.New("store down")
 	for _, a := range adapters {
-		e := funcEngine(t, policies, func(*edgelimit.Policy, context.Context, edgelimit.Request) (edgelimit.Decision, error) {
+		e := funcEngine(t, policies, func(*policy.Policy, context.Context, edgelimit.Request) (edgelimit.Decision, error) {
 			return edgelimit.Decision{}, errDown
 		})
 		run := a.build(t, e, nil, nil)
@@ -363,7 +364,7 @@ func TestProblemBodies(t *testing.T) {
 	}
 	sameAsEncodingJSON(t, v.Body)
 	// 503.
-	e = funcEngine(t, onePolicy, func(*edgelimit.Policy, context.Context, edgelimit.Request) (edgelimit.Decision, error) {
+	e = funcEngine(t, onePolicy, func(*policy.Policy, context.Context, edgelimit.Request) (edgelimit.Decision, error) {
 		return edgelimit.Decision{}, errors.New("down")
 	})
 	v = e.Decide(ctx, &edgelimit.Input{Method: "GET", Path: "/x", SourceIP: "203.0.113.7"})
@@ -383,12 +384,12 @@ func FuzzProblemBody(f *testing.F) {
 		if name == "" || len(name) > 128 || strings.ContainsAny(name, "\x00") {
 			return
 		}
-		pf, err := edgelimit.ParsePolicies("f.yaml", []byte(claimPolicy(name)))
+		pf, err := policy.Parse("f.yaml", []byte(claimPolicy(name)))
 		if err != nil {
 			return // not a name the policy file accepts
 		}
 		e, err := edgelimit.New(edgelimit.Config{Policies: pf, HashSecret: testSecret, Logger: discardLogger,
-			Limiters: func(*edgelimit.Policy) (edgelimit.Limiter, error) {
+			Limiters: func(*policy.Policy) (edgelimit.Limiter, error) {
 				return limitertest.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
 					return edgelimit.Decision{Allowed: true}, nil
 				}), nil

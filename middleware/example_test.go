@@ -14,6 +14,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/middleware"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 func hello(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
@@ -24,12 +25,12 @@ func hello(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIG
 // lambda.Start. On Lambda, use dynamostore.New so that every
 // instance shares the counts.
 func ExampleHTTPAPI() {
-	policies, err := edgelimit.LoadPolicies("policies.yaml")
+	policies, err := policy.Load("policies.yaml")
 	if err != nil {
 		log.Fatal(err)
 	}
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
-	engine, err := edgelimit.New(edgelimit.Config{Policies: policies, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	engine, err := edgelimit.New(edgelimit.Config{Policies: policies, Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
 	}})
 	if err != nil {
@@ -40,7 +41,7 @@ func ExampleHTTPAPI() {
 
 // The net/http middleware answers exactly as the Lambda adapters do.
 func ExampleHandler() {
-	policies, err := edgelimit.ParsePolicies("policies.yaml", []byte(`
+	policies, err := policy.Parse("policies.yaml", []byte(`
 version: 1
 policies:
   - name: search
@@ -55,7 +56,7 @@ policies:
 	}
 	noon := func() time.Time { return time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC) }
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
-	engine, err := edgelimit.New(edgelimit.Config{Policies: policies, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	engine, err := edgelimit.New(edgelimit.Config{Policies: policies, Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: noon})
 	}})
 	if err != nil {
@@ -79,7 +80,7 @@ policies:
 // middleware (golang-jwt's parser would fill the same jwt.MapClaims) puts
 // them in the request's context.
 func ExampleWithClaims() {
-	policies, err := edgelimit.ParsePolicies("policies.yaml", []byte(`
+	policies, err := policy.Parse("policies.yaml", []byte(`
 version: 1
 policies:
   - name: per-user
@@ -93,7 +94,7 @@ policies:
 		log.Fatal(err)
 	}
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
-	engine, err := edgelimit.New(edgelimit.Config{Policies: policies, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	engine, err := edgelimit.New(edgelimit.Config{Policies: policies, Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
 	}})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 var mergeFields = []edgelimit.Field{
@@ -132,11 +133,11 @@ func allowedVerdict(t *testing.T, extra int) *edgelimit.Verdict {
 	for i := range max(1, extra) {
 		file += fmt.Sprintf("  - {name: p%d, routes: [\"GET /x\"], key: ip, strategy: durable, limit: 10, window: 1m}\n", i)
 	}
-	pf, err := edgelimit.ParsePolicies("t.yaml", []byte(file))
+	pf, err := policy.Parse("t.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	e, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return limitertest.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
 			d := edgelimit.Decision{Allowed: true, Limit: 10, Window: time.Minute, Remaining: 9, Reset: time.Minute}
 			if extra > 0 {

@@ -20,6 +20,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/middleware"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // t0 is the fixed instant the tests' limiters count at; it starts a minute
@@ -78,7 +79,7 @@ type limiters struct {
 	record map[string]*recorder
 }
 
-func (ls *limiters) factory(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+func (ls *limiters) factory(p *policy.Policy) (edgelimit.Limiter, error) {
 	c, err := durablecounter.New(durablecounter.Config{Policy: p, Store: ls.store, Now: ls.now})
 	if err != nil {
 		return nil, err
@@ -120,9 +121,9 @@ func newEngine(tb testing.TB, policies string, record ...string) (*edgelimit.Eng
 // buildEngine is newEngine with a clock; nil is the real one.
 func buildEngine(tb testing.TB, policies string, now func() time.Time, record ...string) (*edgelimit.Engine, *limiters) {
 	tb.Helper()
-	f, err := edgelimit.ParsePolicies("test.yaml", []byte(policies))
+	f, err := policy.Parse("test.yaml", []byte(policies))
 	if err != nil {
-		tb.Fatalf("ParsePolicies: %v", err)
+		tb.Fatalf("policy.Parse: %v", err)
 	}
 	ls := &limiters{store: durablecounter.NewMemory(durablecounter.MemoryConfig{}), now: now,
 		record: map[string]*recorder{}}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // Memory is an edgelimit.OverrideStore in this process's memory: what
@@ -23,10 +24,10 @@ type Memory struct {
 	m   map[memKey]entry
 }
 
-type memKey struct{ policy, key string }
+type memKey struct{ pol, key string }
 
 type entry struct {
-	l     edgelimit.Limits
+	l     policy.Limits
 	until time.Time
 }
 
@@ -41,19 +42,19 @@ func NewMemory(now func() time.Time) *Memory {
 
 // Override returns the limits set for the hashed key under policy, unless
 // they have expired.
-func (s *Memory) Override(_ context.Context, policy, key string) (edgelimit.Limits, bool, error) {
+func (s *Memory) Override(_ context.Context, pol, key string) (policy.Limits, bool, error) {
 	s.mu.RLock()
-	e, ok := s.m[memKey{policy, key}]
+	e, ok := s.m[memKey{pol, key}]
 	s.mu.RUnlock()
 	if !ok || !e.until.IsZero() && !s.now().Before(e.until) {
-		return edgelimit.Limits{}, false, nil
+		return policy.Limits{}, false, nil
 	}
 	return e.l, true, nil
 }
 
 // SetOverride sets the limits of the hashed key under policy until the
 // instant given (zero: until deleted).
-func (s *Memory) SetOverride(_ context.Context, policy, key string, l edgelimit.Limits, until time.Time) error {
+func (s *Memory) SetOverride(_ context.Context, pol, key string, l policy.Limits, until time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -62,14 +63,14 @@ func (s *Memory) SetOverride(_ context.Context, policy, key string, l edgelimit.
 			delete(s.m, k)
 		}
 	}
-	s.m[memKey{policy, key}] = entry{l, until}
+	s.m[memKey{pol, key}] = entry{l, until}
 	return nil
 }
 
 // DeleteOverride removes the override of the hashed key under policy.
-func (s *Memory) DeleteOverride(_ context.Context, policy, key string) error {
+func (s *Memory) DeleteOverride(_ context.Context, pol, key string) error {
 	s.mu.Lock()
-	delete(s.m, memKey{policy, key})
+	delete(s.m, memKey{pol, key})
 	s.mu.Unlock()
 	return nil
 }

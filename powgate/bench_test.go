@@ -7,6 +7,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
@@ -22,7 +23,7 @@ const benchLimit = 1_000_000_000 // kv's largest
 // reaches, the clock frozen (so that challenges stay valid).
 func benchGate(b *testing.B, in inner, o powgate.Options) (gate, innerL edgelimit.Limiter) {
 	b.Helper()
-	pol := &edgelimit.Policy{Name: "search", Limit: benchLimit, Window: time.Hour}
+	pol := &policy.Policy{Name: "search", Limit: benchLimit, Window: time.Hour}
 	now := func() time.Time { return t0 }
 	innerL = in.new(b, pol, now)
 	gate, err := powgate.Wrap(innerL, powgate.Config{Policy: pol, Options: o, Secrets: [][]byte{secret}, Now: now})

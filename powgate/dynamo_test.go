@@ -10,13 +10,14 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
 
 // dynamoGate is a Gate around a durable Counter on a table of s, with its
 // own replay cache (an instance). Gates made with one table share counts.
-func dynamoGate(t *testing.T, api dynamostore.DynamoAPI, table string, pol *edgelimit.Policy, o powgate.Options, now func() time.Time) edgelimit.Limiter {
+func dynamoGate(t *testing.T, api dynamostore.DynamoAPI, table string, pol *policy.Policy, o powgate.Options, now func() time.Time) edgelimit.Limiter {
 	t.Helper()
 	store, err := dynamostore.New(dynamostore.Config{Client: api, Table: table})
 	if err != nil {
@@ -41,7 +42,7 @@ func TestDynamoCalls(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
 		api, table, calls := ddbtest.Table(t, s)
 		clock := limitertest.NewClock(tw)
-		pol := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute}
+		pol := &policy.Policy{Name: "search", Limit: 10, Window: time.Minute}
 		g := dynamoGate(t, api, table, pol, powgate.Options{Above: 3, Bits: 4}, clock.Now)
 		expect := func(what string, want map[string]int) {
 			t.Helper()
@@ -96,7 +97,7 @@ func TestDynamoConcurrent(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
 		api, table, _ := ddbtest.Table(t, s)
 		now := func() time.Time { return tw }
-		pol := &edgelimit.Policy{Name: "search", Limit: 40, Window: time.Minute}
+		pol := &policy.Policy{Name: "search", Limit: 40, Window: time.Minute}
 		var gates [2]edgelimit.Limiter
 		for i := range gates {
 			gates[i] = dynamoGate(t, api, table, pol, powgate.Options{Above: 20, Bits: 4}, now)

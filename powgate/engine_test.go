@@ -17,6 +17,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/middleware"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
@@ -28,7 +29,7 @@ var tw = time.Unix(1_700_000_040, 0)
 // memory store, gating those named in gated with their options.
 func newEngine(t *testing.T, file string, clock *limitertest.Clock, gated map[string]powgate.Options) *edgelimit.Engine {
 	t.Helper()
-	pf, err := edgelimit.ParsePolicies("test.yaml", []byte(file))
+	pf, err := policy.Parse("test.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func newEngine(t *testing.T, file string, clock *limitertest.Clock, gated map[st
 		HashSecret: []byte(strings.Repeat("h", 32)),
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:        clock.Now,
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			l, err := durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: clock.Now})
 			if err != nil {
 				return nil, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 )
 
@@ -30,7 +31,7 @@ type Config struct {
 	// Policy is the gated policy: its Name binds the challenges (a proof
 	// for one policy is worthless for another), and a policy that charges
 	// after the response is refused. Required.
-	Policy *edgelimit.Policy
+	Policy *policy.Policy
 	// Options are the threshold and the challenges' difficulty and
 	// lifetime (what Parse read from the policy file).
 	Options Options
@@ -81,10 +82,12 @@ type Gate struct {
 }
 
 var (
-	_ edgelimit.Limiter  = (*Gate)(nil)
-	_ edgelimit.Refunder = (*Gate)(nil)
-	_ edgelimit.Peeker   = (*Gate)(nil)
-	_ localizer          = (*Gate)(nil)
+	_ edgelimit.Limiter   = (*Gate)(nil)
+	_ edgelimit.Refunder  = (*Gate)(nil)
+	_ edgelimit.Peeker    = (*Gate)(nil)
+	_ edgelimit.Localizer = (*Gate)(nil)
+	_ edgelimit.Quoter    = (*Gate)(nil)
+	_ edgelimit.Unwrapper = (*Gate)(nil)
 )
 
 // Wrap returns inner gated by cfg.Options: the Gate. inner must be an
@@ -153,9 +156,7 @@ func (g *Gate) Options() Options { return g.opts }
 // RateLimit-Policy (for the decisions the engine makes when the store
 // fails): its Quota when it has one, else the policy's limit and window.
 func (g *Gate) Quota() (limit int64, window time.Duration) {
-	if q, ok := g.inner.(interface {
-		Quota() (int64, time.Duration)
-	}); ok {
+	if q, ok := g.inner.(edgelimit.Quoter); ok {
 		return q.Quota()
 	}
 	return g.limit, g.window
@@ -309,7 +310,7 @@ func (g *Gate) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.De
 // on_store_error: local: the same threshold, challenges and replay cache,
 // so a proof the Gate issued is good with the twin and spent once for both.
 func (g *Gate) Local() (edgelimit.Limiter, error) {
-	lz, ok := g.inner.(localizer)
+	lz, ok := g.inner.(edgelimit.Localizer)
 	if !ok {
 		return nil, fmt.Errorf("%w: policy %q: %T has no in-process twin (a Local method)", ErrConfig, g.name, g.inner)
 	}
@@ -380,8 +381,8 @@ func Challenged(d edgelimit.Decision) bool {
 // Gate, configured by base with the policy's Policy and Options. A Replay
 // cache in base is shared by every Gate (proofs are named by random salts:
 // they never collide), as setup does for one instance.
-func Gating(build func(*edgelimit.Policy) (edgelimit.Limiter, error), base Config) func(*edgelimit.Policy) (edgelimit.Limiter, error) {
-	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+func Gating(build func(*policy.Policy) (edgelimit.Limiter, error), base Config) func(*policy.Policy) (edgelimit.Limiter, error) {
+	return func(p *policy.Policy) (edgelimit.Limiter, error) {
 		l, err := build(p)
 		if err != nil {
 			return nil, err
@@ -394,10 +395,4 @@ func Gating(build func(*edgelimit.Policy) (edgelimit.Limiter, error), base Confi
 		cfg.Policy, cfg.Options = p, *o
 		return Wrap(l, cfg)
 	}
-}
-
-// localizer is the optional ability of a limiter with an in-process twin
-// (see edgelimit.Limiter).
-type localizer interface {
-	Local() (edgelimit.Limiter, error)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
@@ -107,7 +108,7 @@ func (c *counting) Refund(ctx context.Context, req edgelimit.Request, d edgelimi
 // above it a challenge is one peek, with no write; a request with a proof
 // is one Allow.
 func TestGateCalls(t *testing.T) {
-	pol := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute}
+	pol := &policy.Policy{Name: "search", Limit: 10, Window: time.Minute}
 	clock := limitertest.NewClock(tw)
 	in := &counting{Limiter: inners[0].new(t, pol, clock.Now)}
 	g, err := powgate.Wrap(in, powgate.Config{Policy: pol, Options: powgate.Options{Above: 1, Bits: 4}, Secrets: [][]byte{secret}, Now: clock.Now})
@@ -164,8 +165,8 @@ func TestGateRejectsBadProofs(t *testing.T) {
 		return c
 	}
 	good := issuer(t, secret, bits)
-	solved := func(c *pow.Challenger, at time.Time, key, policy string) string {
-		return solve(t, c.IssueAt(at, key, policy).Value)
+	solved := func(c *pow.Challenger, at time.Time, key, pol string) string {
+		return solve(t, c.IssueAt(at, key, pol).Value)
 	}
 	forged := []byte(solved(good, t0, keyA, "search"))
 	forged[40] ^= 'A' ^ 'B' // inside the tag
@@ -306,7 +307,7 @@ func TestGateChallengeResponse(t *testing.T) {
 // inner limiter, which has none, to decide at it too); without one it
 // decides at the Request's At.
 func TestGateClock(t *testing.T) {
-	pol := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute}
+	pol := &policy.Policy{Name: "search", Limit: 10, Window: time.Minute}
 	o := powgate.Options{Above: 0, Bits: 4, TTL: 10 * time.Second}
 	for _, own := range []bool{true, false} {
 		in := inners[0].new(t, pol, nil) // decides at Request.At
@@ -363,7 +364,7 @@ func TestGateLocal(t *testing.T) {
 // TestGateForwards: Quota and Peek are the inner limiter's; a peek never
 // challenges, even above the threshold.
 func TestGateForwards(t *testing.T) {
-	pol := &edgelimit.Policy{Name: "search", Limit: 10, Window: 10 * time.Second}
+	pol := &policy.Policy{Name: "search", Limit: 10, Window: 10 * time.Second}
 	b := kvInner.new(t, pol, func() time.Time { return t0 })
 	g, err := powgate.Wrap(b, powgate.Config{Policy: pol, Options: powgate.Options{Above: 0, Bits: 4}, Secrets: [][]byte{secret}, Now: func() time.Time { return t0 }})
 	if err != nil {
@@ -428,7 +429,7 @@ func (f *faulty) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.
 // spending lands above it (others spent since the peek) is admitted: the
 // threshold is soft. Nothing is refunded.
 func TestGateSoftRace(t *testing.T) {
-	pol := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute}
+	pol := &policy.Policy{Name: "search", Limit: 10, Window: time.Minute}
 	now := func() time.Time { return t0 }
 	in := &faulty{Limiter: inners[0].new(t, pol, now), stale: true, failRefund: true}
 	g, err := powgate.Wrap(in, powgate.Config{Policy: pol, Options: powgate.Options{Above: 2, Bits: 4}, Secrets: [][]byte{secret}, Now: now})
@@ -446,7 +447,7 @@ func TestGateSoftRace(t *testing.T) {
 // (the engine applies on_store_error), and a proof whose request failed is
 // not spent.
 func TestGateStoreErrors(t *testing.T) {
-	pol := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute}
+	pol := &policy.Policy{Name: "search", Limit: 10, Window: time.Minute}
 	now := func() time.Time { return t0 }
 	in := &faulty{Limiter: inners[0].new(t, pol, now)}
 	g, err := powgate.Wrap(in, powgate.Config{Policy: pol, Options: powgate.Options{Above: 0, Bits: 4}, Secrets: [][]byte{secret}, Now: now})
@@ -471,7 +472,7 @@ func TestGateStoreErrors(t *testing.T) {
 
 // TestWrapRefuses: what Wrap refuses, each with ErrConfig.
 func TestWrapRefuses(t *testing.T) {
-	pol := &edgelimit.Policy{Name: "search", Limit: 10, Window: time.Minute}
+	pol := &policy.Policy{Name: "search", Limit: 10, Window: time.Minute}
 	good := inners[0].new(t, pol, nil)
 	ok := powgate.Options{Above: 5}
 	onlyAllow := limitertest.LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
@@ -492,8 +493,8 @@ func TestWrapRefuses(t *testing.T) {
 		{"ttl", good, powgate.Config{Policy: pol, Options: powgate.Options{TTL: time.Hour}, Secrets: [][]byte{secret}}, "TTL"},
 		{"negative above", good, powgate.Config{Policy: pol, Options: powgate.Options{Above: -1}, Secrets: [][]byte{secret}}, "negative"},
 		{"percent", good, powgate.Config{Policy: pol, Options: powgate.Options{AbovePercent: 100}, Secrets: [][]byte{secret}}, "AbovePercent"},
-		{"charge after", good, powgate.Config{Policy: &edgelimit.Policy{Name: "p", Limit: 1, Window: time.Second, ChargeAfter: true}, Options: ok, Secrets: [][]byte{secret}}, "charges after"},
-		{"charge status", good, powgate.Config{Policy: &edgelimit.Policy{Name: "p", Limit: 1, Window: time.Second, ChargeStatus: []int{401}}, Options: ok, Secrets: [][]byte{secret}}, "charges after"},
+		{"charge after", good, powgate.Config{Policy: &policy.Policy{Name: "p", Limit: 1, Window: time.Second, ChargeAfter: true}, Options: ok, Secrets: [][]byte{secret}}, "charges after"},
+		{"charge status", good, powgate.Config{Policy: &policy.Policy{Name: "p", Limit: 1, Window: time.Second, ChargeStatus: []int{401}}, Options: ok, Secrets: [][]byte{secret}}, "charges after"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := powgate.Wrap(tc.inner, tc.cfg)

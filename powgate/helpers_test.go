@@ -10,6 +10,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
@@ -29,7 +30,7 @@ const (
 // inner is a way to build the limiter a Gate wraps, on a fresh store.
 type inner struct {
 	name string
-	new  func(t testing.TB, p *edgelimit.Policy, now func() time.Time) edgelimit.Limiter
+	new  func(t testing.TB, p *policy.Policy, now func() time.Time) edgelimit.Limiter
 }
 
 func durableInner(alg durablecounter.Algorithm, denyCache bool) inner {
@@ -37,7 +38,7 @@ func durableInner(alg durablecounter.Algorithm, denyCache bool) inner {
 	if denyCache {
 		name += "+deny-cache"
 	}
-	return inner{name, func(t testing.TB, p *edgelimit.Policy, now func() time.Time) edgelimit.Limiter {
+	return inner{name, func(t testing.TB, p *policy.Policy, now func() time.Time) edgelimit.Limiter {
 		t.Helper()
 		o := &durablecounter.Options{Algorithm: alg, DenyCache: denyCache}
 		c, err := durablecounter.New(durablecounter.Config{Policy: p, Options: o, Store: durablecounter.NewMemory(durablecounter.MemoryConfig{}), Now: now})
@@ -48,7 +49,7 @@ func durableInner(alg durablecounter.Algorithm, denyCache bool) inner {
 	}}
 }
 
-var kvInner = inner{"kv", func(t testing.TB, p *edgelimit.Policy, now func() time.Time) edgelimit.Limiter {
+var kvInner = inner{"kv", func(t testing.TB, p *policy.Policy, now func() time.Time) edgelimit.Limiter {
 	t.Helper()
 	b, err := kvbucket.New(kvbucket.Config{Policy: p, KV: kvbucket.NewMemory(kvbucket.MemoryConfig{Now: now}), Now: now})
 	if err != nil {
@@ -71,14 +72,14 @@ var inners = []inner{
 type fixture struct {
 	t     testing.TB
 	clock *limitertest.Clock
-	pol   *edgelimit.Policy
+	pol   *policy.Policy
 	inner edgelimit.Limiter
 	gate  edgelimit.Limiter
 }
 
 func newFixture(t testing.TB, in inner, limit int64, window time.Duration, o powgate.Options) *fixture {
 	t.Helper()
-	f := &fixture{t: t, clock: limitertest.NewClock(t0), pol: &edgelimit.Policy{Name: "search", Limit: limit, Window: window, Cost: 1}}
+	f := &fixture{t: t, clock: limitertest.NewClock(t0), pol: &policy.Policy{Name: "search", Limit: limit, Window: window, Cost: 1}}
 	f.inner = in.new(t, f.pol, f.clock.Now)
 	var err error
 	f.gate, err = powgate.Wrap(f.inner, powgate.Config{Policy: f.pol, Options: o, Secrets: [][]byte{secret}, Now: f.clock.Now})

@@ -14,6 +14,7 @@ import (
 	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/overrides"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
@@ -30,14 +31,14 @@ func TestOperatorsReachTheGatedLimiter(t *testing.T) {
 policies:
   - {name: api, routes: ["GET /api"], key: ip, strategy: ` + strategy + `, limit: 4, window: 1h, overrides: true, proof_of_work: {above: 3, bits: 8}}
 `
-			pf, err := edgelimit.ParsePolicies("test.yaml", []byte(file))
+			pf, err := policy.Parse("test.yaml", []byte(file))
 			if err != nil {
 				t.Fatal(err)
 			}
 			clock := limitertest.NewClock(time.Unix(1_700_000_000, 0))
 			store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 			kv := kvbucket.NewMemory(kvbucket.MemoryConfig{Now: clock.Now})
-			build := func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+			build := func(p *policy.Policy) (edgelimit.Limiter, error) {
 				if strategy == "kv" {
 					return kvbucket.New(kvbucket.Config{Policy: p, KV: kv, Now: clock.Now})
 				}

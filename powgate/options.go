@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 )
 
@@ -73,7 +73,7 @@ const Field = "proof_of_work"
 // A policy that charges after the response (charge, charge_status) cannot
 // be gated: the engine only peeks at it before the response, and a peek
 // never asks for work. Parse refuses the combination.
-func Parse(f *edgelimit.Fields, name string, capacity int64) *Options {
+func Parse(f *policy.Fields, name string, capacity int64) *Options {
 	m, ok := f.Map(name, "above", "bits", "ttl")
 	if !ok {
 		return nil
@@ -111,7 +111,7 @@ func Parse(f *edgelimit.Fields, name string, capacity int64) *Options {
 // parseAbove reads above: "80" (units) or "80%" into o. With tiers or
 // overrides the quota changes per request, so an absolute threshold is
 // checked against the policy's own capacity only when there are neither.
-func parseAbove(m *edgelimit.Fields, name, s string, capacity int64, varies bool, o *Options) {
+func parseAbove(m *policy.Fields, name, s string, capacity int64, varies bool, o *Options) {
 	s = strings.TrimSpace(s)
 	if pct, ok := strings.CutSuffix(s, "%"); ok {
 		n, err := strconv.Atoi(strings.TrimSpace(pct))
@@ -149,7 +149,7 @@ func (o *Options) ProofOfWorkOptions() *Options { return o }
 
 // OptionsOf returns the proof_of_work of p (its Options, when they are
 // Gated), or nil when p has none.
-func OptionsOf(p *edgelimit.Policy) *Options {
+func OptionsOf(p *policy.Policy) *Options {
 	if g, ok := p.Options.(Gated); ok {
 		return g.ProofOfWorkOptions()
 	}

@@ -7,19 +7,20 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/powgate"
 )
 
 // gatedTest is a strategy of this test binary only, declaring
 // proof_of_work the way durable and kv are to (and a burst, for the
 // capacity), so that Parse runs inside the real policy parser.
-var gatedTest = &edgelimit.Strategy{
+var gatedTest = &policy.Strategy{
 	Name:         "gated-test",
 	Package:      "github.com/edgelimit/edgelimit/powgate (tests)",
 	Fields:       []string{powgate.Field, "burst"},
-	OnStoreError: edgelimit.FailOpen,
+	OnStoreError: policy.FailOpen,
 	Limits:       true, // the tiers case: a share follows the tier's quota
-	Parse: func(f *edgelimit.Fields) any {
+	Parse: func(f *policy.Fields) any {
 		capacity := f.Policy().Limit
 		if b, ok := f.Int("burst"); ok {
 			capacity = b
@@ -28,7 +29,7 @@ var gatedTest = &edgelimit.Strategy{
 	},
 }
 
-func init() { edgelimit.Register(gatedTest) }
+func init() { policy.Register(gatedTest) }
 
 // policyFile is a file of one gated-test policy with the given extra
 // lines (indented as policy fields); the policy starts on line 3.
@@ -59,7 +60,7 @@ func TestParse(t *testing.T) {
 			&powgate.Options{Above: 8000, Bits: 16, TTL: 10 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pf, err := edgelimit.ParsePolicies("test.yaml", policyFile(tc.lines...))
+			pf, err := policy.Parse("test.yaml", policyFile(tc.lines...))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,17 +99,17 @@ func TestParseErrors(t *testing.T) {
 		{"charge after", []string{"charge: response", "proof_of_work: {above: 1}"}, 10, "cannot gate a policy that charges after the response"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := edgelimit.ParsePolicies("test.yaml", policyFile(tc.lines...))
-			var es edgelimit.PolicyErrors
+			_, err := policy.Parse("test.yaml", policyFile(tc.lines...))
+			var es policy.Errors
 			if !errors.As(err, &es) {
-				t.Fatalf("ParsePolicies = %v, want PolicyErrors", err)
+				t.Fatalf("policy.Parse = %v, want policy.Errors", err)
 			}
 			for _, e := range es {
 				if e.Line == tc.line && strings.Contains(e.Msg, tc.want) {
 					return
 				}
 			}
-			t.Fatalf("ParsePolicies = %v\nwant an error at line %d saying %q", err, tc.line, tc.want)
+			t.Fatalf("policy.Parse = %v\nwant an error at line %d saying %q", err, tc.line, tc.want)
 		})
 	}
 }
@@ -141,10 +142,10 @@ func FuzzParse(f *testing.F) {
 		if strings.ContainsAny(value, "\r") {
 			return
 		}
-		pf, err := edgelimit.ParsePolicies("fuzz.yaml", policyFile("proof_of_work: "+value))
+		pf, err := policy.Parse("fuzz.yaml", policyFile("proof_of_work: "+value))
 		if err != nil {
-			if !errors.Is(err, edgelimit.ErrBadPolicyFile) {
-				t.Fatalf("ParsePolicies(%q) = %v, not ErrBadPolicyFile", value, err)
+			if !errors.Is(err, policy.ErrBadFile) {
+				t.Fatalf("policy.Parse(%q) = %v, not ErrBadFile", value, err)
 			}
 			return
 		}
@@ -159,7 +160,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("%q: Above %d accepted for a limit of 100", value, o.Above)
 		}
 		pol := pf.Policies[0]
-		plain := &edgelimit.Policy{Name: pol.Name, Limit: pol.Limit, Window: pol.Window}
+		plain := &policy.Policy{Name: pol.Name, Limit: pol.Limit, Window: pol.Window}
 		if _, err := powgate.Wrap(inners[0].new(t, plain, nil), powgate.Config{Policy: pol, Options: *o, Secrets: [][]byte{secret}}); err != nil {
 			t.Fatalf("%q: parsed %+v, which Wrap refuses: %v", value, *o, err)
 		}
@@ -169,7 +170,7 @@ func FuzzParse(f *testing.F) {
 // TestGating: the Factory wraps the policies whose options carry
 // proof_of_work, with those options, and only them.
 func TestGating(t *testing.T) {
-	pf, err := edgelimit.ParsePolicies("test.yaml", []byte(`version: 1
+	pf, err := policy.Parse("test.yaml", []byte(`version: 1
 policies:
   - {name: gated, routes: ["GET /a"], key: ip, strategy: gated-test, limit: 10, window: 1m, proof_of_work: {above: 5, bits: 4}}
   - {name: plain, routes: ["GET /a"], key: ip, strategy: gated-test, limit: 10, window: 1m}
@@ -177,8 +178,8 @@ policies:
 	if err != nil {
 		t.Fatal(err)
 	}
-	build := func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
-		return inners[0].new(t, &edgelimit.Policy{Name: p.Name, Limit: p.Limit, Window: p.Window}, nil), nil
+	build := func(p *policy.Policy) (edgelimit.Limiter, error) {
+		return inners[0].new(t, &policy.Policy{Name: p.Name, Limit: p.Limit, Window: p.Window}, nil), nil
 	}
 	f := powgate.Gating(build, powgate.Config{Secrets: [][]byte{secret}})
 	l, err := f(pf.Policies[0])

@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
@@ -104,7 +105,7 @@ func TestConcurrentProofs(t *testing.T) {
 // caches) over one shared store: a proof replayed on both within its TTL
 // is admitted once per instance, the bound the package documents.
 func TestConcurrentInstances(t *testing.T) {
-	pol := &edgelimit.Policy{Name: "search", Limit: 40, Window: time.Minute}
+	pol := &policy.Policy{Name: "search", Limit: 40, Window: time.Minute}
 	now := func() time.Time { return t0 }
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
 	var gates [2]edgelimit.Limiter

@@ -17,6 +17,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	isecret "github.com/edgelimit/edgelimit/internal/secret"
 	"github.com/edgelimit/edgelimit/metrics"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // Environment variables FromEnv reads. template.yaml sets each of them; a
@@ -115,7 +116,7 @@ type Env struct {
 	// Metrics is the engine's Observe hook, nil when metrics are off.
 	Metrics *metrics.EMF
 	// Policies is the policy file in force, overrides applied.
-	Policies *edgelimit.PolicyFile
+	Policies *policy.File
 }
 
 // FromEnv builds a Lambda function's engine from its environment (see the
@@ -268,7 +269,7 @@ func hashKeyProblem(s string) string {
 
 // loadPolicies reads the policy file (embedded or EDGELIMIT_POLICY_FILE)
 // and applies EDGELIMIT_OVERRIDES and EDGELIMIT_SHADOW.
-func loadPolicies(cfg EnvConfig, getenv func(string) string) (*edgelimit.PolicyFile, error) {
+func loadPolicies(cfg EnvConfig, getenv func(string) string) (*policy.File, error) {
 	name, data := cfg.PolicyFile, cfg.Policies
 	if name == "" {
 		name = "policies.yaml (embedded)"
@@ -285,7 +286,7 @@ func loadPolicies(cfg EnvConfig, getenv func(string) string) (*edgelimit.PolicyF
 	}
 	overrides, shadow := strings.TrimSpace(getenv(EnvOverrides)), strings.TrimSpace(getenv(EnvShadow))
 	if overrides == "" && shadow == "" {
-		return edgelimit.ParsePolicies(name, data)
+		return policy.Parse(name, data)
 	}
 	edited, err := ApplyOverrides(data, overrides, shadow)
 	if err != nil {
@@ -298,7 +299,7 @@ func loadPolicies(cfg EnvConfig, getenv func(string) string) (*edgelimit.PolicyF
 	if shadow != "" {
 		what = append(what, EnvShadow)
 	}
-	return edgelimit.ParsePolicies(name+" with "+strings.Join(what, " and "), edited)
+	return policy.Parse(name+" with "+strings.Join(what, " and "), edited)
 }
 
 // overrideFields are the policy fields EDGELIMIT_OVERRIDES may set, with
@@ -316,7 +317,7 @@ var overrideFields = map[string]string{
 // ApplyOverrides returns the policy file data with overrides
 // ("policy.field=value,...", see EnvOverrides) and shadow ("name,name" or
 // "*", see EnvShadow) applied. It edits the YAML document, so the result is
-// validated by edgelimit.ParsePolicies exactly like a hand-edited file: a
+// validated by policy.Parse exactly like a hand-edited file: a
 // burst on a fixed-window policy or a window without a unit is reported the
 // same way. Naming a policy the file does not have is an error.
 func ApplyOverrides(data []byte, overrides, shadow string) ([]byte, error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
@@ -150,7 +151,7 @@ func TestFromEnvAppliesOverridesAndShadow(t *testing.T) {
 	if daily.Limit != 5 || daily.Window != 24*time.Hour || daily.Shadow {
 		t.Errorf("daily = limit %d window %s shadow %v, want 5, 24h, false", daily.Limit, daily.Window, daily.Shadow)
 	}
-	if burst.Limit != 10 || !burst.Shadow || burst.OnStoreError != edgelimit.FailClosed {
+	if burst.Limit != 10 || !burst.Shadow || burst.OnStoreError != policy.FailClosed {
 		t.Errorf("burst = limit %d shadow %v on_store_error %s, want 10, true, deny", burst.Limit, burst.Shadow, burst.OnStoreError)
 	}
 	if !strings.Contains(e.Policies.Source, "EDGELIMIT_OVERRIDES and EDGELIMIT_SHADOW") {
@@ -176,9 +177,9 @@ func TestApplyOverridesSetsBurstOfGCRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pf, err := edgelimit.ParsePolicies("x", out)
+	pf, err := policy.Parse("x", out)
 	if err != nil {
-		t.Fatalf("ParsePolicies(edited) = %v\n%s", err, out)
+		t.Fatalf("policy.Parse(edited) = %v\n%s", err, out)
 	}
 	p := pf.Policies[0]
 	if burst := p.Options.(*durablecounter.Options).Burst; p.Limit != 3 || burst != 3 || p.Window != 1000*24*time.Hour {

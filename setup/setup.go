@@ -22,6 +22,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/keyring"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
@@ -29,14 +30,14 @@ import (
 // A Backend builds the limiters of one strategy's policies.
 type Backend interface {
 	// Strategy is the strategy whose policies it builds.
-	Strategy() *edgelimit.Strategy
+	Strategy() *policy.Strategy
 	// Open prepares the backend once, at start-up, from what env says (it
 	// makes no network call: a wrong table shows up as a store error on the
 	// first request, which the policies' on_store_error answers), and
 	// returns the function that builds one policy's limiter. Limiters it
 	// builds share one store, so that several policies on one route can be
 	// decided together.
-	Open(env *BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error)
+	Open(env *BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error)
 }
 
 // BackendEnv is what a Backend may read when it opens.
@@ -49,7 +50,7 @@ type BackendEnv struct {
 	// instant the engine read for the request (edgelimit.Request.At).
 	Now func() time.Time
 	// Policies are the policies of the backend's strategy, for messages.
-	Policies []*edgelimit.Policy
+	Policies []*policy.Policy
 }
 
 // PolicyNames returns the names of env's policies, comma separated, for a
@@ -71,19 +72,19 @@ var ErrEnv = errors.New("setup: bad environment")
 // policy whose strategy no backend serves is an error that names it; a
 // backend whose strategy no policy uses is not opened (a function need not
 // configure what it does not use).
-func Limiters(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+func Limiters(pf *policy.File, backends []Backend, env BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
 	if env.Getenv == nil {
 		env.Getenv = os.Getenv
 	}
-	byStrategy := map[*edgelimit.Strategy][]*edgelimit.Policy{}
-	var order []*edgelimit.Strategy
+	byStrategy := map[*policy.Strategy][]*policy.Policy{}
+	var order []*policy.Strategy
 	for _, p := range pf.Policies {
 		if _, ok := byStrategy[p.Strategy]; !ok {
 			order = append(order, p.Strategy)
 		}
 		byStrategy[p.Strategy] = append(byStrategy[p.Strategy], p)
 	}
-	builders := map[*edgelimit.Strategy]func(*edgelimit.Policy) (edgelimit.Limiter, error){}
+	builders := map[*policy.Strategy]func(*policy.Policy) (edgelimit.Limiter, error){}
 	for _, s := range order {
 		i := slices.IndexFunc(backends, func(b Backend) bool { return b.Strategy() == s })
 		if i < 0 {
@@ -101,7 +102,7 @@ func Limiters(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (fun
 		}
 		builders[s] = build
 	}
-	factory := func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	factory := func(p *policy.Policy) (edgelimit.Limiter, error) {
 		build, ok := builders[p.Strategy]
 		if !ok {
 			return nil, fmt.Errorf("setup: policy %q: no backend for strategy %q", p.Name, p.StrategyName())
@@ -115,7 +116,7 @@ func Limiters(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (fun
 // above a threshold (a durable or kv policy's proof_of_work) in a
 // powgate.Gate, whose challenges are keyed by the ring of EDGELIMIT_SECRETS,
 // as the signed strategy's are: every instance must share it.
-func gating(pf *edgelimit.PolicyFile, factory func(*edgelimit.Policy) (edgelimit.Limiter, error), env BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+func gating(pf *policy.File, factory func(*policy.Policy) (edgelimit.Limiter, error), env BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
 	var gated []string
 	for _, p := range pf.Policies {
 		if powgate.OptionsOf(p) != nil {
@@ -152,7 +153,7 @@ type OverrideBackend interface {
 // backend of the first such policy's strategy (one store serves every
 // policy). A policy with overrides whose backend cannot keep them is an
 // error that names it.
-func Overrides(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (edgelimit.OverrideStore, error) {
+func Overrides(pf *policy.File, backends []Backend, env BackendEnv) (edgelimit.OverrideStore, error) {
 	if env.Getenv == nil {
 		env.Getenv = os.Getenv
 	}
@@ -168,7 +169,7 @@ func Overrides(pf *edgelimit.PolicyFile, backends []Backend, env BackendEnv) (ed
 			if !ok {
 				break
 			}
-			env.Policies = []*edgelimit.Policy{p}
+			env.Policies = []*policy.Policy{p}
 			return ob.OpenOverrides(&env)
 		}
 		return nil, fmt.Errorf("%w: policy %s has overrides: true, but this program's %s backend keeps no overrides", ErrEnv, p.Name, p.StrategyName())

@@ -50,7 +50,7 @@ func BenchmarkBaselineJWT(b *testing.B) {
 // window, spend its count in the replay cache, re-sign. Each iteration
 // presents the token the previous one returned, as a client does.
 func BenchmarkDecision(b *testing.B) {
-	f := newFixture(b, policy("tts", 1<<40, time.Minute, 0), nil)
+	f := newFixture(b, signedPolicy("tts", 1<<40, time.Minute, 0), nil)
 	tok := tokenOf(f.allow(b, keyA, "", ""))
 	req := edgelimit.Request{Key: keyA, Cost: 1}
 	ctx := context.Background()
@@ -69,7 +69,7 @@ func BenchmarkDecision(b *testing.B) {
 // BenchmarkDecisionParallel is BenchmarkDecision on every core, each
 // goroutine a distinct client.
 func BenchmarkDecisionParallel(b *testing.B) {
-	f := newFixture(b, policy("tts", 1<<40, time.Minute, 0), nil)
+	f := newFixture(b, signedPolicy("tts", 1<<40, time.Minute, 0), nil)
 	ctx := context.Background()
 	var n int64
 	var mu = make(chan struct{}, 1)
@@ -93,7 +93,7 @@ func BenchmarkDecisionParallel(b *testing.B) {
 
 // BenchmarkVerify is the verification half of a decision.
 func BenchmarkVerify(b *testing.B) {
-	f := newFixture(b, policy("tts", 10, time.Minute, 0), nil)
+	f := newFixture(b, signedPolicy("tts", 10, time.Minute, 0), nil)
 	tok := tokenOf(f.allow(b, keyA, "", ""))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -105,7 +105,7 @@ func BenchmarkVerify(b *testing.B) {
 
 // BenchmarkSign is the signing half of a decision.
 func BenchmarkSign(b *testing.B) {
-	f := newFixture(b, policy("tts", 10, time.Minute, 0), nil)
+	f := newFixture(b, signedPolicy("tts", 10, time.Minute, 0), nil)
 	k := f.keys.keys[0]
 	b.ReportAllocs()
 	for b.Loop() {
@@ -115,7 +115,7 @@ func BenchmarkSign(b *testing.B) {
 
 // BenchmarkChallenge is a denial that issues a challenge (no token).
 func BenchmarkChallenge(b *testing.B) {
-	f := newFixture(b, policy("tts", 10, time.Minute, 16), nil)
+	f := newFixture(b, signedPolicy("tts", 10, time.Minute, 16), nil)
 	req := edgelimit.Request{Key: keyA, Cost: 1}
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -129,7 +129,7 @@ func BenchmarkChallenge(b *testing.B) {
 // BenchmarkMintWithProof is a decision that redeems a proof and mints a
 // window (each iteration a fresh proof, solved outside the timer).
 func BenchmarkMintWithProof(b *testing.B) {
-	f := newFixture(b, policy("tts", 10, time.Minute, 4), nil)
+	f := newFixture(b, signedPolicy("tts", 10, time.Minute, 4), nil)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

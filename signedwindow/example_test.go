@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
@@ -42,7 +43,7 @@ func ExampleLimiter() {
 	now := t0
 	keys, _ := signedwindow.ParseKeyRing("k1:c2lnbmVkd2luZG93LWV4YW1wbGUtc2VjcmV0LTEtMDEyMzQ1Njc4OQ==")
 	l, err := signedwindow.New(signedwindow.Config{
-		Policy: &edgelimit.Policy{Name: "search", Limit: 2, Window: time.Minute},
+		Policy: &policy.Policy{Name: "search", Limit: 2, Window: time.Minute},
 		Keys:   keys,
 		Now:    func() time.Time { return now },
 	})
@@ -75,7 +76,7 @@ func ExampleLimiter_proofOfWork() {
 	t0 := time.Unix(1_700_000_000, 0)
 	keys, _ := signedwindow.ParseKeyRing("k1:c2lnbmVkd2luZG93LWV4YW1wbGUtc2VjcmV0LTEtMDEyMzQ1Njc4OQ==")
 	l, _ := signedwindow.New(signedwindow.Config{
-		Policy:  &edgelimit.Policy{Name: "tts", Limit: 3, Window: time.Minute},
+		Policy:  &policy.Policy{Name: "tts", Limit: 3, Window: time.Minute},
 		Options: &signedwindow.Options{ProofOfWork: &signedwindow.ProofOfWork{Bits: 8, TTL: 10 * time.Second}},
 		Keys:    keys,
 		Now:     func() time.Time { return t0 },

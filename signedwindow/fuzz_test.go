@@ -18,8 +18,8 @@ import (
 // that verifies.
 func FuzzVerifyToken(f *testing.F) {
 	keys := ring(f)
-	free := newFixture(f, policy("tts", 5, time.Minute, 0), keys)
-	work := newFixture(f, policy("tts", 5, time.Minute, 4), keys)
+	free := newFixture(f, signedPolicy("tts", 5, time.Minute, 0), keys)
+	work := newFixture(f, signedPolicy("tts", 5, time.Minute, 4), keys)
 	d := free.allow(f, keyA, "", "")
 	f.Add(tokenOf(d), "")
 	f.Add(tokenOf(free.allow(f, keyA, tokenOf(d), "")), "")
@@ -28,7 +28,7 @@ func FuzzVerifyToken(f *testing.F) {
 	proof := solve(f, ch)
 	f.Add("", proof)
 	f.Add(tokenOf(d), proof+","+proof)
-	other := tokenOf(newFixture(f, policy("other", 5, time.Minute, 0), keys).allow(f, keyA, "", ""))
+	other := tokenOf(newFixture(f, signedPolicy("other", 5, time.Minute, 0), keys).allow(f, keyA, "", ""))
 	f.Add(other+","+tokenOf(d), "")
 	dk := derived(secret1)
 	f.Add(rawToken(`{"alg":"none","kid":"k1"}`, `{"aud":"tts"}`, nil), "")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 )
 
@@ -72,12 +73,12 @@ func ring(t testing.TB, keys ...Key) *KeyRing {
 }
 
 // policy returns a signed policy; bits 0 means no proof of work.
-func policy(name string, limit int64, window time.Duration, bits int) *edgelimit.Policy {
+func signedPolicy(name string, limit int64, window time.Duration, bits int) *policy.Policy {
 	o := &Options{}
 	if bits > 0 {
 		o.ProofOfWork = &ProofOfWork{Bits: bits, TTL: 10 * time.Second}
 	}
-	return &edgelimit.Policy{Name: name, Strategy: Strategy, Limit: limit, Window: window, Cost: 1, Options: o}
+	return &policy.Policy{Name: name, Strategy: Strategy, Limit: limit, Window: window, Cost: 1, Options: o}
 }
 
 type fixture struct {
@@ -86,7 +87,7 @@ type fixture struct {
 	keys  *KeyRing
 }
 
-func newFixture(t testing.TB, p *edgelimit.Policy, keys *KeyRing) *fixture {
+func newFixture(t testing.TB, p *policy.Policy, keys *KeyRing) *fixture {
 	t.Helper()
 	if keys == nil {
 		keys = ring(t)

@@ -15,6 +15,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/keyhash"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // The verification example of docs/signed.md ("Verifying a token
@@ -148,7 +149,7 @@ func TestJoseVerifiesIssuedTokens(t *testing.T) {
 	key := hasher.Hash("tts", []byte(rawKey))
 
 	c := newClock(t0)
-	issue := func(keys *KeyRing, p *edgelimit.Policy, token string) string {
+	issue := func(keys *KeyRing, p *policy.Policy, token string) string {
 		t.Helper()
 		l, err := New(Config{Policy: p, Keys: keys, Now: c.Now})
 		if err != nil {
@@ -164,10 +165,10 @@ func TestJoseVerifiesIssuedTokens(t *testing.T) {
 		}
 		return tokenOf(d)
 	}
-	tts := policy("tts", 10, time.Minute, 0)
+	tts := signedPolicy("tts", 10, time.Minute, 0)
 	first := issue(ring(t, k2, k1), tts, "")
 	byOldKey := issue(ring(t, k1), tts, "") // before the rotation
-	longer := issue(ring(t, k2, k1), policy("tts", 10, 2*time.Minute, 0), "")
+	longer := issue(ring(t, k2, k1), signedPolicy("tts", 10, 2*time.Minute, 0), "")
 	outsider := issue(ring(t, mustKey(t, "k3", []byte("signedwindow-test-secret-3-0123456789"))), tts, "")
 	c.Add(5 * time.Second)
 	second := issue(ring(t, k2, k1), tts, first) // the same window, n = 2

@@ -15,6 +15,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 )
 
@@ -22,7 +23,7 @@ import (
 type Config struct {
 	// Policy is the signed policy to enforce: its Name (the tokens' aud),
 	// Limit, Window and Options. Required.
-	Policy *edgelimit.Policy
+	Policy *policy.Policy
 	// Options, if set, say whether a window costs a proof of work; default
 	// the Policy's Options (what its file said), else none.
 	Options *Options
@@ -67,6 +68,7 @@ type Limiter struct {
 var (
 	_ edgelimit.Limiter  = (*Limiter)(nil)
 	_ edgelimit.Refunder = (*Limiter)(nil)
+	_ edgelimit.Peeker   = (*Limiter)(nil)
 )
 
 // New validates cfg and returns a Limiter for its policy.
@@ -131,11 +133,11 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// NewFactory returns an func(*edgelimit.Policy) (edgelimit.Limiter, error) that builds a Limiter for each
+// NewFactory returns an func(*policy.Policy) (edgelimit.Limiter, error) that builds a Limiter for each
 // signed policy from base (whose Policy is ignored), and refuses other
 // strategies. A Replay cache set in base is shared by every policy.
-func NewFactory(base Config) func(*edgelimit.Policy) (edgelimit.Limiter, error) {
-	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+func NewFactory(base Config) func(*policy.Policy) (edgelimit.Limiter, error) {
+	return func(p *policy.Policy) (edgelimit.Limiter, error) {
 		if p.Strategy != Strategy {
 			return nil, fmt.Errorf("signedwindow: policy %q has strategy %q, not signed", p.Name, p.StrategyName())
 		}

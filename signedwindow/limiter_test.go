@@ -11,12 +11,13 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 )
 
 func TestProofOfWorkBuysLimit(t *testing.T) {
 	const limit = 5
-	f := newFixture(t, policy("tts", limit, time.Minute, 8), nil)
+	f := newFixture(t, signedPolicy("tts", limit, time.Minute, 8), nil)
 	d := f.allow(t, keyA, "", "")
 	if d.Allowed || challengeOf(d) == nil || challengeOf(d).Bits != 8 || d.Remaining != 0 || tokenOf(d) != "" {
 		t.Fatalf("no token, no proof: %+v, want a denial with an 8-bit challenge", d)
@@ -43,10 +44,10 @@ func TestProofOfWorkBuysLimit(t *testing.T) {
 }
 
 func TestProofRejections(t *testing.T) {
-	f := newFixture(t, policy("tts", 5, time.Minute, 8), nil)
+	f := newFixture(t, signedPolicy("tts", 5, time.Minute, 8), nil)
 	ch := challengeOf(f.allow(t, keyA, "", ""))
 	proof := solve(t, ch)
-	other := newFixture(t, policy("other", 5, time.Minute, 8), f.keys)
+	other := newFixture(t, signedPolicy("other", 5, time.Minute, 8), f.keys)
 
 	for _, tc := range []struct {
 		name  string
@@ -81,7 +82,7 @@ func TestProofRejections(t *testing.T) {
 // TestTokenReplay: on one instance, each count of a chain is spent once and
 // never after a later one.
 func TestTokenReplay(t *testing.T) {
-	f := newFixture(t, policy("tts", 10, time.Minute, 8), nil)
+	f := newFixture(t, signedPolicy("tts", 10, time.Minute, 8), nil)
 	proof := solve(t, challengeOf(f.allow(t, keyA, "", "")))
 	t1 := tokenOf(f.allow(t, keyA, "", proof))
 	t2 := tokenOf(f.allow(t, keyA, t1, ""))
@@ -97,12 +98,12 @@ func TestTokenReplay(t *testing.T) {
 	}
 	// A second instance has its own cache: t1 is spendable there once, and
 	// its successor is the same token the first instance issued.
-	g := newFixture(t, policy("tts", 10, time.Minute, 8), f.keys)
+	g := newFixture(t, signedPolicy("tts", 10, time.Minute, 8), f.keys)
 	if d := g.allow(t, keyA, t1, ""); !d.Allowed || tokenOf(d) != t2 {
 		t.Errorf("t1 on another instance = %+v, want allowed, returning t2", d)
 	}
 	// Without proof of work, a replayed token is no token: a free window.
-	free := newFixture(t, policy("tts", 10, time.Minute, 0), nil)
+	free := newFixture(t, signedPolicy("tts", 10, time.Minute, 0), nil)
 	u1 := tokenOf(free.allow(t, keyA, "", ""))
 	free.allow(t, keyA, u1, "")
 	d := free.allow(t, keyA, u1, "")
@@ -112,7 +113,7 @@ func TestTokenReplay(t *testing.T) {
 }
 
 func TestCost(t *testing.T) {
-	p := policy("tts", 5, time.Minute, 0)
+	p := signedPolicy("tts", 5, time.Minute, 0)
 	f := newFixture(t, p, nil)
 	req := edgelimit.Request{Key: keyA, Cost: 2}
 	var rem []int64
@@ -136,8 +137,8 @@ func TestCost(t *testing.T) {
 
 func TestSeveralTokensAndProofs(t *testing.T) {
 	keys := ring(t)
-	a := newFixture(t, policy("a", 5, time.Minute, 8), keys)
-	b := newFixture(t, policy("b", 5, time.Minute, 8), keys)
+	a := newFixture(t, signedPolicy("a", 5, time.Minute, 8), keys)
+	b := newFixture(t, signedPolicy("b", 5, time.Minute, 8), keys)
 	pa := solve(t, challengeOf(a.allow(t, keyA, "", "")))
 	pb := solve(t, challengeOf(b.allow(t, keyA, "", "")))
 	proofs := pb + ", " + pa
@@ -155,7 +156,7 @@ func TestSeveralTokensAndProofs(t *testing.T) {
 }
 
 func TestRefund(t *testing.T) {
-	f := newFixture(t, policy("tts", 5, time.Minute, 8), nil)
+	f := newFixture(t, signedPolicy("tts", 5, time.Minute, 8), nil)
 	ctx := context.Background()
 	proof := solve(t, challengeOf(f.allow(t, keyA, "", "")))
 	req := withState(edgelimit.Request{Key: keyA, Cost: 1}, "", proof)
@@ -195,7 +196,7 @@ func TestRefund(t *testing.T) {
 // denies it, the refund must give back the proof's window, not un-spend the
 // old token.
 func TestRefundUndoesOnlyThisDecision(t *testing.T) {
-	f := newFixture(t, policy("tts", 2, time.Minute, 8), nil)
+	f := newFixture(t, signedPolicy("tts", 2, time.Minute, 8), nil)
 	ctx := context.Background()
 	first := solve(t, challengeOf(f.allow(t, keyA, "", "")))
 	d := f.allow(t, keyA, "", first)
@@ -221,7 +222,7 @@ func TestRefundUndoesOnlyThisDecision(t *testing.T) {
 }
 
 func TestPeekSpendsNothing(t *testing.T) {
-	f := newFixture(t, policy("tts", 2, time.Minute, 8), nil)
+	f := newFixture(t, signedPolicy("tts", 2, time.Minute, 8), nil)
 	ctx := context.Background()
 	p, _ := f.l.Peek(ctx, edgelimit.Request{Key: keyA})
 	if p.Allowed || challengeOf(p) == nil {
@@ -255,12 +256,12 @@ func TestPeekSpendsNothing(t *testing.T) {
 // and a route whose other policy denies refunds the signed one.
 // testGate is a strategy for a stand-in policy that the tests open and
 // close by hand.
-var testGate = &edgelimit.Strategy{Name: "test-gate", Parse: func(*edgelimit.Fields) any { return nil }}
+var testGate = &policy.Strategy{Name: "test-gate", Parse: func(*policy.Fields) any { return nil }}
 
-func init() { edgelimit.Register(testGate) }
+func init() { policy.Register(testGate) }
 
 func TestEngine(t *testing.T) {
-	file, err := edgelimit.ParsePolicies("test.yaml", []byte(`
+	file, err := policy.Parse("test.yaml", []byte(`
 version: 1
 policies:
   - name: tts
@@ -287,7 +288,7 @@ policies:
 		Policies:   file,
 		HashSecret: []byte("engine-hash-secret-0123456789abcdef"),
 		Now:        c.Now,
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			if p.Strategy == Strategy {
 				return NewFactory(Config{Keys: keys, Now: c.Now})(p)
 			}
@@ -352,25 +353,25 @@ func TestNewValidates(t *testing.T) {
 		cfg  Config
 	}{
 		{"no policy", Config{Keys: keys}},
-		{"no keys", Config{Policy: policy("tts", 1, time.Minute, 0)}},
-		{"durable", Config{Policy: &edgelimit.Policy{Name: "x", Strategy: &edgelimit.Strategy{Name: "durable"}, Limit: 1, Window: time.Second}, Keys: keys}},
-		{"limit 0", Config{Policy: policy("tts", 0, time.Minute, 0), Keys: keys}},
-		{"no window", Config{Policy: policy("tts", 1, 0, 0), Keys: keys}},
-		{"quote in name", Config{Policy: policy(`t"s`, 1, time.Minute, 0), Keys: keys}},
-		{"pow bits 40", Config{Policy: policy("tts", 1, time.Minute, 40), Keys: keys}},
+		{"no keys", Config{Policy: signedPolicy("tts", 1, time.Minute, 0)}},
+		{"durable", Config{Policy: &policy.Policy{Name: "x", Strategy: &policy.Strategy{Name: "durable"}, Limit: 1, Window: time.Second}, Keys: keys}},
+		{"limit 0", Config{Policy: signedPolicy("tts", 0, time.Minute, 0), Keys: keys}},
+		{"no window", Config{Policy: signedPolicy("tts", 1, 0, 0), Keys: keys}},
+		{"quote in name", Config{Policy: signedPolicy(`t"s`, 1, time.Minute, 0), Keys: keys}},
+		{"pow bits 40", Config{Policy: signedPolicy("tts", 1, time.Minute, 40), Keys: keys}},
 	} {
 		if _, err := New(tc.cfg); err == nil {
 			t.Errorf("%s: New = nil error", tc.name)
 		}
 	}
-	if _, err := NewFactory(Config{Keys: keys})(&edgelimit.Policy{Name: "x", Strategy: &edgelimit.Strategy{Name: "kv"}}); err == nil {
+	if _, err := NewFactory(Config{Keys: keys})(&policy.Policy{Name: "x", Strategy: &policy.Strategy{Name: "kv"}}); err == nil {
 		t.Error("NewFactory built a limiter for a kv policy")
 	}
 }
 
 func TestSubject(t *testing.T) {
 	for _, key := range []string{keyA, `with "quotes"`, strings.Repeat("k", 200), "caf\u00e9", "a\\b"} {
-		f := newFixture(t, policy("tts", 5, time.Minute, 0), nil)
+		f := newFixture(t, signedPolicy("tts", 5, time.Minute, 0), nil)
 		d := f.allow(t, key, "", "")
 		if _, err := f.l.Verify(tokenOf(d), key); err != nil {
 			t.Errorf("key %q: Verify = %v", key, err)
@@ -382,7 +383,7 @@ func TestSubject(t *testing.T) {
 }
 
 func TestNeverErrors(t *testing.T) {
-	f := newFixture(t, policy("tts", 5, time.Minute, 8), nil)
+	f := newFixture(t, signedPolicy("tts", 5, time.Minute, 8), nil)
 	for _, req := range []edgelimit.Request{
 		{}, {Key: keyA, Cost: -3}, withState(edgelimit.Request{Key: keyA}, strings.Repeat(",", 5000), ""), withState(edgelimit.Request{Key: keyA}, "", strings.Repeat("a.b,", 300)),
 		withState(edgelimit.Request{Key: strings.Repeat("\x00", 2000)}, "a.b.c", "."),
@@ -399,7 +400,7 @@ func TestNeverErrors(t *testing.T) {
 func TestDebugLog(t *testing.T) {
 	var buf strings.Builder
 	keys := ring(t)
-	l, err := New(Config{Policy: policy("tts", 5, time.Minute, 8), Keys: keys, Now: func() time.Time { return t0 },
+	l, err := New(Config{Policy: signedPolicy("tts", 5, time.Minute, 8), Keys: keys, Now: func() time.Time { return t0 },
 		Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)

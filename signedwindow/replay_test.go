@@ -35,7 +35,7 @@ func newFleet(t *testing.T, n, bits int) *fleet {
 	c := newClock(t0)
 	fl := &fleet{clock: c, tick: simWindow / simRequests}
 	for i := range n {
-		l, err := New(Config{Policy: policy("tts", simLimit, simWindow, bits), Keys: keys, Now: c.Now, Rand: seeded(byte(i))})
+		l, err := New(Config{Policy: signedPolicy("tts", simLimit, simWindow, bits), Keys: keys, Now: c.Now, Rand: seeded(byte(i))})
 		if err != nil {
 			t.Fatal(err)
 		}

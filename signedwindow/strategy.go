@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/policyopts"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // ProofOfWork makes a fresh window cost work: the challenges of a signed
@@ -38,19 +38,19 @@ func (o Options) String() string {
 // signed, with the field proof_of_work ({bits, ttl}). It keeps no state on
 // the server, so it has no store to fail (on_store_error local means
 // nothing for it). Importing the package registers it.
-var Strategy = &edgelimit.Strategy{
+var Strategy = &policy.Strategy{
 	Name:         "signed",
 	Package:      "github.com/edgelimit/edgelimit/signedwindow",
 	Fields:       []string{"algorithm", "proof_of_work"},
 	Parse:        parseOptions,
-	OnStoreError: edgelimit.FailOpen,
-	Stateless:    true,
+	OnStoreError: policy.FailOpen,
+	Abilities:    policy.CanRefund | policy.CanPeek,
 }
 
-func init() { edgelimit.Register(Strategy) }
+func init() { policy.Register(Strategy) }
 
 // parseOptions reads a signed policy's own fields.
-func parseOptions(f *edgelimit.Fields) any {
+func parseOptions(f *policy.Fields) any {
 	o := &Options{}
 	if f.Has("algorithm") {
 		if a, ok := f.String("algorithm"); ok && a != "fixed-window" {

@@ -39,7 +39,7 @@ func rawToken(header, payload string, key []byte) string {
 }
 
 func TestIssueVerify(t *testing.T) {
-	f := newFixture(t, policy("tts", 10, time.Minute, 0), nil)
+	f := newFixture(t, signedPolicy("tts", 10, time.Minute, 0), nil)
 	d := f.allow(t, keyA, "", "")
 	if !d.Allowed || d.Remaining != 9 || d.Reset != time.Minute || tokenOf(d) == "" || challengeOf(d) != nil {
 		t.Fatalf("first request = %+v, want allowed, 9 remaining, reset 1m, a token", d)
@@ -59,7 +59,7 @@ func TestIssueVerify(t *testing.T) {
 }
 
 func TestIncrementAndExpire(t *testing.T) {
-	f := newFixture(t, policy("tts", 3, time.Minute, 0), nil)
+	f := newFixture(t, signedPolicy("tts", 3, time.Minute, 0), nil)
 	steps := []struct {
 		at            time.Duration
 		wantAllowed   bool
@@ -109,7 +109,7 @@ func TestIncrementAndExpire(t *testing.T) {
 
 func TestRotate(t *testing.T) {
 	k1, k2 := mustKey(t, "k1", secret1), mustKey(t, "k2", secret2)
-	p := policy("tts", 10, time.Minute, 0)
+	p := signedPolicy("tts", 10, time.Minute, 0)
 	old := newFixture(t, p, ring(t, k1))
 	tok := tokenOf(old.allow(t, keyA, "", ""))
 
@@ -149,7 +149,7 @@ func TestRotate(t *testing.T) {
 // and Allow treats it exactly as no token: a challenge with proof of work
 // (never an error, never allowed), a fresh free window without.
 func TestRejectedAsAbsent(t *testing.T) {
-	p := policy("tts", 10, time.Minute, 8)
+	p := signedPolicy("tts", 10, time.Minute, 8)
 	f := newFixture(t, p, nil)
 	dk := derived(secret1)
 	id := base64.RawURLEncoding.EncodeToString(make([]byte, 12))
@@ -233,7 +233,7 @@ func TestRejectedAsAbsent(t *testing.T) {
 		})
 	}
 	// Without proof of work, a rejected token is no token: a free window.
-	free := newFixture(t, policy("tts", 10, time.Minute, 0), nil)
+	free := newFixture(t, signedPolicy("tts", 10, time.Minute, 0), nil)
 	for _, tc := range cases {
 		if d := free.allow(t, keyA, tc.tok, ""); !d.Allowed || d.Remaining != 9 {
 			t.Errorf("%s without proof of work: Allow = %+v, want a fresh window (9 remaining)", tc.name, d)
@@ -246,7 +246,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // TestStockJWTInterop: tokens are standard HS256 JWTs (with the derived
 // key): stock golang-jwt verifies ours, and ours verifies stock ones.
 func TestStockJWTInterop(t *testing.T) {
-	f := newFixture(t, policy("tts", 10, time.Minute, 0), nil)
+	f := newFixture(t, signedPolicy("tts", 10, time.Minute, 0), nil)
 	tok := tokenOf(f.allow(t, keyA, "", ""))
 	dk := derived(secret1)
 	parsed, err := jwt.Parse(tok, func(*jwt.Token) (any, error) { return dk, nil },
@@ -281,7 +281,7 @@ func TestStockJWTInterop(t *testing.T) {
 // TestSigningMethod: hs256 is a complete jwt.SigningMethod: stock
 // golang-jwt signs with it and a ring key, and it refuses other key types.
 func TestSigningMethod(t *testing.T) {
-	f := newFixture(t, policy("tts", 10, time.Minute, 0), nil)
+	f := newFixture(t, signedPolicy("tts", 10, time.Minute, 0), nil)
 	k := f.keys.keys[0]
 	tok := jwt.NewWithClaims(hs256{}, jwt.MapClaims{
 		"aud": "tts", "sub": keyA, "jti": "AAAAAAAAAAAAAAAA", "nbf": t0.Unix(), "exp": t0.Add(time.Minute).Unix(), "n": 2,

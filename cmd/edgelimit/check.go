@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
@@ -25,7 +25,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	f, err := edgelimit.LoadPolicies(fs.Arg(0))
+	f, err := policy.Load(fs.Arg(0))
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -37,7 +37,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 // printTable writes the routes -> policies table, one row per route of each
 // policy, in file order. OPTIONS is what the policy's strategy says of its
 // own fields (an algorithm, a burst, proof of work).
-func printTable(w io.Writer, f *edgelimit.PolicyFile) {
+func printTable(w io.Writer, f *policy.File) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROUTE\tPOLICY\tSTRATEGY\tLIMIT\tWINDOW\tOPTIONS\tKEY\tON STORE ERROR\tNOTES")
 	for _, p := range f.Policies {
@@ -81,7 +81,7 @@ func printTable(w io.Writer, f *edgelimit.PolicyFile) {
 	fmt.Fprintf(w, "%s: %s OK\n", f.Source, countOf(len(f.Policies), "policy", "policies"))
 }
 
-func hasTiers(f *edgelimit.PolicyFile) bool {
+func hasTiers(f *policy.File) bool {
 	for _, p := range f.Policies {
 		if p.Tiers != nil {
 			return true
@@ -94,7 +94,7 @@ func hasTiers(f *edgelimit.PolicyFile) bool {
 // gives (its fields, or the policy's where it has none), which tier a
 // request without the key gets, and what a request naming no known tier
 // gets.
-func printTiers(w io.Writer, f *edgelimit.PolicyFile) {
+func printTiers(w io.Writer, f *policy.File) {
 	var buf strings.Builder
 	defer func() { // no padding after the last cell
 		for _, line := range strings.SplitAfter(buf.String(), "\n") {
@@ -111,7 +111,7 @@ func printTiers(w io.Writer, f *edgelimit.PolicyFile) {
 			continue
 		}
 		for _, name := range t.Names {
-			l := t.Levels[name].Or(edgelimit.Limits{Limit: p.Limit, Window: p.Window})
+			l := t.Levels[name].Or(policy.Limits{Limit: p.Limit, Window: p.Window})
 			burst := "-"
 			if l.Burst > 0 {
 				burst = strconv.FormatInt(l.Burst, 10)
@@ -133,7 +133,7 @@ func printTiers(w io.Writer, f *edgelimit.PolicyFile) {
 
 // printLists writes the allow and deny lists, checked before any policy.
 // A list's file and environment variable are read when the engine starts.
-func printLists(w io.Writer, lists []*edgelimit.List) {
+func printLists(w io.Writer, lists []*policy.List) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LIST\tACTION\tMATCH\tROUTES\tVALUES")
 	for _, l := range lists {

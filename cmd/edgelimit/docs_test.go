@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // yamlBlock is a fenced YAML code block of a Markdown file.
@@ -41,7 +41,7 @@ func TestDocsPolicyBlocksParse(t *testing.T) {
 				continue
 			}
 			blocks++
-			if _, err := edgelimit.ParsePolicies(filepath.Base(f), []byte(block)); err != nil {
+			if _, err := policy.Parse(filepath.Base(f), []byte(block)); err != nil {
 				t.Errorf("%s:%d: the policies shown do not parse:\n%v", f, line, err)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/ddb"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
@@ -110,7 +111,7 @@ func runQuota(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		fmt.Fprintf(stderr, "edgelimit %s: want %d arguments, got %d\n\n%s", cmd, want, len(rest), quotaUsage)
 		return 2
 	}
-	policy, key := rest[0], rest[1]
+	pol, key := rest[0], rest[1]
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "edgelimit %s: %s\n", cmd, strings.TrimPrefix(err.Error(), "edgelimit: "))
 		return 1
@@ -119,7 +120,7 @@ func runQuota(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	if err != nil {
 		return fail(err)
 	}
-	e, err := operatorEngine(ctx, f, policy)
+	e, err := operatorEngine(ctx, f, pol)
 	if err != nil {
 		return fail(err)
 	}
@@ -127,62 +128,62 @@ func runQuota(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	defer cancel()
 	switch {
 	case cmd == "usage":
-		d, err := e.Usage(cctx, policy, key, f.tier)
+		d, err := e.Usage(cctx, pol, key, f.tier)
 		if err != nil {
 			return fail(err)
 		}
-		l, has, err := e.Override(cctx, policy, key)
+		l, has, err := e.Override(cctx, pol, key)
 		if err != nil && !isNoOverrides(err) {
 			return fail(err)
 		}
-		printUsage(stdout, f, e, policy, d, l, has)
+		printUsage(stdout, f, e, pol, d, l, has)
 	case cmd == "reset":
-		if err := e.Reset(cctx, policy, key); err != nil {
+		if err := e.Reset(cctx, pol, key); err != nil {
 			return fail(err)
 		}
-		report(stdout, f, map[string]any{"policy": policy, "reset": true}, "policy %s: the key's usage is reset\n", policy)
+		report(stdout, f, map[string]any{"policy": pol, "reset": true}, "policy %s: the key's usage is reset\n", pol)
 	case cmd == "grant":
 		units, err := strconv.ParseInt(rest[2], 10, 64)
 		if err != nil || units < 1 {
 			return fail(fmt.Errorf("UNITS %q is not a whole number of at least 1", rest[2]))
 		}
-		if err := e.Grant(cctx, policy, key, units, until); err != nil {
+		if err := e.Grant(cctx, pol, key, units, until); err != nil {
 			return fail(err)
 		}
 		when := "for the current window"
 		if !until.IsZero() {
 			when = "until " + until.UTC().Format(time.RFC3339)
 		}
-		report(stdout, f, map[string]any{"policy": policy, "granted": units, "until": jsonTime(until)},
-			"policy %s: granted %d units %s\n", policy, units, when)
+		report(stdout, f, map[string]any{"policy": pol, "granted": units, "until": jsonTime(until)},
+			"policy %s: granted %d units %s\n", pol, units, when)
 	case action == "set":
-		l := edgelimit.Limits{Limit: f.limit, Window: f.window, Burst: f.burst}
-		if err := e.SetOverride(cctx, policy, key, l, until); err != nil {
+		l := policy.Limits{Limit: f.limit, Window: f.window, Burst: f.burst}
+		if err := e.SetOverride(cctx, pol, key, l, until); err != nil {
 			return fail(err)
 		}
 		when := "until removed"
 		if !until.IsZero() {
 			when = "until " + until.UTC().Format(time.RFC3339)
 		}
-		report(stdout, f, map[string]any{"policy": policy, "override": limitsJSON(l), "until": jsonTime(until)},
+		report(stdout, f, map[string]any{"policy": pol, "override": limitsJSON(l), "until": jsonTime(until)},
 			"policy %s: override %s set %s; every instance applies it within the policy's override_staleness (%s)\n",
-			policy, describeLimits(l), when, formatDuration(staleness(e, policy)))
+			pol, describeLimits(l), when, formatDuration(staleness(e, pol)))
 	case action == "get":
-		l, ok, err := e.Override(cctx, policy, key)
+		l, ok, err := e.Override(cctx, pol, key)
 		if err != nil {
 			return fail(err)
 		}
 		if !ok {
-			report(stdout, f, map[string]any{"policy": policy, "override": nil}, "policy %s: no override for this key\n", policy)
+			report(stdout, f, map[string]any{"policy": pol, "override": nil}, "policy %s: no override for this key\n", pol)
 			break
 		}
-		report(stdout, f, map[string]any{"policy": policy, "override": limitsJSON(l)}, "policy %s: override %s\n", policy, describeLimits(l))
+		report(stdout, f, map[string]any{"policy": pol, "override": limitsJSON(l)}, "policy %s: override %s\n", pol, describeLimits(l))
 	case action == "delete":
-		if err := e.DeleteOverride(cctx, policy, key); err != nil {
+		if err := e.DeleteOverride(cctx, pol, key); err != nil {
 			return fail(err)
 		}
-		report(stdout, f, map[string]any{"policy": policy, "override": nil}, "policy %s: override removed; the policy's limits apply again within %s\n",
-			policy, formatDuration(staleness(e, policy)))
+		report(stdout, f, map[string]any{"policy": pol, "override": nil}, "policy %s: override removed; the policy's limits apply again within %s\n",
+			pol, formatDuration(staleness(e, pol)))
 	}
 	return 0
 }
@@ -207,21 +208,21 @@ func untilOf(f opFlags) (time.Time, error) {
 
 // operatorEngine builds an engine of the one named policy on the table, so
 // that a policy file with signed policies needs no key ring here.
-func operatorEngine(ctx context.Context, f opFlags, policy string) (*edgelimit.Engine, error) {
+func operatorEngine(ctx context.Context, f opFlags, pol string) (*edgelimit.Engine, error) {
 	pf, err := loadPolicyFile(f.policies)
 	if err != nil {
 		return nil, err
 	}
-	var p *edgelimit.Policy
+	var p *policy.Policy
 	var names []string
 	for _, q := range pf.Policies {
 		names = append(names, q.Name)
-		if q.Name == policy {
+		if q.Name == pol {
 			p = q
 		}
 	}
 	if p == nil {
-		return nil, fmt.Errorf("%s has no policy %q (it has %s)", pf.Source, policy, strings.Join(names, ", "))
+		return nil, fmt.Errorf("%s has no policy %q (it has %s)", pf.Source, pol, strings.Join(names, ", "))
 	}
 	if p.Strategy != durable.Backend(dynamodb.Config{}).Strategy() && p.Strategy != kv.Backend(dynamodb.Config{}).Strategy() {
 		return nil, fmt.Errorf("policy %q is %s: it keeps no count on the server (the client carries its window token), so there is no usage to read, reset or grant, and no override to set", p.Name, p.StrategyName())
@@ -238,7 +239,7 @@ func operatorEngine(ctx context.Context, f opFlags, policy string) (*edgelimit.E
 	if err != nil {
 		return nil, err
 	}
-	one := &edgelimit.PolicyFile{Source: pf.Source, Version: pf.Version, LegacyHeaders: pf.LegacyHeaders, Policies: []*edgelimit.Policy{p}}
+	one := &policy.File{Source: pf.Source, Version: pf.Version, LegacyHeaders: pf.LegacyHeaders, Policies: []*policy.Policy{p}}
 	cfg := dynamodb.Config{Client: client, Table: f.table}
 	backends := []setup.Backend{durable.Backend(cfg), kv.Backend(cfg)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -256,32 +257,32 @@ func operatorEngine(ctx context.Context, f opFlags, policy string) (*edgelimit.E
 	return edgelimit.New(edgelimit.Config{Policies: one, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr})
 }
 
-func loadPolicyFile(path string) (*edgelimit.PolicyFile, error) {
+func loadPolicyFile(path string) (*policy.File, error) {
 	if path == "" {
-		return edgelimit.ParsePolicies("policies.yaml (embedded)", examplePolicies)
+		return policy.Parse("policies.yaml (embedded)", examplePolicies)
 	}
-	return edgelimit.LoadPolicies(path)
+	return policy.Load(path)
 }
 
 func isNoOverrides(err error) bool { return strings.Contains(err.Error(), "does not read overrides") }
 
-func staleness(e *edgelimit.Engine, policy string) time.Duration {
+func staleness(e *edgelimit.Engine, pol string) time.Duration {
 	for _, p := range e.Policies().Policies {
-		if p.Name == policy {
+		if p.Name == pol {
 			return p.OverrideStaleness
 		}
 	}
 	return 0
 }
 
-func printUsage(w io.Writer, f opFlags, e *edgelimit.Engine, policy string, d edgelimit.Decision, ovr edgelimit.Limits, hasOverride bool) {
+func printUsage(w io.Writer, f opFlags, e *edgelimit.Engine, pol string, d edgelimit.Decision, ovr policy.Limits, hasOverride bool) {
 	tier := f.tier
 	if p := e.Policies().Policies[0]; p.Tiers != nil && tier == "" {
 		tier = p.Tiers.Default
 	}
 	if f.json {
 		// Whole seconds, rounded up, as the RateLimit headers say them.
-		out := map[string]any{"policy": policy, "limit": d.Limit, "window_seconds": wholeSeconds(d.Window), "remaining": d.Remaining,
+		out := map[string]any{"policy": pol, "limit": d.Limit, "window_seconds": wholeSeconds(d.Window), "remaining": d.Remaining,
 			"reset_seconds": wholeSeconds(d.Reset), "allowed": d.Allowed}
 		if tier != "" {
 			out["tier"] = tier
@@ -302,7 +303,7 @@ func printUsage(w io.Writer, f opFlags, e *edgelimit.Engine, policy string, d ed
 	if t == "" {
 		t = "-"
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", policy, t, d.Limit, formatDuration(d.Window), d.Remaining, formatDuration(d.Reset.Round(time.Second)), o)
+	fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", pol, t, d.Limit, formatDuration(d.Window), d.Remaining, formatDuration(d.Reset.Round(time.Second)), o)
 	tw.Flush()
 }
 
@@ -326,7 +327,7 @@ func jsonTime(t time.Time) any {
 	return t.UTC().Format(time.RFC3339)
 }
 
-func limitsJSON(l edgelimit.Limits) map[string]any {
+func limitsJSON(l policy.Limits) map[string]any {
 	m := map[string]any{}
 	if l.Limit > 0 {
 		m["limit"] = l.Limit
@@ -340,7 +341,7 @@ func limitsJSON(l edgelimit.Limits) map[string]any {
 	return m
 }
 
-func describeLimits(l edgelimit.Limits) string {
+func describeLimits(l policy.Limits) string {
 	var parts []string
 	if l.Limit > 0 {
 		parts = append(parts, "limit "+strconv.FormatInt(l.Limit, 10))

@@ -19,6 +19,7 @@ import (
 	"github.com/edgelimit/edgelimit/internal/ddb"
 	isecret "github.com/edgelimit/edgelimit/internal/secret"
 	"github.com/edgelimit/edgelimit/middleware"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
@@ -124,19 +125,19 @@ func listenError(addr string, err error) string {
 }
 
 type server struct {
-	policies *edgelimit.PolicyFile
+	policies *policy.File
 	mux      *http.ServeMux
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Writer) (*server, error) {
-	var pf *edgelimit.PolicyFile
+	var pf *policy.File
 	var err error
 	if f.policies == "" {
-		pf, err = edgelimit.ParsePolicies("policies.yaml (embedded)", examplePolicies)
+		pf, err = policy.Parse("policies.yaml (embedded)", examplePolicies)
 	} else {
-		pf, err = edgelimit.LoadPolicies(f.policies)
+		pf, err = policy.Load(f.policies)
 	}
 	if err != nil {
 		return nil, err
@@ -219,7 +220,7 @@ func kvRegionsEnv(getenv func(string) string, regions, clientRegion string) func
 	}
 }
 
-func usesStrategy(pf *edgelimit.PolicyFile, strategy *edgelimit.Strategy) bool {
+func usesStrategy(pf *policy.File, strategy *policy.Strategy) bool {
 	for _, p := range pf.Policies {
 		if p.Strategy == strategy {
 			return true
@@ -230,7 +231,7 @@ func usesStrategy(pf *edgelimit.PolicyFile, strategy *edgelimit.Strategy) bool {
 
 // demoRoute picks the route the demo page calls: the first exact route of a
 // signed policy with proof of work.
-func demoRoute(pf *edgelimit.PolicyFile) (method, path string, ok bool) {
+func demoRoute(pf *policy.File) (method, path string, ok bool) {
 	for _, p := range pf.Policies {
 		if o, ok := p.Options.(*signedwindow.Options); !ok || o.ProofOfWork == nil {
 			continue

@@ -11,6 +11,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // One Store per process, shared by every durable policy, so that the
@@ -26,7 +27,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	counter, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: "paid-daily", Limit: 1000, Window: 24 * time.Hour},
+		Policy: &policy.Policy{Name: "paid-daily", Limit: 1000, Window: 24 * time.Hour},
 		Store:  store,
 	})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddb"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 func TestDenialWithoutOldItem(t *testing.T) {
@@ -243,7 +244,7 @@ func TestDenialReadFails(t *testing.T) {
 				t.Fatal(err)
 			}
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "p", Limit: 10, Window: time.Hour, Options: &durablecounter.Options{Algorithm: alg}},
+				Policy: &policy.Policy{Name: "p", Limit: 10, Window: time.Hour, Options: &durablecounter.Options{Algorithm: alg}},
 				Store:  store, Now: func() time.Time { return t0 },
 			})
 			if err != nil {

@@ -13,10 +13,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddb"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // fakeDynamo stands in for the DynamoDB client on error paths. Each hook
@@ -114,7 +114,7 @@ func fakeCounter(t *testing.T, f *fakeDynamo, limit int64, mode dynamostore.Tran
 func newCounter(t *testing.T, store durablecounter.Store, name string, limit int64, window time.Duration) *durablecounter.Counter {
 	t.Helper()
 	c, err := durablecounter.New(durablecounter.Config{
-		Policy: &edgelimit.Policy{Name: name, Limit: limit, Window: window},
+		Policy: &policy.Policy{Name: name, Limit: limit, Window: window},
 		Store:  store,
 		Now:    func() time.Time { return t0 },
 	})

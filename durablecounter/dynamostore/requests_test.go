@@ -15,6 +15,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 func TestUpdateItemRequest(t *testing.T) {
@@ -182,7 +183,7 @@ func TestUpdateExpressions(t *testing.T) {
 				t.Fatal(err)
 			}
 			c, err := durablecounter.New(durablecounter.Config{
-				Policy: &edgelimit.Policy{Name: "p", Limit: 10, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(tc.alg)}},
+				Policy: &policy.Policy{Name: "p", Limit: 10, Window: time.Hour, Options: &durablecounter.Options{Algorithm: durablecounter.Algorithm(tc.alg)}},
 				Store:  store, Now: func() time.Time { return t0 },
 			})
 			if err != nil {

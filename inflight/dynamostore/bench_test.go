@@ -10,6 +10,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // BenchmarkTakeRelease is one request's store work on a local server: a
@@ -25,7 +26,7 @@ func BenchmarkTakeRelease(b *testing.B) {
 				b.Fatal(err)
 			}
 			l, err := inflight.New(inflight.Config{
-				Policy: &edgelimit.Policy{Name: "speech", Limit: 2, Window: 15 * time.Minute}, Store: store,
+				Policy: &policy.Policy{Name: "speech", Limit: 2, Window: 15 * time.Minute}, Store: store,
 			})
 			if err != nil {
 				b.Fatal(err)

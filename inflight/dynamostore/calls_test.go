@@ -9,6 +9,7 @@ import (
 	"github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 var t0 = time.Unix(1_700_000_000, 0)
@@ -25,7 +26,7 @@ func TestRoundTrips(t *testing.T) {
 		// and every take paid a second write to extend expires_at).
 		clock := limitertest.NewClock(t0.Add(1_234_567))
 		lim, err := inflight.New(inflight.Config{
-			Policy: &edgelimit.Policy{Name: "jobs", Strategy: inflight.Strategy, Limit: 2, Window: time.Minute},
+			Policy: &policy.Policy{Name: "jobs", Strategy: inflight.Strategy, Limit: 2, Window: time.Minute},
 			Store:  store, Now: clock.Now,
 		})
 		if err != nil {
@@ -72,7 +73,7 @@ func TestRoundTrips(t *testing.T) {
 		// longer window) costs one more write, and only then.
 		clock.Advance(time.Minute)
 		long := r
-		long.Limits = edgelimit.Limits{Window: 10 * time.Minute}
+		long.Limits = policy.Limits{Window: 10 * time.Minute}
 		step("take with a 10m lease", true, 2, denialGets, func() (edgelimit.Decision, error) { return lim.Allow(ctx, long) })
 		step("take with a 1m lease after a 10m one", true, 2, 0, allow)
 	})

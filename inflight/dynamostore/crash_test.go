@@ -17,6 +17,7 @@ import (
 	"github.com/edgelimit/edgelimit/inflight/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // envCrashHolder makes the test binary the crashing holder of
@@ -28,7 +29,7 @@ const crashLease = time.Minute
 func crashLimiter(t *testing.T, store inflight.Store, now func() time.Time) *inflight.Limiter {
 	t.Helper()
 	lim, err := inflight.New(inflight.Config{
-		Policy: &edgelimit.Policy{Name: "speech", Strategy: inflight.Strategy, Limit: 1, Window: crashLease},
+		Policy: &policy.Policy{Name: "speech", Strategy: inflight.Strategy, Limit: 1, Window: crashLease},
 		Store:  store, Now: now,
 	})
 	if err != nil {

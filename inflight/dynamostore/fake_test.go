@@ -16,6 +16,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/inflight/dynamostore"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // fake stands in for the DynamoDB client on error paths; it records the
@@ -59,7 +60,7 @@ func fakeLimiter(t *testing.T, f *fake) *inflight.Limiter {
 		t.Fatal(err)
 	}
 	lim, err := inflight.New(inflight.Config{
-		Policy: &edgelimit.Policy{Name: "speech", Limit: 2, Window: time.Minute},
+		Policy: &policy.Policy{Name: "speech", Limit: 2, Window: time.Minute},
 		Store:  store, Now: func() time.Time { return t0 },
 	})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/edgelimit/edgelimit/inflight/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 func rawItem(t *testing.T, c *dynamodb.Client, table, pk string) map[string]string {
@@ -102,7 +103,7 @@ func TestDriftRepaired(t *testing.T) {
 		}
 		clock := limitertest.NewClock(t0)
 		lim, err := inflight.New(inflight.Config{
-			Policy: &edgelimit.Policy{Name: "speech", Limit: 2, Window: time.Minute}, Store: store, Now: clock.Now,
+			Policy: &policy.Policy{Name: "speech", Limit: 2, Window: time.Minute}, Store: store, Now: clock.Now,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/edgelimit/edgelimit/inflight/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // beforeWrite runs hook once, just before the n-th UpdateItem its client
@@ -53,7 +54,7 @@ func TestReclaimMeetsLateRelease(t *testing.T) {
 		clock := limitertest.NewClock(t0)
 		newLim := func(store inflight.Store) *inflight.Limiter {
 			l, err := inflight.New(inflight.Config{
-				Policy: &edgelimit.Policy{Name: "speech", Limit: 2, Window: time.Minute}, Store: store, Now: clock.Now,
+				Policy: &policy.Policy{Name: "speech", Limit: 2, Window: time.Minute}, Store: store, Now: clock.Now,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -127,7 +128,7 @@ func TestReleaseBeforeRead(t *testing.T) {
 		clock := limitertest.NewClock(t0)
 		newLim := func(store inflight.Store) *inflight.Limiter {
 			l, err := inflight.New(inflight.Config{
-				Policy: &edgelimit.Policy{Name: "speech", Limit: 1, Window: time.Minute}, Store: store, Now: clock.Now,
+				Policy: &policy.Policy{Name: "speech", Limit: 1, Window: time.Minute}, Store: store, Now: clock.Now,
 			})
 			if err != nil {
 				t.Fatal(err)

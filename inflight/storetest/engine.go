@@ -20,6 +20,7 @@ import (
 	"github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/middleware"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // RunEngine runs the in-flight policies of a policy file through the root
@@ -76,7 +77,7 @@ func (f finishSignal) Finish(ctx context.Context, req edgelimit.Request, d edgel
 
 func newServer(t *testing.T, store inflight.Store) *server {
 	t.Helper()
-	file, err := edgelimit.ParsePolicies("policies.yaml", []byte(enginePolicies))
+	file, err := policy.Parse("policies.yaml", []byte(enginePolicies))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func newServer(t *testing.T, store inflight.Store) *server {
 		Policies:   file,
 		HashSecret: []byte(strings.Repeat("k", 32)),
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			if p.Strategy == inflight.Strategy {
 				l, err := inflight.New(inflight.Config{Policy: p, Store: store})
 				return finishSignal{l, s.finished}, err

@@ -30,6 +30,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // T0 is the instant every test starts at.
@@ -109,7 +110,7 @@ func (e *env) limiter(limit int64, lease time.Duration, now func() time.Time) *i
 	e.t.Helper()
 	name := fmt.Sprintf("jobs-%d-%d", time.Now().UnixNano(), policies.Add(1))
 	l, err := inflight.New(inflight.Config{
-		Policy: &edgelimit.Policy{Name: name, Strategy: inflight.Strategy, Limit: limit, Window: lease, Cost: 1},
+		Policy: &policy.Policy{Name: name, Strategy: inflight.Strategy, Limit: limit, Window: lease, Cost: 1},
 		Store:  e.store, Now: now,
 	})
 	if err != nil {
@@ -348,7 +349,7 @@ func (s *suite) testRetryAfter(t *testing.T) {
 	}
 	// A configured hint.
 	l, err := inflight.New(inflight.Config{
-		Policy:  &edgelimit.Policy{Name: fmt.Sprintf("hint-%d", policies.Add(1)), Limit: 1, Window: time.Minute},
+		Policy:  &policy.Policy{Name: fmt.Sprintf("hint-%d", policies.Add(1)), Limit: 1, Window: time.Minute},
 		Options: &inflight.Options{RetryAfter: 5 * time.Second}, Store: e.store, Now: e.clock.Now,
 	})
 	if err != nil {
@@ -385,7 +386,7 @@ func (s *suite) testKeys(t *testing.T) {
 func (s *suite) testLimits(t *testing.T) {
 	e := s.newEnv(t, 1, time.Minute)
 	r := req("k")
-	r.Limits = edgelimit.Limits{Limit: 3, Window: 2 * time.Minute}
+	r.Limits = policy.Limits{Limit: 3, Window: 2 * time.Minute}
 	d := e.want(r, true, 2)
 	if d.Limit != 3 || d.Window != 2*time.Minute || d.Receipt.Slot != T0.Add(2*time.Minute).UnixNano() {
 		t.Errorf("with limits 3 per 2m: %+v", d)

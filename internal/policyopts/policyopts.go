@@ -5,7 +5,7 @@ package policyopts
 import (
 	"fmt"
 
-	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // Of returns the options of type T a limiter is built with: explicit when
@@ -13,7 +13,7 @@ import (
 // p.Options (the strategy's Parse), else T's zero value (the defaults). A
 // policy whose Options are another strategy's is refused with an error
 // wrapping errConfig (prefix, the package name, when errConfig is nil).
-func Of[T any](explicit *T, p *edgelimit.Policy, errConfig error, prefix string) (T, error) {
+func Of[T any](explicit *T, p *policy.Policy, errConfig error, prefix string) (T, error) {
 	var zero T
 	switch {
 	case explicit != nil:

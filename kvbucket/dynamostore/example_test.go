@@ -8,9 +8,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/kvbucket/dynamostore"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // On AWS: one table shared with the durable strategy, one Store per
@@ -26,7 +26,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	policies, err := edgelimit.LoadPolicies("policies.yaml")
+	policies, err := policy.Load("policies.yaml")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/edgelimit/edgelimit/internal/ddb/ddbcore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/kvbucket"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // The Store's own tests: the item as the table holds it, the SDK's errors,
@@ -65,8 +66,8 @@ func newStore(t testing.TB, cfg Config) *Store {
 
 // kvPolicy is a kv policy of limit per window with a burst and a sync
 // interval.
-func kvPolicy(name string, limit, burst int64, window, sync time.Duration) *edgelimit.Policy {
-	return &edgelimit.Policy{Name: name, Limit: limit, Window: window, Cost: 1, Strategy: kvbucket.Strategy,
+func kvPolicy(name string, limit, burst int64, window, sync time.Duration) *policy.Policy {
+	return &policy.Policy{Name: name, Limit: limit, Window: window, Cost: 1, Strategy: kvbucket.Strategy,
 		Options: &kvbucket.Options{Burst: burst, SyncInterval: sync}}
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // API is the part of the DynamoDB client the store calls, normally a
@@ -75,20 +76,20 @@ func New(cfg Config) (*Store, error) {
 	return &Store{client: cfg.Client, table: aws.String(cfg.Table), now: now}, nil
 }
 
-func pk(policy, key string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "ovr#" + policy + "#" + key}}
+func pk(pol, key string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "ovr#" + pol + "#" + key}}
 }
 
 // Override reads the override of the hashed key under policy.
-func (s *Store) Override(ctx context.Context, policy, key string) (edgelimit.Limits, bool, error) {
-	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: s.table, Key: pk(policy, key), ConsistentRead: aws.Bool(true)})
+func (s *Store) Override(ctx context.Context, pol, key string) (policy.Limits, bool, error) {
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: s.table, Key: pk(pol, key), ConsistentRead: aws.Bool(true)})
 	if err != nil {
-		return edgelimit.Limits{}, false, fmt.Errorf("dynamostore: reading an override: %w", err)
+		return policy.Limits{}, false, fmt.Errorf("dynamostore: reading an override: %w", err)
 	}
 	if len(out.Item) == 0 {
-		return edgelimit.Limits{}, false, nil
+		return policy.Limits{}, false, nil
 	}
-	var l edgelimit.Limits
+	var l policy.Limits
 	var bad error
 	num := func(name string) int64 {
 		v, ok := out.Item[name].(*types.AttributeValueMemberN)
@@ -104,21 +105,21 @@ func (s *Store) Override(ctx context.Context, policy, key string) (edgelimit.Lim
 	l.Limit, l.Window, l.Burst = num("limit"), time.Duration(num("window_ms"))*time.Millisecond, num("burst")
 	until := num("until_ms")
 	if bad != nil {
-		return edgelimit.Limits{}, false, bad
+		return policy.Limits{}, false, bad
 	}
 	// TTL deletion is lazy: an expired item is absent.
 	if until > 0 && s.now().UnixMilli() >= until {
-		return edgelimit.Limits{}, false, nil
+		return policy.Limits{}, false, nil
 	}
 	if l.IsZero() {
-		return edgelimit.Limits{}, false, nil
+		return policy.Limits{}, false, nil
 	}
 	return l, true, nil
 }
 
 // SetOverride writes the override of the hashed key under policy.
-func (s *Store) SetOverride(ctx context.Context, policy, key string, l edgelimit.Limits, until time.Time) error {
-	item := pk(policy, key)
+func (s *Store) SetOverride(ctx context.Context, pol, key string, l policy.Limits, until time.Time) error {
+	item := pk(pol, key)
 	n := func(v int64) types.AttributeValue {
 		return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
 	}
@@ -143,8 +144,8 @@ func (s *Store) SetOverride(ctx context.Context, policy, key string, l edgelimit
 }
 
 // DeleteOverride removes the override of the hashed key under policy.
-func (s *Store) DeleteOverride(ctx context.Context, policy, key string) error {
-	if _, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: s.table, Key: pk(policy, key)}); err != nil {
+func (s *Store) DeleteOverride(ctx context.Context, pol, key string) error {
+	if _, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: s.table, Key: pk(pol, key)}); err != nil {
 		return fmt.Errorf("dynamostore: removing an override: %w", err)
 	}
 	return nil

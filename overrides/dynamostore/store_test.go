@@ -14,6 +14,7 @@ import (
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/overrides"
 	"github.com/edgelimit/edgelimit/overrides/dynamostore"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // The DynamoDB store and the memory store answer the same sequence the
@@ -29,10 +30,10 @@ func TestStoreAgainstMemory(t *testing.T) {
 		}
 		mem := overrides.NewMemory(clock)
 		ctx := context.Background()
-		check := func(step, policy, key string, want edgelimit.Limits, wantOK bool) {
+		check := func(step, pol, key string, want policy.Limits, wantOK bool) {
 			t.Helper()
 			for name, s := range map[string]edgelimit.OverrideStore{"dynamodb": db, "memory": mem} {
-				l, ok, err := s.Override(ctx, policy, key)
+				l, ok, err := s.Override(ctx, pol, key)
 				if err != nil || ok != wantOK || l != want {
 					t.Errorf("%s: %s: Override = %+v, %v, %v; want %+v, %v", step, name, l, ok, err, want, wantOK)
 				}
@@ -46,30 +47,30 @@ func TestStoreAgainstMemory(t *testing.T) {
 				}
 			}
 		}
-		check("empty", "paid", "k1", edgelimit.Limits{}, false)
-		full := edgelimit.Limits{Limit: 5000, Window: 24 * time.Hour, Burst: 50}
+		check("empty", "paid", "k1", policy.Limits{}, false)
+		full := policy.Limits{Limit: 5000, Window: 24 * time.Hour, Burst: 50}
 		both(func(s edgelimit.OverrideStore) error { return s.SetOverride(ctx, "paid", "k1", full, time.Time{}) })
 		check("set", "paid", "k1", full, true)
-		check("other policy", "free", "k1", edgelimit.Limits{}, false)
+		check("other policy", "free", "k1", policy.Limits{}, false)
 		calls.Reset()
 		if _, _, err := db.Override(ctx, "paid", "k1"); err != nil || calls.Total() != 1 || calls.Op("GetItem") != 1 {
 			t.Errorf("a read cost %v calls, want one GetItem", calls.Snapshot())
 		}
 		until := now.Add(90 * time.Second)
 		both(func(s edgelimit.OverrideStore) error {
-			return s.SetOverride(ctx, "paid", "k1", edgelimit.Limits{Limit: 7}, until)
+			return s.SetOverride(ctx, "paid", "k1", policy.Limits{Limit: 7}, until)
 		})
-		check("limit only", "paid", "k1", edgelimit.Limits{Limit: 7}, true)
+		check("limit only", "paid", "k1", policy.Limits{Limit: 7}, true)
 		now = until.Add(-time.Millisecond)
-		check("just before its end", "paid", "k1", edgelimit.Limits{Limit: 7}, true)
+		check("just before its end", "paid", "k1", policy.Limits{Limit: 7}, true)
 		now = until
-		check("at its end", "paid", "k1", edgelimit.Limits{}, false)
+		check("at its end", "paid", "k1", policy.Limits{}, false)
 		both(func(s edgelimit.OverrideStore) error { return s.DeleteOverride(ctx, "paid", "k1") })
 		both(func(s edgelimit.OverrideStore) error { return s.DeleteOverride(ctx, "paid", "never-set") })
-		check("deleted", "paid", "k1", edgelimit.Limits{}, false)
+		check("deleted", "paid", "k1", policy.Limits{}, false)
 
 		// The item's TTL attribute is the end in seconds, rounded up.
-		if err := db.SetOverride(ctx, "paid", "k2", edgelimit.Limits{Limit: 1}, time.UnixMilli(1_700_000_000_500)); err != nil {
+		if err := db.SetOverride(ctx, "paid", "k2", policy.Limits{Limit: 1}, time.UnixMilli(1_700_000_000_500)); err != nil {
 			t.Fatal(err)
 		}
 		out, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true),

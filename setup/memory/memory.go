@@ -9,6 +9,7 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/kvbucket"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 )
 
@@ -18,11 +19,11 @@ func Durable() setup.Backend { return durable{} }
 
 type durable struct{}
 
-func (durable) Strategy() *edgelimit.Strategy { return durablecounter.Strategy }
+func (durable) Strategy() *policy.Strategy { return durablecounter.Strategy }
 
-func (durable) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+func (durable) Open(env *setup.BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
-	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	return func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: env.Now})
 	}, nil
 }
@@ -32,11 +33,11 @@ func KV() setup.Backend { return kv{} }
 
 type kv struct{}
 
-func (kv) Strategy() *edgelimit.Strategy { return kvbucket.Strategy }
+func (kv) Strategy() *policy.Strategy { return kvbucket.Strategy }
 
-func (kv) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+func (kv) Open(env *setup.BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
 	store := kvbucket.NewMemory(kvbucket.MemoryConfig{Now: env.Now})
-	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	return func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return kvbucket.New(kvbucket.Config{Policy: p, KV: store, Now: env.Now})
 	}, nil
 }
@@ -47,14 +48,14 @@ func InFlight() setup.Backend { return inFlight{} }
 
 type inFlight struct{}
 
-func (inFlight) Strategy() *edgelimit.Strategy { return inflight.Strategy }
+func (inFlight) Strategy() *policy.Strategy { return inflight.Strategy }
 
-func (inFlight) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+func (inFlight) Open(env *setup.BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
 	store, err := inflight.NewMemoryStore(inflight.MemoryConfig{})
 	if err != nil {
 		return nil, err
 	}
-	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	return func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return inflight.New(inflight.Config{Policy: p, Store: store, Now: env.Now})
 	}, nil
 }

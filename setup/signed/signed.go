@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
@@ -22,9 +23,9 @@ func WithKeys(keys *signedwindow.KeyRing) setup.Backend { return backend{keys: k
 
 type backend struct{ keys *signedwindow.KeyRing }
 
-func (backend) Strategy() *edgelimit.Strategy { return signedwindow.Strategy }
+func (backend) Strategy() *policy.Strategy { return signedwindow.Strategy }
 
-func (b backend) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+func (b backend) Open(env *setup.BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
 	keys := b.keys
 	if keys == nil {
 		ring := env.Getenv(setup.EnvSecrets)

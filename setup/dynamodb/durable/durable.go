@@ -7,6 +7,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 )
@@ -17,9 +18,9 @@ func Backend(cfg dynamodb.Config) setup.Backend { return backend{cfg} }
 
 type backend struct{ cfg dynamodb.Config }
 
-func (backend) Strategy() *edgelimit.Strategy { return durablecounter.Strategy }
+func (backend) Strategy() *policy.Strategy { return durablecounter.Strategy }
 
-func (b backend) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+func (b backend) Open(env *setup.BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
 	client, table, err := b.cfg.Open(env)
 	if err != nil {
 		return nil, err
@@ -28,7 +29,7 @@ func (b backend) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit
 	if err != nil {
 		return nil, err
 	}
-	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	return func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return durablecounter.New(durablecounter.Config{Policy: p, Store: store, Now: env.Now})
 	}, nil
 }

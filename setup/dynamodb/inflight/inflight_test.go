@@ -7,6 +7,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	limit "github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/inflight"
@@ -18,7 +19,7 @@ import (
 func TestBackend(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
 		_, table, _ := ddbtest.Table(t, s)
-		file, err := edgelimit.ParsePolicies("p.yaml", []byte(`version: 1
+		file, err := policy.Parse("p.yaml", []byte(`version: 1
 policies:
   - {name: speech, routes: ["POST /tts"], key: ip, strategy: inflight, limit: 1, window: 15m}
 `))
@@ -51,7 +52,7 @@ policies:
 		}
 	})
 	vars := map[string]string{}
-	_, err := setup.Limiters(&edgelimit.PolicyFile{Policies: []*edgelimit.Policy{{Name: "speech", Strategy: limit.Strategy}}},
+	_, err := setup.Limiters(&policy.File{Policies: []*policy.Policy{{Name: "speech", Strategy: limit.Strategy}}},
 		[]setup.Backend{inflight.Backend(dynamodb.Config{})}, setup.BackendEnv{Getenv: func(k string) string { return vars[k] }})
 	if err == nil {
 		t.Error("no table in the environment: no error")

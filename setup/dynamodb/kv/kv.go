@@ -12,6 +12,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/kvbucket/dynamostore"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 )
@@ -22,9 +23,9 @@ func Backend(cfg dynamodb.Config) setup.Backend { return backend{cfg} }
 
 type backend struct{ cfg dynamodb.Config }
 
-func (backend) Strategy() *edgelimit.Strategy { return kvbucket.Strategy }
+func (backend) Strategy() *policy.Strategy { return kvbucket.Strategy }
 
-func (b backend) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit.Limiter, error), error) {
+func (b backend) Open(env *setup.BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
 	region, regions, err := Regions(env.Getenv)
 	if err != nil {
 		return nil, err
@@ -37,7 +38,7 @@ func (b backend) Open(env *setup.BackendEnv) (func(*edgelimit.Policy) (edgelimit
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", setup.ErrEnv, setup.EnvKVRegions, err)
 	}
-	return func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+	return func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return kvbucket.New(kvbucket.Config{Policy: p, KV: store, Now: env.Now})
 	}, nil
 }

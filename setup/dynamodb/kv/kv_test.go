@@ -13,6 +13,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/kvbucket"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/kv"
@@ -59,7 +60,7 @@ func TestRegions(t *testing.T) {
 func TestBackendWritesThisRegionsPart(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
 		client, table, _ := ddbtest.Table(t, s)
-		file, err := edgelimit.ParsePolicies("p.yaml", []byte(`version: 1
+		file, err := policy.Parse("p.yaml", []byte(`version: 1
 policies:
   - {name: contact, routes: ["POST /contact"], key: ip, strategy: kv, limit: 5, window: 1m}
 `))
@@ -104,7 +105,7 @@ policies:
 		}
 	})
 	vars := map[string]string{setup.EnvTable: "t", setup.EnvKVRegions: "eu-central-1", "AWS_REGION": "eu-west-1"}
-	file := &edgelimit.PolicyFile{Policies: []*edgelimit.Policy{{Name: "contact", Strategy: kvbucket.Strategy}}}
+	file := &policy.File{Policies: []*policy.Policy{{Name: "contact", Strategy: kvbucket.Strategy}}}
 	if _, err := setup.Limiters(file, []setup.Backend{kv.Backend(dynamodb.Config{})}, setup.BackendEnv{Getenv: func(k string) string { return vars[k] }}); !errors.Is(err, setup.ErrEnv) {
 		t.Errorf("regions without this one: %v, want an error wrapping setup.ErrEnv", err)
 	}

@@ -1,4 +1,4 @@
-package edgelimit
+package policy
 
 import (
 	"fmt"
@@ -23,11 +23,11 @@ type Route struct {
 }
 
 // parseRoute parses "METHOD /path", "METHOD /prefix/*" or "ANY /path".
-func parseRoute(s string) (Route, error) {
+func ParseRoute(s string) (Route, error) {
 	method, p, ok := strings.Cut(strings.TrimSpace(s), " ")
 	p = strings.TrimSpace(p)
 	if !ok || method == "" || p == "" {
-		return Route{}, fmt.Errorf("edgelimit: route %q must be \"METHOD /path\", like \"GET /paid/*\" or \"ANY /contact\"", s)
+		return Route{}, fmt.Errorf("policy: route %q must be \"METHOD /path\", like \"GET /paid/*\" or \"ANY /contact\"", s)
 	}
 	m := strings.ToUpper(method)
 	known := false
@@ -37,24 +37,24 @@ func parseRoute(s string) (Route, error) {
 		}
 	}
 	if !known {
-		return Route{}, fmt.Errorf("edgelimit: route %q: method %q is not one of %s", s, method, strings.Join(knownMethods, ", "))
+		return Route{}, fmt.Errorf("policy: route %q: method %q is not one of %s", s, method, strings.Join(knownMethods, ", "))
 	}
 	if !strings.HasPrefix(p, "/") {
-		return Route{}, fmt.Errorf("edgelimit: route %q: path must start with /", s)
+		return Route{}, fmt.Errorf("policy: route %q: path must start with /", s)
 	}
 	r := Route{Method: m}
 	if before, ok := strings.CutSuffix(p, "*"); ok {
 		if !strings.HasSuffix(before, "/") {
-			return Route{}, fmt.Errorf("edgelimit: route %q: * may only follow a /, like /paid/*", s)
+			return Route{}, fmt.Errorf("policy: route %q: * may only follow a /, like /paid/*", s)
 		}
 		r.Prefix, p = true, before
 	}
 	if strings.ContainsAny(p, "*?#{}% \t") {
-		return Route{}, fmt.Errorf("edgelimit: route %q: path may contain * only at the end, and no ?, #, %%, { } or spaces", s)
+		return Route{}, fmt.Errorf("policy: route %q: path may contain * only at the end, and no ?, #, %%, { } or spaces", s)
 	}
 	clean := path.Clean(p)
 	if clean != p && clean+"/" != p {
-		return Route{}, fmt.Errorf("edgelimit: route %q: path is not clean; write %q", s, clean)
+		return Route{}, fmt.Errorf("policy: route %q: path is not clean; write %q", s, clean)
 	}
 	r.Path = clean
 	if r.Prefix && clean != "/" {
@@ -86,33 +86,4 @@ func (r Route) Matches(method, canonical string) bool {
 	// "/paid/*" also covers "/paid" itself: a router that ignores trailing
 	// slashes sends "/paid/" there.
 	return len(canonical) == len(r.Path)-1 && strings.HasPrefix(r.Path, canonical)
-}
-
-// specificity orders routes for labelling: exact before prefix, longer first.
-func (r Route) specificity() int {
-	n := len(r.Path) * 2
-	if !r.Prefix {
-		n++
-	}
-	if r.Method != methodAny {
-		n += 1 << 20
-	}
-	return n
-}
-
-// templatePath returns the canonical path of the route an API gateway
-// matched, in its own syntax ("/paid/{resource}", "/{proxy+}"), from a
-// route key ("GET /paid/{resource}"; "$default" has none) or a bare resource
-// path. It returns "" when there is none.
-func templatePath(route string) string {
-	if route == "" || route[0] == '$' {
-		return ""
-	}
-	if i := strings.IndexByte(route, ' '); i >= 0 {
-		route = route[i+1:]
-	}
-	if route == "" || route[0] != '/' || len(route) > maxPathLength {
-		return ""
-	}
-	return path.Clean(route)
 }

@@ -1,4 +1,4 @@
-package edgelimit_test
+package policy_test
 
 import (
 	"errors"
@@ -9,33 +9,33 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/kvbucket"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
 
 func TestLoadExamplePolicies(t *testing.T) {
-	f, err := edgelimit.LoadPolicies("cmd/edgelimit/policies.yaml")
+	f, err := policy.Load("../cmd/edgelimit/policies.yaml")
 	if err != nil {
-		t.Fatalf("LoadPolicies(cmd/edgelimit/policies.yaml): %v", err)
+		t.Fatalf("Load(../cmd/edgelimit/policies.yaml): %v", err)
 	}
 	if got := len(f.Policies); got < 5 {
 		t.Fatalf("policies = %d, want at least 5", got)
 	}
-	byName := map[string]*edgelimit.Policy{}
+	byName := map[string]*policy.Policy{}
 	for _, p := range f.Policies {
 		byName[p.Name] = p
 	}
 	paid := byName["paid-daily"]
-	if paid == nil || paid.Limit != 1000 || paid.Window != 24*time.Hour || paid.OnStoreError != edgelimit.FailClosed ||
+	if paid == nil || paid.Limit != 1000 || paid.Window != 24*time.Hour || paid.OnStoreError != policy.FailClosed ||
 		paid.Key.String() != "header:X-Api-Key" {
 		t.Errorf("paid-daily = %+v", paid)
 	}
 	if b := byName["paid-burst"]; b == nil || *b.Options.(*durablecounter.Options) != (durablecounter.Options{Algorithm: durablecounter.GCRA, Burst: 20, Shards: 1, DenyCache: true}) {
 		t.Errorf("paid-burst = %+v", b)
 	}
-	if c := byName["contact"]; c == nil || c.OnStoreError != edgelimit.FailOpen || c.Strategy != kvbucket.Strategy || *c.Options.(*kvbucket.Options) != (kvbucket.Options{}) {
+	if c := byName["contact"]; c == nil || c.OnStoreError != policy.FailOpen || c.Strategy != kvbucket.Strategy || *c.Options.(*kvbucket.Options) != (kvbucket.Options{}) {
 		t.Errorf("contact defaults = %+v, want fail open, kv, burst and sync interval their defaults", c)
 	}
 	if tts := byName["tts"]; tts == nil || !reflect.DeepEqual(tts.Options, &signedwindow.Options{ProofOfWork: &signedwindow.ProofOfWork{Bits: 16, TTL: 10 * time.Second}}) {
@@ -44,7 +44,7 @@ func TestLoadExamplePolicies(t *testing.T) {
 }
 
 func TestPolicyDefaults(t *testing.T) {
-	f, err := edgelimit.ParsePolicies("p.yaml", []byte(`version: 1
+	f, err := policy.Parse("p.yaml", []byte(`version: 1
 policies:
   - name: a
     routes: ["GET /a"]
@@ -57,10 +57,10 @@ policies:
 		t.Fatal(err)
 	}
 	p := f.Policies[0]
-	want := edgelimit.Policy{Name: "a", Strategy: durablecounter.Strategy, Limit: 3, Window: 24 * time.Hour,
-		Cost: 1, OnStoreError: edgelimit.FailClosed, StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64, Line: 3, OverrideStaleness: time.Minute,
+	want := policy.Policy{Name: "a", Strategy: durablecounter.Strategy, Limit: 3, Window: 24 * time.Hour,
+		Cost: 1, OnStoreError: policy.FailClosed, StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64, Line: 3, OverrideStaleness: time.Minute,
 		Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 1, DenyCache: true}}
-	p.Routes, p.Key = nil, edgelimit.KeySource{}
+	p.Routes, p.Key = nil, policy.KeySource{}
 	if !reflect.DeepEqual(*p, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", *p, want)
 	}
@@ -70,7 +70,7 @@ policies:
 }
 
 // Each bad file must fail at load with the file, line, policy and field named.
-func TestParsePoliciesErrors(t *testing.T) {
+func TestParseErrors(t *testing.T) {
 	head := "version: 1\npolicies:\n"
 	pol := func(extra string) string {
 		return head + "  - name: paid\n    routes: [\"GET /paid/*\"]\n    key: header:X-Api-Key\n    strategy: durable\n    limit: 10\n" + extra
@@ -126,14 +126,14 @@ func TestParsePoliciesErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := edgelimit.ParsePolicies("p.yaml", []byte(tt.file))
+			_, err := policy.Parse("p.yaml", []byte(tt.file))
 			if err == nil {
-				t.Fatalf("ParsePolicies succeeded, want errors %q", tt.want)
+				t.Fatalf("policy.Parse succeeded, want errors %q", tt.want)
 			}
-			if !errors.Is(err, edgelimit.ErrBadPolicyFile) {
-				t.Errorf("error does not wrap ErrBadPolicyFile: %v", err)
+			if !errors.Is(err, policy.ErrBadFile) {
+				t.Errorf("error does not wrap ErrBadFile: %v", err)
 			}
-			var pe *edgelimit.PolicyError
+			var pe *policy.Error
 			if !errors.As(err, &pe) {
 				t.Errorf("error has no *PolicyError: %v", err)
 			}
@@ -146,10 +146,10 @@ func TestParsePoliciesErrors(t *testing.T) {
 	}
 }
 
-func TestLoadPoliciesMissingFile(t *testing.T) {
-	_, err := edgelimit.LoadPolicies("does-not-exist.yaml")
+func TestLoadMissingFile(t *testing.T) {
+	_, err := policy.Load("does-not-exist.yaml")
 	if !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("LoadPolicies(missing) = %v, want os.ErrNotExist", err)
+		t.Errorf("policy.Load(missing) = %v, want os.ErrNotExist", err)
 	}
 }
 
@@ -171,7 +171,7 @@ func TestParseDuration(t *testing.T) {
 		{"xd", 0, "is not a duration"},
 	}
 	for _, tt := range tests {
-		got, err := edgelimit.ParseDuration(tt.in)
+		got, err := policy.ParseDuration(tt.in)
 		if tt.err == "" {
 			if err != nil || got != tt.want {
 				t.Errorf("ParseDuration(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
@@ -186,14 +186,14 @@ func TestParseDuration(t *testing.T) {
 
 func TestFormatDuration(t *testing.T) {
 	for d, want := range map[time.Duration]string{24 * time.Hour: "1d", time.Minute: "1m", 90 * time.Second: "1m30s", time.Hour: "1h", 1500 * time.Millisecond: "1.5s"} {
-		if got := edgelimit.FormatDuration(d); got != want {
+		if got := policy.FormatDuration(d); got != want {
 			t.Errorf("FormatDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
 }
 
-func FuzzParsePolicies(f *testing.F) {
-	if b, err := os.ReadFile("cmd/edgelimit/policies.yaml"); err == nil {
+func FuzzParse(f *testing.F) {
+	if b, err := os.ReadFile("../cmd/edgelimit/policies.yaml"); err == nil {
 		f.Add(b)
 	}
 	f.Add([]byte("version: 1\npolicies:\n  - {name: a, routes: [\"GET /a/*\"], key: header:X, strategy: kv, limit: 1, window: 1s}\n"))
@@ -201,10 +201,10 @@ func FuzzParsePolicies(f *testing.F) {
 	f.Add([]byte("{version: 1, policies: [[]], legacy_headers: false}"))
 	f.Add([]byte("&a [*a]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		pf, err := edgelimit.ParsePolicies("fuzz.yaml", data)
+		pf, err := policy.Parse("fuzz.yaml", data)
 		if err != nil {
-			if !errors.Is(err, edgelimit.ErrBadPolicyFile) {
-				t.Fatalf("error does not wrap ErrBadPolicyFile: %v", err)
+			if !errors.Is(err, policy.ErrBadFile) {
+				t.Fatalf("error does not wrap ErrBadFile: %v", err)
 			}
 			return
 		}
@@ -240,19 +240,19 @@ func TestYAMLSyntaxErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := edgelimit.ParsePolicies("p.yaml", []byte(tt.file))
+			_, err := policy.Parse("p.yaml", []byte(tt.file))
 			if err == nil || err.Error() != tt.want {
 				t.Errorf("error =\n%v\nwant\n%s", err, tt.want)
 			}
-			if !errors.Is(err, edgelimit.ErrBadPolicyFile) {
-				t.Errorf("not ErrBadPolicyFile: %v", err)
+			if !errors.Is(err, policy.ErrBadFile) {
+				t.Errorf("not ErrBadFile: %v", err)
 			}
 		})
 	}
 }
 
 // The path is shown as given, and the message is the problems alone.
-func TestLoadPoliciesNamesThePathAsGiven(t *testing.T) {
+func TestLoadNamesThePathAsGiven(t *testing.T) {
 	t.Chdir(t.TempDir())
 	if err := os.MkdirAll(filepath.Join("sub", "dir"), 0o755); err != nil {
 		t.Fatal(err)
@@ -261,7 +261,7 @@ func TestLoadPoliciesNamesThePathAsGiven(t *testing.T) {
 	if err := os.WriteFile(path, []byte("version: 1\npolicies:\n  - {name: a, routes: [\"GET /a\"], key: ip, strategy: kv, limit: 1,\n     window: 10}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := edgelimit.LoadPolicies(path)
+	_, err := policy.Load(path)
 	if want := `sub/dir/x.yaml:4: policy "a": window "10" needs a unit, like 10s`; err == nil || err.Error() != want {
 		t.Errorf("error = %v, want %s", err, want)
 	}
@@ -273,7 +273,7 @@ func TestLoadPoliciesNamesThePathAsGiven(t *testing.T) {
 // Regression (issue 15, item 5): a route listed twice in one policy, in
 // any spelling, is refused.
 func TestDuplicateRoute(t *testing.T) {
-	_, err := edgelimit.ParsePolicies("p.yaml", []byte("version: 1\npolicies:\n  - name: a\n    routes:\n      - POST /contact\n      - POST /contact/\n    key: ip\n    strategy: kv\n    limit: 1\n    window: 1s\n"))
+	_, err := policy.Parse("p.yaml", []byte("version: 1\npolicies:\n  - name: a\n    routes:\n      - POST /contact\n      - POST /contact/\n    key: ip\n    strategy: kv\n    limit: 1\n    window: 1s\n"))
 	if want := `p.yaml:6: policy "a": route "POST /contact/" is listed twice (it matches what "POST /contact" does)`; err == nil || err.Error() != want {
 		t.Errorf("error = %v, want %s", err, want)
 	}

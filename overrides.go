@@ -2,13 +2,12 @@ package edgelimit
 
 import (
 	"context"
-	"errors"
 	"hash/maphash"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // OverrideStore holds the limits operators set for single client keys at
@@ -18,54 +17,12 @@ import (
 type OverrideStore interface {
 	// Override returns the limits set for the hashed client key under the
 	// policy, and false when there are none (or they have expired).
-	Override(ctx context.Context, policy, key string) (Limits, bool, error)
+	Override(ctx context.Context, policy, key string) (policy.Limits, bool, error)
 	// SetOverride sets the limits of the hashed key under policy, until
 	// the given instant (zero: until removed).
-	SetOverride(ctx context.Context, policy, key string, l Limits, until time.Time) error
+	SetOverride(ctx context.Context, policy, key string, l policy.Limits, until time.Time) error
 	// DeleteOverride removes it; removing none is not an error.
 	DeleteOverride(ctx context.Context, policy, key string) error
-}
-
-// errUnknownTier is the private cause of a 400 for a tier the policy does
-// not have (tiers.on_unknown: reject).
-var errUnknownTier = errors.New("edgelimit: tier not known")
-
-// tier returns the limits of the tier that in names for p, or a 400's
-// cause.
-func tier(p *Policy, in *Input) (Limits, error) {
-	t := p.Tiers
-	var v string
-	switch t.By.kind {
-	case keyHeader:
-		if in.Header != nil {
-			v = in.Header.Get(t.By.name)
-		}
-	case keyClaim:
-		if in.Claims != nil {
-			v = in.Claims.Get(t.By.name)
-		}
-	}
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return t.Levels[t.Default], nil
-	}
-	if l, ok := t.Levels[v]; ok {
-		return l, nil
-	}
-	if t.RejectUnknown {
-		return Limits{}, errUnknownTier
-	}
-	return t.Levels[t.Default], nil
-}
-
-// unknownTierDetail is the public detail of that 400: what is required,
-// never what was sent (unless it is one of the known names).
-func unknownTierDetail(p *Policy) string {
-	what := "header " + p.Tiers.By.name
-	if p.Tiers.By.kind == keyClaim {
-		what = "claim " + strconv.Quote(p.Tiers.By.name)
-	}
-	return "The " + what + " must name one of the plans " + strings.Join(p.Tiers.Names, ", ") + "."
 }
 
 // overrideCache remembers, per policy, the overrides read for each hashed
@@ -82,7 +39,7 @@ type overrideShard struct {
 }
 
 type overrideEntry struct {
-	l     Limits
+	l     policy.Limits
 	until time.Time
 	ready chan struct{} // closed once l is read
 }
@@ -112,7 +69,7 @@ func (oc *overrideCache) forget(key string) {
 // cached answer is older than staleness. A store that fails is logged and
 // counts as no override, for one staleness interval (the policy's own
 // limits apply: a broken store never blocks a request).
-func (e *Engine) override(ctx context.Context, c *compiled, key string, now time.Time) Limits {
+func (e *Engine) override(ctx context.Context, c *compiled, key string, now time.Time) policy.Limits {
 	oc := c.overrides
 	sh := &oc.shards[maphash.String(oc.seed, key)&15]
 	sh.mu.Lock()
@@ -123,7 +80,7 @@ func (e *Engine) override(ctx context.Context, c *compiled, key string, now time
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return Limits{}
+			return policy.Limits{}
 		}
 		return ent.l
 	}
@@ -148,7 +105,7 @@ func (e *Engine) override(ctx context.Context, c *compiled, key string, now time
 			slog.String("policy", c.Name), slog.String("error", err.Error()))
 	}
 	if !ok || err != nil {
-		l = Limits{}
+		l = policy.Limits{}
 	}
 	ent.l = l
 	close(ent.ready)

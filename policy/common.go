@@ -1,10 +1,11 @@
-package edgelimit
+package policy
 
 import (
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/edgelimit/edgelimit/internal/suggest"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -107,15 +108,12 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 		if s := pol.Strategy; s != nil {
 			known = append(slices.Clone(common), s.Fields...)
 		}
-		p.errorf(keyLines[name], pol.Name, "unknown field %q%s", name, suggest(name, known))
+		p.errorf(keyLines[name], pol.Name, "unknown field %q%s", name, suggest.DidYouMean(name, known))
 	}
 	if pol.ChargeAfter && len(pol.ChargeStatus) > 0 {
 		p.errorf(lineOf(fields, "charge_status", n.Line), pol.Name, "charge: response and charge_status do not go together; charge_status already charges after the response, for those statuses")
 	}
 	if s := pol.Strategy; s != nil {
-		if s.Stateless && pol.OnStoreError == FailLocal {
-			p.errorf(lineOf(fields, "on_store_error", n.Line), pol.Name, "on_store_error local needs a store to fall back from; strategy %s has none", s.Name)
-		}
 		if !s.Limits {
 			refuse := func(f string) {
 				p.errorf(lineOf(fields, f, n.Line), pol.Name, "%s needs a strategy whose limits can change per request; strategy %s takes its limit from the policy only", f, s.Name)
@@ -130,9 +128,36 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 		if _, set := fields["on_store_error"]; !set {
 			pol.OnStoreError = s.OnStoreError
 		}
+		before := len(p.errs)
 		pol.Options = s.Parse(&Fields{p: p, policy: pol, nodes: own, all: fields, line: n.Line})
+		p.needAbilities(pol, fields, n.Line, before)
 	}
 	return pol
+}
+
+// needAbilities refuses the fields of pol that need an ability its
+// strategy's limiters lack, unless the strategy's Parse already said why
+// (an error at the field's line since before).
+func (p *fileParser) needAbilities(pol *Policy, fields map[string]*yaml.Node, line, before int) {
+	s := pol.Strategy
+	said := func(f string) bool {
+		l := lineOf(fields, f, line)
+		for _, e := range p.errs[before:] {
+			if e.Line == l {
+				return true
+			}
+		}
+		return false
+	}
+	need := func(f string, set bool, a Abilities, msg string) {
+		if set && !s.Abilities.Has(a) && !said(f) {
+			p.errorf(lineOf(fields, f, line), pol.Name, msg, f, s.Name)
+		}
+	}
+	need("on_store_error", pol.OnStoreError == FailLocal, CanLocal, "%s local needs a store to fall back from; strategy %s has none")
+	need("charge", pol.ChargeAfter, CanPeek|CanCharge, "%s needs a strategy that can spend after the response; strategy %s cannot")
+	need("charge_status", len(pol.ChargeStatus) > 0, CanPeek|CanCharge, "%s needs a strategy that can spend after the response; strategy %s cannot")
+	need("refund_status", len(pol.RefundStatus) > 0, CanRefund, "%s needs a strategy that can give units back; strategy %s cannot")
 }
 
 // strategyHint lists the strategies a program knows, for the message about
@@ -205,7 +230,7 @@ func parseStrategy(p *fileParser, pol *Policy, v *yaml.Node) {
 	}
 	if pol.Strategy = lookupStrategy(s); pol.Strategy == nil {
 		names := strategyNames()
-		hint := suggest(s, names)
+		hint := suggest.DidYouMean(s, names)
 		if hint == "" {
 			hint = " (a strategy is known once its package is imported: is this program built with it?)"
 		}
@@ -233,9 +258,9 @@ func parseRoutes(p *fileParser, pol *Policy, v *yaml.Node) {
 		if !ok {
 			continue
 		}
-		r, err := parseRoute(s)
+		r, err := ParseRoute(s)
 		if err != nil {
-			p.errorf(it.Line, pol.Name, "%s", strings.TrimPrefix(err.Error(), "edgelimit: "))
+			p.errorf(it.Line, pol.Name, "%s", strings.TrimPrefix(err.Error(), "policy: "))
 			continue
 		}
 		if j := slices.Index(pol.Routes, r); j >= 0 {
@@ -253,9 +278,9 @@ func parseKey(p *fileParser, pol *Policy, v *yaml.Node) {
 	if !ok {
 		return
 	}
-	ks, err := parseKeySource(s)
+	ks, err := ParseKeySource(s)
 	if err != nil {
-		p.errorf(v.Line, pol.Name, "%s", strings.TrimPrefix(err.Error(), "edgelimit: "))
+		p.errorf(v.Line, pol.Name, "%s", strings.TrimPrefix(err.Error(), "policy: "))
 	}
 	pol.Key = ks
 }
@@ -272,7 +297,7 @@ func parseOnMissingKey(p *fileParser, pol *Policy, v *yaml.Node) {
 	default:
 		p.errorf(v.Line, pol.Name, "on_missing_key %q is not one of reject, ip", s)
 	}
-	if pol.Key.kind == keyIP || pol.Key.kind == keyGlobal {
+	if pol.Key.kind == KeyIP || pol.Key.kind == KeyGlobal {
 		p.errorf(v.Line, pol.Name, "on_missing_key applies only to header: and claim: keys")
 	}
 }
@@ -339,7 +364,7 @@ func parseShadow(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.Shadow, _ = p.bool(v, pol.Name, "shadow")
 }
 
-func usesIP(pol *Policy) bool { return pol.Key.kind == keyIP || pol.MissingKeyToIP }
+func usesIP(pol *Policy) bool { return pol.Key.kind == KeyIP || pol.MissingKeyToIP }
 
 func parseTrustedProxies(p *fileParser, pol *Policy, v *yaml.Node) {
 	t, ok := p.int(v, pol.Name, "trusted_proxies")

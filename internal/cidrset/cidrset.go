@@ -1,4 +1,6 @@
-package edgelimit
+// Package cidrset is a set of address ranges (an address list's CIDRs),
+// merged and sorted: membership is a binary search.
+package cidrset
 
 import (
 	"cmp"
@@ -7,10 +9,10 @@ import (
 	"slices"
 )
 
-// cidrSet is a set of address ranges, merged and sorted, one slice per
-// family: membership is a binary search, so thousands of CIDRs cost a dozen
+// Set is a set of address ranges, merged and sorted, one slice per family:
+// membership is a binary search, so thousands of CIDRs cost a dozen
 // comparisons.
-type cidrSet struct {
+type Set struct {
 	v4 []span32
 	v6 []span128
 }
@@ -28,8 +30,9 @@ func cmp128(a, b u128) int {
 	return cmp.Compare(a.lo, b.lo)
 }
 
-func newCIDRSet(pfxs []netip.Prefix) *cidrSet {
-	s := &cidrSet{}
+// New returns the set of the addresses in pfxs.
+func New(pfxs []netip.Prefix) *Set {
+	s := &Set{}
 	for _, p := range pfxs {
 		a := p.Addr()
 		if a.Is4() {
@@ -84,7 +87,8 @@ func newCIDRSet(pfxs []netip.Prefix) *cidrSet {
 	return s
 }
 
-func (s *cidrSet) contains(a netip.Addr) bool {
+// Contains reports whether a is in the set.
+func (s *Set) Contains(a netip.Addr) bool {
 	if a.Is4() {
 		b := a.As4()
 		x := binary.BigEndian.Uint32(b[:])

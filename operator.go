@@ -6,21 +6,23 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/edgelimit/edgelimit/internal/suggest"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
-// The operator's side of the engine. An operation a policy's limiter
-// cannot perform (a signed policy stores nothing to read back, reset or
-// grant) fails with an error that wraps errors.ErrUnsupported.
-//: a client key's usage read back,
-// reset and granted, and its override set, by the raw key (an API key, an
+// The operator's side of the engine: a client key's usage read back, reset
+// and granted, and its override set, by the raw key (an API key, an
 // address, a claim's value) as a request would carry it. The engine hashes
 // it exactly as it hashes a request's key, so what `edgelimit usage` reads
-// is what the functions count.
+// is what the functions count. An operation a policy's limiter cannot
+// perform (a signed policy stores nothing to read back, reset or grant)
+// fails with an error that wraps errors.ErrUnsupported.
 
 // KeyOf returns the hashed client key the engine uses for the raw key under
 // the named policy: what its limiter and the override store see.
-func (e *Engine) KeyOf(policy, raw string) (string, error) {
-	c, err := e.policy(policy)
+func (e *Engine) KeyOf(name, raw string) (string, error) {
+	c, err := e.lookup(name)
 	if err != nil {
 		return "", err
 	}
@@ -30,13 +32,13 @@ func (e *Engine) KeyOf(policy, raw string) (string, error) {
 func (e *Engine) keyOf(c *compiled, raw string) (string, error) {
 	in := Input{}
 	raw = strings.TrimSpace(raw)
-	switch c.Key.kind {
-	case keyIP:
+	switch c.Key.Kind() {
+	case policy.KeyIP:
 		in.SourceIP = raw
-	case keyHeader:
-		in.Header = singleValue{c.Key.name, raw}
-	case keyClaim:
-		in.Claims = exactValue{c.Key.name, raw}
+	case policy.KeyHeader:
+		in.Header = singleValue{c.Key.Name(), raw}
+	case policy.KeyClaim:
+		in.Claims = exactValue{c.Key.Name(), raw}
 	}
 	p := *c.Policy
 	p.TrustedProxies, p.MissingKeyToIP = 0, false
@@ -44,7 +46,7 @@ func (e *Engine) keyOf(c *compiled, raw string) (string, error) {
 	k, err := rawKey(&p, &in, buf[:0])
 	if err != nil {
 		what := "the key"
-		if c.Key.kind == keyIP {
+		if c.Key.Kind() == policy.KeyIP {
 			what = "the key, an IP address,"
 		}
 		return "", fmt.Errorf("edgelimit: policy %q: %s is empty or not valid (%s)", c.Name, what, strings.TrimPrefix(err.Error(), "edgelimit: "))
@@ -72,7 +74,7 @@ func (s exactValue) Get(name string) string {
 	return ""
 }
 
-func (e *Engine) policy(name string) (*compiled, error) {
+func (e *Engine) lookup(name string) (*compiled, error) {
 	for _, c := range e.policies {
 		if c.Name == name {
 			return c, nil
@@ -82,7 +84,7 @@ func (e *Engine) policy(name string) (*compiled, error) {
 	for i, c := range e.policies {
 		names[i] = c.Name
 	}
-	return nil, fmt.Errorf("edgelimit: no policy %q%s", name, suggest(name, names))
+	return nil, fmt.Errorf("edgelimit: no policy %q%s", name, suggest.DidYouMean(name, names))
 }
 
 // Usage reports the raw key's state under the named policy, without
@@ -90,8 +92,8 @@ func (e *Engine) policy(name string) (*compiled, error) {
 // tiers: tier names it, "" is the default tier; an override, if one is
 // set), what is left and when it resets. It needs a limiter that can peek
 // (durable, kv).
-func (e *Engine) Usage(ctx context.Context, policy, raw, tierName string) (Decision, error) {
-	c, err := e.policy(policy)
+func (e *Engine) Usage(ctx context.Context, name, raw, tierName string) (Decision, error) {
+	c, err := e.lookup(name)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -148,12 +150,12 @@ func (e *Engine) operatorRequest(ctx context.Context, c *compiled, raw, tierName
 // billing cycle): its next request finds the full quota. The deny caches of
 // other instances honour it once their cached denial's reset passes or
 // within a second, whichever is sooner (see the strategy's docs).
-func (e *Engine) Reset(ctx context.Context, policy, raw string) error {
-	c, err := e.policy(policy)
+func (e *Engine) Reset(ctx context.Context, name, raw string) error {
+	c, err := e.lookup(name)
 	if err != nil {
 		return err
 	}
-	r, ok := ability[resetter](c.limiter)
+	r, ok := ability[Resetter](c.limiter)
 	if !ok {
 		return fmt.Errorf("%w: policy %q (%s) keeps no usage to reset", errors.ErrUnsupported, c.Name, c.StrategyName())
 	}
@@ -166,15 +168,15 @@ func (e *Engine) Reset(ctx context.Context, policy, raw string) error {
 
 // Grant gives the raw key units beyond its quota under the named policy:
 // for its current window when until is zero, else until that instant.
-func (e *Engine) Grant(ctx context.Context, policy, raw string, units int64, until time.Time) error {
-	c, err := e.policy(policy)
+func (e *Engine) Grant(ctx context.Context, name, raw string, units int64, until time.Time) error {
+	c, err := e.lookup(name)
 	if err != nil {
 		return err
 	}
 	if units <= 0 {
 		return fmt.Errorf("edgelimit: grant of %d units: it must be at least 1", units)
 	}
-	g, ok := ability[granter](c.limiter)
+	g, ok := ability[Granter](c.limiter)
 	if !ok {
 		return fmt.Errorf("%w: policy %q (%s) keeps no usage to grant against", errors.ErrUnsupported, c.Name, c.StrategyName())
 	}
@@ -190,10 +192,10 @@ func (e *Engine) Grant(ctx context.Context, policy, raw string, units int64, unt
 
 // Override returns the override set for the raw key under the named
 // policy, read from the store (not the cache), and whether there is one.
-func (e *Engine) Override(ctx context.Context, policy, raw string) (Limits, bool, error) {
-	c, key, err := e.overridable(policy, raw)
+func (e *Engine) Override(ctx context.Context, name, raw string) (policy.Limits, bool, error) {
+	c, key, err := e.overridable(name, raw)
 	if err != nil {
-		return Limits{}, false, err
+		return policy.Limits{}, false, err
 	}
 	return e.overrides.Override(ctx, c.Name, key)
 }
@@ -202,8 +204,8 @@ func (e *Engine) Override(ctx context.Context, policy, raw string) (Limits, bool
 // with overrides: true), until the given instant (zero: until removed).
 // Its zero fields keep the policy's (or the tier's). Every instance sees it
 // within the policy's override_staleness; this one at once.
-func (e *Engine) SetOverride(ctx context.Context, policy, raw string, l Limits, until time.Time) error {
-	c, key, err := e.overridable(policy, raw)
+func (e *Engine) SetOverride(ctx context.Context, name, raw string, l policy.Limits, until time.Time) error {
+	c, key, err := e.overridable(name, raw)
 	if err != nil {
 		return err
 	}
@@ -226,8 +228,8 @@ func (e *Engine) SetOverride(ctx context.Context, policy, raw string, l Limits, 
 // DeleteOverride removes the raw key's override under the named policy; the
 // policy's (or tier's) limits apply again, on every instance within the
 // policy's override_staleness.
-func (e *Engine) DeleteOverride(ctx context.Context, policy, raw string) error {
-	c, key, err := e.overridable(policy, raw)
+func (e *Engine) DeleteOverride(ctx context.Context, name, raw string) error {
+	c, key, err := e.overridable(name, raw)
 	if err != nil {
 		return err
 	}
@@ -238,8 +240,8 @@ func (e *Engine) DeleteOverride(ctx context.Context, policy, raw string) error {
 	return nil
 }
 
-func (e *Engine) overridable(policy, raw string) (*compiled, string, error) {
-	c, err := e.policy(policy)
+func (e *Engine) overridable(name, raw string) (*compiled, string, error) {
+	c, err := e.lookup(name)
 	if err != nil {
 		return nil, "", err
 	}

@@ -2,101 +2,16 @@ package edgelimit
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/edgelimit/edgelimit/policy"
 )
-
-// keyKind says where a policy finds the client key.
-type keyKind uint8
-
-// Key kinds.
-const (
-	keyIP     keyKind = iota + 1 // the source address from the request context
-	keyHeader                    // a request header
-	keyClaim                     // a claim of the authorizer's JWT
-	keyGlobal                    // one key for everybody
-)
-
-// KeySource says where a policy (a tier, a list) finds a value of the
-// request: its source address (ip), a header (header:NAME), a claim of the
-// authorizer's JWT (claim:NAME), or one value for everybody (global). Its
-// String is the policy file's spelling.
-type KeySource struct {
-	kind keyKind
-	name string // header (canonical form) or claim name
-}
 
 // maxKeyLength bounds a header or claim key value; longer values are
 // rejected as bad input rather than hashed.
 const maxKeyLength = 1024
-
-// parseKeySource parses ip, global, header:NAME or claim:NAME.
-func parseKeySource(s string) (KeySource, error) {
-	switch s {
-	case "ip":
-		return KeySource{kind: keyIP}, nil
-	case "global":
-		return KeySource{kind: keyGlobal}, nil
-	}
-	kind, name, ok := strings.Cut(s, ":")
-	if ok && name != "" {
-		switch kind {
-		case "header":
-			if !validHeaderName(name) {
-				return KeySource{}, fmt.Errorf("edgelimit: key %q: %q is not a valid header name", s, name)
-			}
-			return KeySource{kind: keyHeader, name: canonicalHeader(name)}, nil
-		case "claim":
-			if len(name) > 128 {
-				return KeySource{}, fmt.Errorf("edgelimit: key %q: claim name too long", s)
-			}
-			return KeySource{kind: keyClaim, name: name}, nil
-		}
-	}
-	return KeySource{}, fmt.Errorf("edgelimit: key %q is not one of ip, global, header:NAME, claim:NAME", s)
-}
-
-// String returns the source as written in a policy file.
-func (k KeySource) String() string {
-	switch k.kind {
-	case keyIP:
-		return "ip"
-	case keyGlobal:
-		return "global"
-	case keyHeader:
-		return "header:" + k.name
-	case keyClaim:
-		return "claim:" + k.name
-	}
-	return ""
-}
-
-func validHeaderName(s string) bool {
-	if s == "" || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
-
-func canonicalHeader(s string) string {
-	b := []byte(strings.ToLower(s))
-	upper := true
-	for i, c := range b {
-		if upper && c >= 'a' && c <= 'z' {
-			b[i] = c - 'a' + 'A'
-		}
-		upper = c == '-'
-	}
-	return string(b)
-}
 
 // errMissingKey and errBadKey are the private causes of a 400.
 var (
@@ -107,20 +22,20 @@ var (
 // rawKey finds the client key of p in the request, before hashing. It
 // returns a kind-prefixed value so that equal strings from different sources
 // never share a counter.
-func rawKey(p *Policy, in *Input, buf []byte) ([]byte, error) {
-	switch p.Key.kind {
-	case keyGlobal:
+func rawKey(p *policy.Policy, in *Input, buf []byte) ([]byte, error) {
+	switch p.Key.Kind() {
+	case policy.KeyGlobal:
 		return append(buf, "g:"...), nil
-	case keyIP:
+	case policy.KeyIP:
 		return ipKey(p, in, buf)
-	case keyHeader, keyClaim:
+	case policy.KeyHeader, policy.KeyClaim:
 		var v string
-		if p.Key.kind == keyHeader {
+		if p.Key.Kind() == policy.KeyHeader {
 			if in.Header != nil {
-				v = in.Header.Get(p.Key.name)
+				v = in.Header.Get(p.Key.Name())
 			}
 		} else if in.Claims != nil {
-			v = in.Claims.Get(p.Key.name)
+			v = in.Claims.Get(p.Key.Name())
 		}
 		v = strings.TrimSpace(v)
 		if v == "" {
@@ -132,7 +47,7 @@ func rawKey(p *Policy, in *Input, buf []byte) ([]byte, error) {
 		if len(v) > maxKeyLength || !utf8.ValidString(v) {
 			return nil, errBadKey
 		}
-		if p.Key.kind == keyHeader {
+		if p.Key.Kind() == policy.KeyHeader {
 			buf = append(buf, "h:"...)
 		} else {
 			buf = append(buf, "c:"...)
@@ -142,7 +57,7 @@ func rawKey(p *Policy, in *Input, buf []byte) ([]byte, error) {
 	return nil, errMissingKey
 }
 
-func ipKey(p *Policy, in *Input, buf []byte) ([]byte, error) {
+func ipKey(p *policy.Policy, in *Input, buf []byte) ([]byte, error) {
 	ip, ok := clientIP(in.SourceIP, in.Header, p.TrustedProxies)
 	if !ok {
 		return nil, errBadKey

@@ -1,4 +1,4 @@
-package edgelimit
+package policy
 
 import (
 	"fmt"
@@ -34,13 +34,68 @@ type Strategy struct {
 	Parse func(f *Fields) any
 	// OnStoreError is the policy's failure mode when the file sets none.
 	OnStoreError OnStoreError
-	// Stateless: the strategy keeps no state in a store, so
-	// on_store_error local (an in-process twin) means nothing for it.
-	Stateless bool
+	// Abilities are the optional abilities of the strategy's limiters
+	// beyond deciding: the parser refuses, at the field's line, a policy
+	// whose fields need one the strategy lacks, and a test checks that
+	// every registered strategy's limiters have exactly these.
+	Abilities Abilities
 	// Limits: the strategy's limiters honour Request.Limits, so its
 	// policies may have tiers and overrides. A policy file giving either to
 	// a strategy without it is refused rather than silently ignored.
 	Limits bool
+}
+
+// Abilities is a set of a limiter's optional abilities, each an interface
+// of package edgelimit that the limiter implements (a Strategy declares
+// them; the engine finds them by type assertion).
+type Abilities uint16
+
+// The abilities, each named for the interface of package edgelimit it
+// stands for.
+const (
+	// CanRefund: edgelimit.Refunder, give back what a decision spent
+	// (refund_status; another policy of the route denied).
+	CanRefund Abilities = 1 << iota
+	// CanPeek: edgelimit.Peeker, answer without spending.
+	CanPeek
+	// CanCharge: edgelimit.Charger, spend after the response (charge,
+	// charge_status; with CanPeek).
+	CanCharge
+	// CanFinish: edgelimit.Finisher, hear how an admitted request ended.
+	CanFinish
+	// CanBatch: edgelimit.BatchLimiter, decide several policies atomically.
+	CanBatch
+	// CanLocal: edgelimit.Localizer, an in-process twin for on_store_error
+	// local; a strategy without it keeps no state in a store.
+	CanLocal
+	// CanQuota: edgelimit.Quoter, announce a quota other than the policy's
+	// limit and window.
+	CanQuota
+	// CanReset: edgelimit.Resetter, an operator's reset of one key.
+	CanReset
+	// CanGrant: edgelimit.Granter, an operator's grant to one key.
+	CanGrant
+)
+
+// abilityNames are the interfaces' names, in the order of the bits.
+var abilityNames = []string{"Refunder", "Peeker", "Charger", "Finisher", "BatchLimiter", "Localizer", "Quoter", "Resetter", "Granter"}
+
+// Has reports whether a holds every ability of b.
+func (a Abilities) Has(b Abilities) bool { return a&b == b }
+
+// String lists the abilities by their interfaces' names, like
+// "Refunder|Peeker".
+func (a Abilities) String() string {
+	var names []string
+	for i, n := range abilityNames {
+		if a&(1<<i) != 0 {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, "|")
 }
 
 var registry struct {
@@ -52,7 +107,7 @@ var registry struct {
 // from init; registering a name twice panics, as a programming error.
 func Register(s *Strategy) {
 	if s == nil || s.Name == "" || s.Parse == nil {
-		panic("edgelimit: Register of a Strategy without Name or Parse")
+		panic("policy: Register of a Strategy without Name or Parse")
 	}
 	registry.Lock()
 	defer registry.Unlock()
@@ -60,10 +115,13 @@ func Register(s *Strategy) {
 		registry.byName = map[string]*Strategy{}
 	}
 	if _, dup := registry.byName[s.Name]; dup {
-		panic(fmt.Sprintf("edgelimit: strategy %q registered twice", s.Name))
+		panic(fmt.Sprintf("policy: strategy %q registered twice", s.Name))
 	}
 	registry.byName[s.Name] = s
 }
+
+// Strategies returns the registered strategies, by name.
+func Strategies() []*Strategy { return strategies() }
 
 // lookupStrategy returns the registered strategy named name, or nil.
 func lookupStrategy(name string) *Strategy {

@@ -1,4 +1,4 @@
-package edgelimit
+package policy
 
 import (
 	"bytes"

@@ -13,6 +13,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/overrides"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // operated is a counter that can also be reset and granted, as durable and
@@ -83,7 +84,7 @@ type adminFixture struct {
 
 func newAdminFixture(t *testing.T) *adminFixture {
 	t.Helper()
-	f, err := edgelimit.ParsePolicies("p.yaml", []byte(adminPolicies))
+	f, err := policy.Parse("p.yaml", []byte(adminPolicies))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func newAdminFixture(t *testing.T) *adminFixture {
 	var mu sync.Mutex
 	fx.e, err = edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("k", 32)), Overrides: fx.store,
 		Now: func() time.Time { return fx.now }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Limiters: func(p *edgelimit.Policy) (edgelimit.Limiter, error) {
+		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			if p.StrategyName() == "signed" {
@@ -211,7 +212,7 @@ func TestSetOverrideThroughTheEngine(t *testing.T) {
 	if v := fx.get("/paid/x", "bob", "", "192.0.2.1"); v.Allowed {
 		t.Fatal("fourth request allowed at limit 3")
 	}
-	if err := fx.e.SetOverride(fx.ctx, "paid", "bob", edgelimit.Limits{Limit: 10}, fx.now.Add(time.Hour)); err != nil {
+	if err := fx.e.SetOverride(fx.ctx, "paid", "bob", policy.Limits{Limit: 10}, fx.now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if l, ok, err := fx.e.Override(fx.ctx, "paid", "bob"); err != nil || !ok || l.Limit != 10 {
@@ -230,7 +231,7 @@ func TestSetOverrideThroughTheEngine(t *testing.T) {
 	if v := fx.get("/paid/x", "bob", "", "192.0.2.1"); v.Decisions[0].Limit != 3 {
 		t.Errorf("after expiry: limit %d, want 3", v.Decisions[0].Limit)
 	}
-	if err := fx.e.SetOverride(fx.ctx, "paid", "bob", edgelimit.Limits{Limit: 7}, time.Time{}); err != nil {
+	if err := fx.e.SetOverride(fx.ctx, "paid", "bob", policy.Limits{Limit: 7}, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := fx.e.DeleteOverride(fx.ctx, "paid", "bob"); err != nil {
@@ -241,13 +242,13 @@ func TestSetOverrideThroughTheEngine(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		policy string
-		l      edgelimit.Limits
+		l      policy.Limits
 		want   string
 	}{
-		{"by-ip", edgelimit.Limits{Limit: 1}, "does not read overrides; add `overrides: true`"},
-		{"paid", edgelimit.Limits{}, "needs a limit, a window or a burst"},
-		{"paid", edgelimit.Limits{Limit: -1}, "cannot be negative"},
-		{"paid", edgelimit.Limits{Window: time.Microsecond}, "shorter than 1ms"},
+		{"by-ip", policy.Limits{Limit: 1}, "does not read overrides; add `overrides: true`"},
+		{"paid", policy.Limits{}, "needs a limit, a window or a burst"},
+		{"paid", policy.Limits{Limit: -1}, "cannot be negative"},
+		{"paid", policy.Limits{Window: time.Microsecond}, "shorter than 1ms"},
 	} {
 		if err := fx.e.SetOverride(fx.ctx, tc.policy, "192.0.2.1", tc.l, time.Time{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("SetOverride(%s, %+v) = %v, want %q", tc.policy, tc.l, err, tc.want)

@@ -1,4 +1,4 @@
-package edgelimit
+package policy
 
 // The common fields of quotas: tiers, overrides, and charging after the
 // response.
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgelimit/edgelimit/internal/suggest"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -26,7 +27,7 @@ func parseTiers(p *fileParser, pol *Policy, v *yaml.Node) {
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		k, fv := v.Content[i], v.Content[i+1]
 		if !slices.Contains(known, k.Value) {
-			p.errorf(k.Line, pol.Name, "unknown field tiers.%s%s", k.Value, suggest(k.Value, known))
+			p.errorf(k.Line, pol.Name, "unknown field tiers.%s%s", k.Value, suggest.DidYouMean(k.Value, known))
 			continue
 		}
 		fields[k.Value] = fv
@@ -34,11 +35,11 @@ func parseTiers(p *fileParser, pol *Policy, v *yaml.Node) {
 	if by := fields["by"]; by == nil {
 		p.errorf(v.Line, pol.Name, "tiers needs `by`, the key source that names the tier (header:NAME or claim:NAME)")
 	} else if s, ok := p.str(by, pol.Name, "tiers.by"); ok {
-		ks, err := parseKeySource(s)
+		ks, err := ParseKeySource(s)
 		switch {
 		case err != nil:
-			p.errorf(by.Line, pol.Name, "tiers.by: %s", strings.TrimPrefix(err.Error(), "edgelimit: "))
-		case ks.kind != keyHeader && ks.kind != keyClaim:
+			p.errorf(by.Line, pol.Name, "tiers.by: %s", strings.TrimPrefix(err.Error(), "policy: "))
+		case ks.kind != KeyHeader && ks.kind != KeyClaim:
 			p.errorf(by.Line, pol.Name, "tiers.by %q must be header:NAME or claim:NAME", s)
 		}
 		t.By = ks
@@ -79,7 +80,7 @@ func parseTiers(p *fileParser, pol *Policy, v *yaml.Node) {
 		p.errorf(v.Line, pol.Name, "tiers needs `default`, the tier of a request without %s", t.By)
 	} else if s, ok := p.str(d, pol.Name, "tiers.default"); ok {
 		if _, found := t.Levels[s]; !found && len(t.Names) > 0 {
-			p.errorf(d.Line, pol.Name, "tiers.default %q is not one of the levels %s%s", s, strings.Join(t.Names, ", "), suggest(s, t.Names))
+			p.errorf(d.Line, pol.Name, "tiers.default %q is not one of the levels %s%s", s, strings.Join(t.Names, ", "), suggest.DidYouMean(s, t.Names))
 		}
 		t.Default = s
 	}
@@ -120,7 +121,7 @@ func (p *fileParser) tierLimits(pol *Policy, name string, v *yaml.Node) Limits {
 				l.Burst = n
 			}
 		default:
-			p.errorf(k.Line, pol.Name, "unknown field %s%s%s", field, k.Value, suggest(k.Value, known))
+			p.errorf(k.Line, pol.Name, "unknown field %s%s%s", field, k.Value, suggest.DidYouMean(k.Value, known))
 		}
 	}
 	return l

@@ -1,11 +1,11 @@
-package edgelimit
+package policy
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/edgelimit/edgelimit/internal/suggest"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -92,7 +92,7 @@ func (f *Fields) OneOf(name string, values ...string) (string, bool) {
 		return "", false
 	}
 	if !slices.Contains(values, s) {
-		f.Errorf(name, "%s%s %q is not one of %s%s", f.prefix, name, s, strings.Join(values, ", "), suggest(s, values))
+		f.Errorf(name, "%s%s %q is not one of %s%s", f.prefix, name, s, strings.Join(values, ", "), suggest.DidYouMean(s, values))
 		return "", false
 	}
 	return s, true
@@ -114,7 +114,7 @@ func (f *Fields) Map(name string, known ...string) (*Fields, bool) {
 		k, v := n.Content[i], n.Content[i+1]
 		switch {
 		case !slices.Contains(known, k.Value):
-			f.p.errorf(k.Line, f.policy.Name, "unknown field %s%s%s", sub.prefix, k.Value, suggest(k.Value, known))
+			f.p.errorf(k.Line, f.policy.Name, "unknown field %s%s%s", sub.prefix, k.Value, suggest.DidYouMean(k.Value, known))
 		case sub.nodes[k.Value] != nil:
 			f.p.errorf(k.Line, f.policy.Name, "field %s%s appears twice", sub.prefix, k.Value)
 		default:
@@ -122,31 +122,4 @@ func (f *Fields) Map(name string, known ...string) (*Fields, bool) {
 		}
 	}
 	return sub, true
-}
-
-// OnStoreError is what a policy does when its store fails or misses its
-// time budget.
-type OnStoreError uint8
-
-const (
-	// FailClosed answers 503 with Retry-After ("deny").
-	FailClosed OnStoreError = iota
-	// FailOpen lets the request through ("allow").
-	FailOpen
-	// FailLocal lets an in-process twin of the limiter decide ("local"), so
-	// each instance still holds the limit on its own.
-	FailLocal
-)
-
-// String returns the mode as a policy file writes it.
-func (m OnStoreError) String() string {
-	switch m {
-	case FailClosed:
-		return "deny"
-	case FailOpen:
-		return "allow"
-	case FailLocal:
-		return "local"
-	}
-	return fmt.Sprintf("OnStoreError(%d)", uint8(m))
 }
