@@ -24,6 +24,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
@@ -190,7 +191,7 @@ func measure(ctx context.Context, l microLimiter, parallel bool, count int) *Ben
 
 // policy parses one policy of a generated policy file, so that every field
 // gets the defaults a real policies.yaml gives it.
-func policy(yaml string) (*policy.Policy, error) {
+func benchPolicy(yaml string) (*policy.Policy, error) {
 	pf, err := parsePolicies("version: 1\npolicies:\n" + yaml)
 	if err != nil {
 		return nil, err
@@ -244,7 +245,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		if alg == string(durablecounter.SlidingLog) {
 			limit = "20000"
 		}
-		p, err := policy(fmt.Sprintf("  - {name: bench, routes: [\"GET /\"], key: ip, strategy: durable, algorithm: %s, limit: %s, window: 1h}", alg, limit))
+		p, err := benchPolicy(fmt.Sprintf("  - {name: bench, routes: [\"GET /\"], key: ip, strategy: durable, algorithm: %s, limit: %s, window: 1h}", alg, limit))
 		if err != nil {
 			add(microLimiter{name: name, group: "edgelimit", unavailable: "policy: " + err.Error()})
 			continue
@@ -272,7 +273,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 			name = "edgelimit kv token-bucket (uncached, memory KV)"
 			setup = "kvbucket.Bucket with NoCache on a Memory KV: a KV read and write per decision, for scale"
 		}
-		p, err := policy("  - {name: bench, routes: [\"GET /\"], key: ip, strategy: kv, limit: 1000000, burst: 1000000, window: 1s, sync_interval: 1h}")
+		p, err := benchPolicy("  - {name: bench, routes: [\"GET /\"], key: ip, strategy: kv, limit: 1000000, burst: 1000000, window: 1s, sync_interval: 1h}")
 		if err != nil {
 			return nil, err
 		}
@@ -303,7 +304,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		if err != nil {
 			return nil, err
 		}
-		p, err := policy("  - {name: bench, routes: [\"GET /\"], key: ip, strategy: signed, limit: 1000000000000, window: 1h}")
+		p, err := benchPolicy("  - {name: bench, routes: [\"GET /\"], key: ip, strategy: signed, limit: 1000000000000, window: 1h}")
 		if err != nil {
 			return nil, err
 		}

@@ -340,7 +340,7 @@ func available(spec phaseSpec) string {
 	if spec.algorithm == "" {
 		return ""
 	}
-	p, err := policy(spec.policy)
+	p, err := benchPolicy(spec.policy)
 	if err != nil {
 		return err.Error()
 	}

@@ -92,7 +92,7 @@ func TestPoliciesParse(t *testing.T) {
 		if spec.policy == "" {
 			continue
 		}
-		if _, err := policy(spec.policy); err != nil {
+		if _, err := benchPolicy(spec.policy); err != nil {
 			t.Errorf("phase %s: %v", spec.id, err)
 		}
 	}

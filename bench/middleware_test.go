@@ -250,7 +250,7 @@ func TestKeepSections(t *testing.T) {
 // still in its first sync interval would cost a reservation each).
 func TestSettledBucketDecidesFromTheCache(t *testing.T) {
 	ctx := context.Background()
-	p, err := policy("  - {name: bench, routes: [\"GET /\"], key: ip, strategy: kv, limit: 1000000, burst: 1000000, window: 1s, sync_interval: 1h}")
+	p, err := benchPolicy("  - {name: bench, routes: [\"GET /\"], key: ip, strategy: kv, limit: 1000000, burst: 1000000, window: 1s, sync_interval: 1h}")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,7 +164,7 @@ func newProtoServer(ctx context.Context, name, endpoint string, now func() time.
 
 // counter returns a Counter of a fresh policy named ns on s.
 func (s *protoServer) counter(ns, alg string, limit int64, denyCache bool) (*durablecounter.Counter, error) {
-	p, err := policy(fmt.Sprintf("  - {name: %s, routes: [\"GET /\"], key: ip, strategy: durable, algorithm: %s, limit: %d, window: %s, deny_cache: %t}",
+	p, err := benchPolicy(fmt.Sprintf("  - {name: %s, routes: [\"GET /\"], key: ip, strategy: durable, algorithm: %s, limit: %d, window: %s, deny_cache: %t}",
 		ns, alg, limit, protoWindow, denyCache))
 	if err != nil {
 		return nil, err
