@@ -2,32 +2,36 @@ package edgelimit
 
 import "github.com/edgelimit/edgelimit/policy"
 
+// abilityTests pairs each ability a policy.Strategy declares with the
+// interface that has it.
+var abilityTests = []struct {
+	a  policy.Abilities
+	is func(Limiter) bool
+}{
+	{policy.CanRefund, is[Refunder]},
+	{policy.CanPeek, is[Peeker]},
+	{policy.CanCharge, is[Charger]},
+	{policy.CanFinish, is[Finisher]},
+	{policy.CanBatch, is[BatchLimiter]},
+	{policy.CanLocal, is[Localizer]},
+	{policy.CanQuota, is[Quoter]},
+	{policy.CanReset, is[Resetter]},
+	{policy.CanGrant, is[Granter]},
+}
+
+func is[T any](l Limiter) bool {
+	_, ok := l.(T)
+	return ok
+}
+
 // abilitiesOf returns the optional abilities l implements itself (not
 // those of a limiter it wraps), as a policy.Strategy declares them.
 func abilitiesOf(l Limiter) policy.Abilities {
 	var a policy.Abilities
-	has := func(ok bool, b policy.Abilities) {
-		if ok {
-			a |= b
+	for _, t := range abilityTests {
+		if t.is(l) {
+			a |= t.a
 		}
 	}
-	_, ok := l.(Refunder)
-	has(ok, policy.CanRefund)
-	_, ok = l.(Peeker)
-	has(ok, policy.CanPeek)
-	_, ok = l.(Charger)
-	has(ok, policy.CanCharge)
-	_, ok = l.(Finisher)
-	has(ok, policy.CanFinish)
-	_, ok = l.(BatchLimiter)
-	has(ok, policy.CanBatch)
-	_, ok = l.(Localizer)
-	has(ok, policy.CanLocal)
-	_, ok = l.(Quoter)
-	has(ok, policy.CanQuota)
-	_, ok = l.(Resetter)
-	has(ok, policy.CanReset)
-	_, ok = l.(Granter)
-	has(ok, policy.CanGrant)
 	return a
 }
