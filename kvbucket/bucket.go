@@ -153,7 +153,18 @@ var (
 	_ edgelimit.Quoter    = (*Bucket)(nil)
 	_ edgelimit.Resetter  = (*Bucket)(nil)
 	_ edgelimit.Granter   = (*Bucket)(nil)
+	_ edgelimit.InProcess = (*Bucket)(nil)
 )
+
+// InProcess reports whether the Bucket's state never leaves the process:
+// its KV says so (a Memory does; a KV that wraps one may forward the
+// method). The engine then hashes the policy's keys with its in-process
+// hash (edgelimit.InProcess); on DynamoDB they stay HMAC-SHA256 of the
+// configured secret, as operators compute them.
+func (b *Bucket) InProcess() bool {
+	ip, ok := b.kv.(edgelimit.InProcess)
+	return ok && ip.InProcess()
+}
 
 // New checks cfg and returns the bucket.
 func New(cfg Config) (*Bucket, error) {

@@ -2,6 +2,7 @@ package kvbucket
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
 )
 
@@ -146,6 +147,9 @@ func (s *shard) lookup(key string, h uint64, n int64) (e, victim *entry) {
 	if s.len() >= s.max {
 		victim = s.evict(n)
 	}
+	// A copy: the request's key lies in memory the engine allocated for
+	// the whole request, which the entry would keep alive.
+	key = strings.Clone(key)
 	e = &entry{key: key, hash: h, used: n}
 	if s.m[h] == nil {
 		s.m[h] = e

@@ -196,3 +196,7 @@ func (m *Memory) remove(it *memItem) {
 	it.prev, it.next = nil, nil
 	delete(m.m, it.key)
 }
+
+// InProcess reports true: a Memory's state never leaves the process (see
+// Bucket.InProcess).
+func (m *Memory) InProcess() bool { return true }
