@@ -43,10 +43,24 @@ func updateMiddlewareSection(o options) error {
 	}
 	var w mdWriter
 	renderMiddleware(&w, l)
-	if err := os.WriteFile(o.md, []byte(spliceSection(string(old), mwHeading, w.String(), mwBefore)), 0o644); err != nil {
+	md := spliceSection(string(old), mwHeading, w.String(), mwBefore)
+	logf("report: rewrote the section %q of %s", strings.TrimPrefix(mwHeading, "## "), o.md)
+	// The parts the middleware run measures with it, each in place.
+	if l.bootstrap != nil {
+		var b mdWriter
+		renderBootstrap(&b, l)
+		md = spliceSection(md, bootHeading, b.String(), mwBefore)
+		logf("report: rewrote the section %q", strings.TrimPrefix(bootHeading, "## "))
+	}
+	if l.decisions != nil {
+		var b mdWriter
+		renderDecisions(&b, l, map[string]string{"decisions": "docs/bench/decisions.png"})
+		md = spliceSection(md, "## 1. Cost of one decision, in process", b.String(), "## 2. ")
+		logf("report: rewrote the section on the cost of one decision")
+	}
+	if err := os.WriteFile(o.md, []byte(md), 0o644); err != nil {
 		return err
 	}
-	logf("report: rewrote the section %q of %s", strings.TrimPrefix(mwHeading, "## "), o.md)
 	summary := filepath.Join(o.out, "middleware-summary.md")
 	if err := os.WriteFile(summary, []byte(mwSummary(l)), 0o644); err != nil {
 		return err
