@@ -230,7 +230,7 @@ func New(cfg Config) (*Bucket, error) {
 		// (a tier, an override) read and write at this scale.
 		b.u = newUnits(Params{Capacity: 1, Limit: 1, Window: b.p.Window})
 	}
-	b.cache = newCache(size, &b.u)
+	b.cache = newCache(size, &b.u, b.prefix)
 	b.maxFill.Store(int64(b.u.fill()))
 	return b, nil
 }

@@ -174,7 +174,7 @@ func (b *Bucket) firstRead(ctx context.Context, s *shard, e *entry, n int64) err
 	s.stats.Synced++
 	s.stats.Reads++
 	s.mu.Unlock()
-	t, err := b.kv.Get(ctx, b.prefix+e.key, Strong)
+	t, err := b.kv.Get(ctx, e.kvKey, Strong)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer b.endSync(e)
@@ -221,7 +221,7 @@ func (b *Bucket) refresh(ctx context.Context, s *shard, e *entry, n int64) bool 
 	s.stats.Synced++
 	s.stats.Reads++
 	s.mu.Unlock()
-	t, err := b.kv.Get(ctx, b.prefix+e.key, Strong)
+	t, err := b.kv.Get(ctx, e.kvKey, Strong)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.refreshing = false
