@@ -123,19 +123,20 @@ func (l *Local) Hash(policy string, raw []byte) string {
 
 // Append appends Hash(policy, raw) to dst.
 func (l *Local) Append(dst []byte, policy string, raw []byte) []byte {
-	s := newSipState(l.k0, l.k1)
+	var sum [16]byte
 	if n := len(policy) + 1 + len(raw); n <= maxFlat {
 		// One pass over whole words is several times faster than feeding
 		// the parts in: a key is short, so copy it together on the stack.
 		var flat [maxFlat]byte
 		copy(flat[copy(flat[:], policy)+1:], raw)
-		s.write(flat[:n])
+		sum = sum128(l.k0, l.k1, flat[:n])
 	} else {
+		s := newSipState(l.k0, l.k1)
 		s.writeString(policy)
 		s.writeByte(0)
 		s.write(raw)
+		sum = s.sum128()
 	}
-	sum := s.sum128()
 	var out [Length]byte
 	base64.RawURLEncoding.Encode(out[:], sum[:])
 	return append(dst, out[:]...)

@@ -39,6 +39,9 @@ func TestSipHashVectors(t *testing.T) {
 		if got := s.sum128(); hex.EncodeToString(got[:]) != tt.want {
 			t.Errorf("SipHash-2-4-128(%d bytes) = %x, want %s", tt.n, got, tt.want)
 		}
+		if got := sum128(l.k0, l.k1, msg[:tt.n]); hex.EncodeToString(got[:]) != tt.want {
+			t.Errorf("sum128(%d bytes) = %x, want %s", tt.n, got, tt.want)
+		}
 		s = newSipState(l.k0, l.k1)
 		cut := tt.n / 3
 		s.writeString(string(msg[:cut]))
