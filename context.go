@@ -16,13 +16,14 @@ type verdictKey struct{}
 // carries v (FromContext reports false), unless the handler looked v up
 // before, which keeps v the handler's. Call it once per Verdict.
 func (v *Verdict) Context(parent context.Context) context.Context {
-	m := v.mem
-	if m == nil {
-		m = &reqMem{}
-		m.ctx.state.Store(ctxHeld) // never reused
+	if v.mem == nil { // a Verdict that is never reused
+		c := &verdictCtx{Context: parent, v: v}
+		c.state.Store(ctxHeld)
+		return c
 	}
-	m.ctx.Context, m.ctx.v = parent, v
-	return &m.ctx
+	c := &v.mem.ctx
+	c.Context, c.v = parent, v
+	return c
 }
 
 // The states of a request's context, as FromContext and Release see them.
