@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/edgelimit/edgelimit/internal/jsonenc"
 	"github.com/edgelimit/edgelimit/internal/keyhash"
 	isecret "github.com/edgelimit/edgelimit/internal/secret"
 	"github.com/edgelimit/edgelimit/internal/urlpath"
@@ -125,6 +126,9 @@ type compiled struct {
 	// localKeys: the policy's keys are hashed with the in-process hash
 	// (keyhash.Local), not HMAC (see localKeys).
 	localKeys bool
+	// denyHead and jsonName make the body of a 429 only this policy
+	// decides (render): its start, up to the wait, and the name as JSON.
+	denyHead, jsonName string
 	// limitVals is q as the X-RateLimit-Limit value, shared by every
 	// response (never changed).
 	limitVals []string
@@ -231,6 +235,7 @@ func New(cfg Config) (*Engine, error) {
 		c.q, c.w = advertised(p, l)
 		c.item = policyItem(p.Name, c.q, c.w)
 		c.limitVals = []string{strconv.FormatInt(max(c.q, 0), 10)}
+		c.denyHead, c.jsonName = denyHead(p.Name), string(jsonenc.AppendString(nil, p.Name))
 		e.policies = append(e.policies, c)
 		for _, r := range p.Routes {
 			e.routes = append(e.routes, routeRef{route: r, policy: i})

@@ -70,3 +70,16 @@ policies:
 		t.Error("a Verdict whose budget context was started was put back for reuse")
 	}
 }
+
+// TestDenialBodyFastPath: the precomputed 429 body of one violated policy
+// is byte for byte the general one, for names JSON and Go quote alike.
+func TestDenialBodyFastPath(t *testing.T) {
+	for _, name := range []string{"bench", `q"uote`, "<tag>&", "ünï", "tab\there", "a\\b"} {
+		for _, secs := range []int64{1, 2, 2592000} {
+			fast, general := edgelimit.DenialBodies(name, secs)
+			if fast != general {
+				t.Errorf("policy %q, %d s:\nfast    %s\ngeneral %s", name, secs, fast, general)
+			}
+		}
+	}
+}
