@@ -54,7 +54,7 @@ func updateMiddlewareSection(o options) error {
 	}
 	if l.decisions != nil {
 		var b mdWriter
-		renderDecisions(&b, l, map[string]string{"decisions": "docs/bench/decisions.png"})
+		renderDecisions(&b, l, nil) // its plot is make bench's, from another run
 		md = spliceSection(md, "## 1. Cost of one decision, in process", b.String(), "## 2. ")
 		logf("report: rewrote the section on the cost of one decision")
 	}
@@ -308,8 +308,9 @@ func renderMiddleware(w *mdWriter, l *loaded) {
 		w.p("- **%s**: %s.", r.Name, note)
 	}
 	w.p("")
-	w.p("Reading it: the rows do different amounts of work, and the last two columns say what. edgelimit hashes the key with")
-	w.p("HMAC-SHA-256 before it is stored, matches the route, and sets the RateLimit and RateLimit-Policy fields of")
+	w.p("Reading it: the rows do different amounts of work, and the last two columns say what. edgelimit hashes the key before")
+	w.p("a limiter sees it (SipHash-2-4 for a store in process memory, as here; HMAC-SHA-256 where the key reaches DynamoDB),")
+	w.p("matches the route, and sets the RateLimit and RateLimit-Policy fields of")
 	w.p("draft-ietf-httpapi-ratelimit-headers with the three legacy X-RateLimit-* headers; its 429 carries Retry-After and an")
 	w.p("`application/problem+json` body naming the violated policy. The peers key their maps by the raw key and answer a denial")
 	w.p("with `http.Error`'s plain text. All state is in process memory here; on Lambda a durable decision is a DynamoDB call")
