@@ -31,16 +31,29 @@ func (e *Engine) budget(parent context.Context, start time.Time, d time.Duration
 }
 
 // slotBudget is budget for a policy's store call, in the context the
-// Verdict's allocation holds for the policy's first call (a request's
-// common path: one call per policy), so that it allocates nothing.
+// Verdict holds for the policy's first call (a request's common path: one
+// call per policy), so that it allocates nothing. A limiter must not keep
+// the context it is given past its call (Limiter's contract): the Verdict
+// and its budgets are reused once the response is written.
 func (e *Engine) slotBudget(s *slot, parent context.Context, start time.Time, d time.Duration) *budgetCtx {
 	b := s.bud
 	if b == nil {
 		return e.budget(parent, start, d)
 	}
 	s.bud = nil
-	b.parent, b.deadline = parent, deadlineOf(parent, start, d)
+	// A budget in a reused Verdict was never started (Release drops a
+	// Verdict whose budget was), so only these fields are left over.
+	b.parent, b.deadline, b.canceled = parent, deadlineOf(parent, start, d), false
 	return b
+}
+
+// wasStarted reports a budget whose real context was created: a limiter
+// waited on it or derived one from it, which might outlive the call, so
+// the budget is not reused.
+func (c *budgetCtx) wasStarted() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inner != nil
 }
 
 func deadlineOf(parent context.Context, start time.Time, d time.Duration) time.Time {

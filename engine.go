@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/edgelimit/edgelimit/internal/jsonenc"
 	"github.com/edgelimit/edgelimit/internal/keyhash"
 	isecret "github.com/edgelimit/edgelimit/internal/secret"
 	"github.com/edgelimit/edgelimit/internal/urlpath"
@@ -91,6 +92,7 @@ type Engine struct {
 	policies []*compiled
 	routes   []routeRef
 	hasher   *keyhash.Hasher
+	local    *keyhash.Local
 	log      *slog.Logger
 	observe  func(Event)
 	now      func() time.Time
@@ -121,6 +123,15 @@ type compiled struct {
 	q     int64
 	w     time.Duration
 	item  string
+	// localKeys: the policy's keys are hashed with the in-process hash
+	// (keyhash.Local), not HMAC (see localKeys).
+	localKeys bool
+	// denyHead and jsonName make the body of a 429 only this policy
+	// decides (render): its start, up to the wait, and the name as JSON.
+	denyHead, jsonName string
+	// limitVals is q as the X-RateLimit-Limit value, shared by every
+	// response (never changed).
+	limitVals []string
 	// overrides caches this policy's per-key overrides, or is nil.
 	overrides *overrideCache
 	// deferred: the policy spends after the response (charge: response, or
@@ -154,9 +165,14 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edgelimit: HashSecret: %w", err)
 	}
+	local, err := keyhash.NewLocal(secret)
+	if err != nil {
+		return nil, fmt.Errorf("edgelimit: HashSecret: %w", err)
+	}
 	e := &Engine{
 		file:      cfg.Policies,
 		hasher:    hasher,
+		local:     local,
 		log:       cfg.Logger,
 		observe:   cfg.Observe,
 		now:       cfg.Now,
@@ -184,7 +200,7 @@ func New(cfg Config) (*Engine, error) {
 		if l == nil {
 			return nil, fmt.Errorf("edgelimit: policy %q: factory returned no limiter", p.Name)
 		}
-		c := &compiled{Policy: p, index: i, limiter: l}
+		c := &compiled{Policy: p, index: i, limiter: l, localKeys: localKeys(p, l)}
 		if b, ok := l.(BatchLimiter); ok && b.BatchKey() != "" {
 			c.batch = b
 		}
@@ -218,6 +234,8 @@ func New(cfg Config) (*Engine, error) {
 		c.rItem = strconv.Quote(p.Name) + ";r="
 		c.q, c.w = advertised(p, l)
 		c.item = policyItem(p.Name, c.q, c.w)
+		c.limitVals = []string{strconv.FormatInt(max(c.q, 0), 10)}
+		c.denyHead, c.jsonName = denyHead(p.Name), string(jsonenc.AppendString(nil, p.Name))
 		e.policies = append(e.policies, c)
 		for _, r := range p.Routes {
 			e.routes = append(e.routes, routeRef{route: r, policy: i})
@@ -252,7 +270,11 @@ func advertised(p *policy.Policy, l Limiter) (int64, time.Duration) {
 
 // Decide evaluates every policy guarding the request's route. It never
 // panics on client input and never returns a 5xx for it: malformed input is
-// a 400, a store failure follows each policy's on_store_error.
+// a 400, a store failure follows each policy's on_store_error. The Verdict
+// is the caller's until it calls Release (see Verdict): the middleware
+// releases it after the response, and in the steady state a decision
+// allocates only the request's own memory (its context, hashed keys and
+// header values, one allocation).
 func (e *Engine) Decide(ctx context.Context, in *Input) *Verdict {
 	method := in.Method
 	path, reason, detail := requestLine(method, in.Path)
@@ -272,19 +294,12 @@ func (e *Engine) Decide(ctx context.Context, in *Input) *Verdict {
 	if rs == nil {
 		return unguarded
 	}
-	n := len(rs.policies)
-	v := newVerdict(n)
+	v := rs.verdict()
 	v.Route = rs.label
-	// Per-request scratch lives on the stack for routes of up to
-	// stackPolicies policies.
-	var bufs [stackPolicies]slot
-	var slots []slot
-	if n <= stackPolicies {
-		slots = bufs[:n]
-	} else {
-		slots = make([]slot, n)
-	}
-	for i := range min(n, len(v.budgets)) {
+	// The request's own memory: its context, keys and header values.
+	v.mem = new(reqMem)
+	slots := v.slots
+	for i := range slots {
 		slots[i].bud = &v.budgets[i]
 	}
 	if e.requests(ctx, rs, in, v, slots) {
@@ -293,10 +308,6 @@ func (e *Engine) Decide(ctx context.Context, in *Input) *Verdict {
 	}
 	return v
 }
-
-// stackPolicies is the largest number of policies on one route whose
-// per-request scratch is kept on the stack.
-const stackPolicies = 16
 
 // requestLine checks the method and path of a request and returns the
 // canonical path, or the private reason and the public detail of a 400.

@@ -67,7 +67,7 @@ func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdi
 			badRequest(v, missingKeyDetail(c.Policy, err))
 			return false
 		}
-		req := Request{Key: e.hasher.Hash(c.Name, raw), Cost: c.Cost, At: at, Header: in.Header}
+		req := Request{Key: e.keyFor(v, c.compiled, raw), Cost: c.Cost, At: at, Header: in.Header}
 		if c.Tiers != nil {
 			l, err := tier(c.Policy, in)
 			if err != nil {

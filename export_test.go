@@ -1,6 +1,11 @@
 package edgelimit
 
-import "github.com/edgelimit/edgelimit/internal/urlpath"
+import (
+	"strconv"
+
+	"github.com/edgelimit/edgelimit/internal/jsonenc"
+	"github.com/edgelimit/edgelimit/internal/urlpath"
+)
 
 // Internals the external tests reach.
 var (
@@ -11,3 +16,30 @@ var (
 // AbilitiesOf is abilitiesOf, for the test that every strategy declares
 // what its limiters do.
 var AbilitiesOf = abilitiesOf
+
+// Reused reports whether Release put v back for reuse: a later Decide of
+// its route may return it. v must be released and its route's pool not
+// used since.
+func Reused(e *Engine, v *Verdict) bool {
+	rs := e.match("GET", "/v", "")
+	got, _ := rs.verdicts.Get().(*Verdict)
+	return got == v
+}
+
+// DenialBodies returns the 429 body the fast path writes for a request
+// only policy name denies with a wait of secs, and the general one.
+func DenialBodies(name string, secs int64) (fast, general string) {
+	b := append([]byte(denyHead(name)), appendPlural(nil, secs, "second")...)
+	b = append(b, `.","violated-policies":[`...)
+	b = jsonenc.AppendString(b, name)
+	b = append(b, `],"retry-after":`...)
+	b = strconv.AppendInt(b, secs, 10)
+	b = append(b, '}')
+	d := append([]byte("Quota exceeded for "), appendQuoteList(nil, []string{name})...)
+	d = append(d, ". Retry in "...)
+	d = appendPlural(d, secs, "second")
+	d = append(d, '.')
+	g := appendProblem(nil, &problemBody{Type: problemQuotaExceeded, Title: titleQuotaExceeded, Status: 429,
+		ViolatedPolicies: []string{name}, RetryAfter: secs}, d, nil)
+	return string(b), string(g)
+}

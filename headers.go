@@ -48,17 +48,22 @@ func appendPolicyParams(b []byte, q int64, w time.Duration) []byte {
 	return strconv.AppendInt(b, max(seconds(w), 1), 10)
 }
 
-// appendLimitItem appends a RateLimit list member (§4.1): rItem is
+// appendLimitItemSpans appends a RateLimit list member (§4.1): rItem is
 // `"name";r=`, then the available quota and, when the limiter gave one, the
-// effective window t in whole seconds, rounded up.
-func appendLimitItem(b []byte, rItem string, r int64, t time.Duration) []byte {
+// effective window t in whole seconds, rounded up. It returns where in b
+// the digits of r and of t are (t's [0, 0] when omitted).
+func appendLimitItemSpans(b []byte, rItem string, r int64, t time.Duration) (out []byte, rSpan, tSpan [2]int) {
 	b = append(b, rItem...)
+	rSpan[0] = len(b)
 	b = strconv.AppendInt(b, max(r, 0), 10)
+	rSpan[1] = len(b)
 	if t > 0 {
 		b = append(b, ";t="...)
+		tSpan[0] = len(b)
 		b = strconv.AppendInt(b, seconds(t), 10)
+		tSpan[1] = len(b)
 	}
-	return b
+	return b, rSpan, tSpan
 }
 
 // appendListSep separates list members (§3.1 of RFC 9651 allows optional

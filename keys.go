@@ -19,6 +19,32 @@ var (
 	errBadKey     = errors.New("edgelimit: key value unusable")
 )
 
+// keyFor hashes a request's raw key for policy c, in the request's memory:
+// the Request.Key its limiter gets.
+func (e *Engine) keyFor(v *Verdict, c *compiled, raw []byte) string {
+	return v.keep(e.appendKey(v.text(), c, raw))
+}
+
+// appendKey appends the hash of raw under c: SipHash (keyhash.Local) for
+// a policy whose keys never leave the process, HMAC-SHA256 for every other.
+// Requests and operators (KeyOf) go through here alike, so they always
+// agree on a key.
+func (e *Engine) appendKey(dst []byte, c *compiled, raw []byte) []byte {
+	if c.localKeys {
+		return e.local.Append(dst, c.Name, raw)
+	}
+	return e.hasher.Append(dst, c.Name, raw)
+}
+
+// localKeys reports whether a policy's keys may be hashed with the
+// in-process hash: its limiter says its state never leaves the process
+// (InProcess), and no other store sees its keys (per-key overrides are
+// read from the override store by the HMAC form, which operators set).
+func localKeys(p *policy.Policy, l Limiter) bool {
+	ip, ok := l.(InProcess)
+	return ok && ip.InProcess() && !p.Overrides
+}
+
 // rawKey finds the client key of p in the request, before hashing. It
 // returns a kind-prefixed value so that equal strings from different sources
 // never share a counter.

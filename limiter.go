@@ -10,7 +10,11 @@ import (
 // Request is what one policy is asked to admit.
 type Request struct {
 	// Key is the client's partition key for the policy, already normalised and
-	// hashed by the engine: never a raw IP address or API key.
+	// hashed by the engine: never a raw IP address or API key. It never
+	// changes, but it lies in memory the engine allocated for the whole
+	// request (with its header values): a limiter that keeps it for long,
+	// as a map key, should keep a copy (strings.Clone) so as not to keep
+	// that memory alive with it.
 	Key string
 	// Cost is the number of units the request spends. Zero means 1.
 	Cost int64
@@ -115,11 +119,15 @@ type Receipt struct {
 //
 // What else a limiter can do is an optional ability, each its own
 // interface below, which the engine finds by type assertion: [Quoter],
-// [Localizer], [Refunder], [Peeker], [Charger], [Finisher], [BatchLimiter],
+// [Localizer], [InProcess], [Refunder], [Peeker], [Charger], [Finisher], [BatchLimiter],
 // [Resetter], [Granter] and [Unwrapper]. A strategy package asserts the
 // ones it implements at compile time (var _ edgelimit.Granter =
 // (*Counter)(nil)), so that a misspelt method is a build error, not an
 // ability silently missing.
+//
+// The ctx a limiter gets, in Allow and in every ability, is valid for the
+// call only: a limiter must not keep it, or a context derived from it,
+// once the call returns (the engine reuses a request's budget contexts).
 type Limiter interface {
 	Allow(ctx context.Context, req Request) (Decision, error)
 }
@@ -157,6 +165,20 @@ type Resetter interface {
 // Resetter.
 type Granter interface {
 	Grant(ctx context.Context, req Request, units int64, until time.Time) error
+}
+
+// InProcess is an optional ability: a limiter whose state, its keys
+// included, never leaves this process (an in-memory store) reports true.
+// The engine then hashes the policy's client keys with a faster keyed
+// hash (SipHash-2-4, keyed from Config.HashSecret) instead of
+// HMAC-SHA256: no other process and no operator command ever compares
+// them. A limiter whose keys reach a shared store, a token or a challenge
+// sent to the client must not report true, nor a wrapper (powgate.Gate)
+// that cannot vouch for what it wraps. A policy with per-key overrides
+// keeps HMAC whatever its limiter says: the override store is keyed by it.
+// Engine.KeyOf hashes as the requests do, either way.
+type InProcess interface {
+	InProcess() bool
 }
 
 // Unwrapper is an optional ability: a limiter that decides in front of

@@ -51,7 +51,7 @@ func (e *Engine) keyOf(c *compiled, raw string) (string, error) {
 		}
 		return "", fmt.Errorf("edgelimit: policy %q: %s is empty or not valid (%s)", c.Name, what, strings.TrimPrefix(err.Error(), "edgelimit: "))
 	}
-	return e.hasher.Hash(c.Name, k), nil
+	return string(e.appendKey(nil, c, k)), nil
 }
 
 // singleValue answers one header or claim: the raw key of an operation.

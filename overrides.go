@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,7 +96,7 @@ func (e *Engine) override(ctx context.Context, c *compiled, key string, now time
 		}
 	}
 	ent = &overrideEntry{until: now.Add(c.OverrideStaleness), ready: make(chan struct{})}
-	sh.m[key] = ent
+	sh.m[strings.Clone(key)] = ent // not the request's memory (Request.Key)
 	sh.mu.Unlock()
 	cctx := e.budget(ctx, time.Now(), c.StoreTimeout)
 	l, ok, err := e.overrides.Override(cctx, c.Name, key)

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/edgelimit/edgelimit/internal/jsonenc"
 )
@@ -25,8 +24,8 @@ type problemBody struct {
 func badRequest(v *Verdict, detail string) {
 	v.Allowed = false
 	v.Status = 400
-	v.Body = appendProblem(make([]byte, 0, 160), &problemBody{Type: problemBadRequest, Title: titleBadRequest, Status: 400, Detail: detail}, nil, nil)
-	v.add(headerContentType, contentTypeProblemJSON)
+	v.setBody(appendProblem(v.bodyBuf[:0], &problemBody{Type: problemBadRequest, Title: titleBadRequest, Status: 400, Detail: detail}, nil, nil))
+	v.add(headerContentType, problemJSONVals)
 }
 
 // forbidden makes v the 403 of a deny list. The body names neither the
@@ -34,8 +33,14 @@ func badRequest(v *Verdict, detail string) {
 func forbidden(v *Verdict) {
 	v.Allowed = false
 	v.Status = 403
-	v.Body = appendProblem(make([]byte, 0, 128), &problemBody{Type: problemBadRequest, Title: titleForbidden, Status: 403, Detail: "This client may not use this resource."}, nil, nil)
-	v.add(headerContentType, contentTypeProblemJSON)
+	v.setBody(appendProblem(v.bodyBuf[:0], &problemBody{Type: problemBadRequest, Title: titleForbidden, Status: 403, Detail: "This client may not use this resource."}, nil, nil))
+	v.add(headerContentType, problemJSONVals)
+}
+
+// setBody makes b the problem body; its buffer is kept for the next
+// request of a reused Verdict.
+func (v *Verdict) setBody(b []byte) {
+	v.Body, v.bodyBuf = b, b
 }
 
 // listed reports whether a policy's decision is shown to the client: it was
@@ -81,10 +86,11 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	}
 
 	// Every computed header value is appended to one buffer in the
-	// Verdict, which becomes the string the values are sliced from: no
-	// allocation unless they outgrow it. The Verdict is never written
-	// again, so the string never changes.
-	buf := v.text[:0]
+	// request's memory, which becomes the string the values are sliced
+	// from: no allocation unless they outgrow it. That memory is never
+	// written again, so the string never changes, and never reused, so a
+	// response may keep it.
+	buf := v.text()
 	var policyEnd int
 	if !all || !defaults {
 		for _, c := range rs.policies {
@@ -102,7 +108,12 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	}
 	rlStart := len(buf)
 	var legacy *Decision
+	var legacyC *compiled
 	var retry time.Duration
+	// The legacy remaining and reset repeat the RateLimit member of the
+	// decision they come from (r and t): its digits are sliced again
+	// rather than written twice.
+	var rSpan, tSpan, legR, legT [2]int
 	for _, c := range rs.policies {
 		s := &slots[c.slot]
 		if !listed(c, s) {
@@ -112,43 +123,60 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		if len(buf) > rlStart {
 			buf = append(buf, ", "...)
 		}
-		buf = appendLimitItem(buf, c.rItem, d.Remaining, d.Reset)
+		buf, rSpan, tSpan = appendLimitItemSpans(buf, c.rItem, d.Remaining, d.Reset)
 		if legacy == nil || d.Remaining < legacy.Remaining || d.Remaining == legacy.Remaining && d.Reset > legacy.Reset {
-			legacy = d
+			legacy, legacyC, legR, legT = d, c.compiled, rSpan, tSpan
 		}
 		if s.o == denied || s.o == failedClosed {
 			retry = max(retry, d.RetryAfter, d.Reset)
 		}
 	}
 	rlEnd := len(buf)
-	var limEnd, remEnd, resetEnd int
+	var limSpan, remSpan, resetSpan, retrySpan [2]int
 	if e.legacy && legacy != nil {
-		buf = strconv.AppendInt(buf, max(legacy.Limit, 0), 10)
-		limEnd = len(buf)
-		buf = strconv.AppendInt(buf, max(legacy.Remaining, 0), 10)
-		remEnd = len(buf)
-		buf = strconv.AppendInt(buf, seconds(legacy.Reset), 10)
-		resetEnd = len(buf)
+		if legacy.Limit != legacyC.q {
+			limSpan[0] = len(buf)
+			buf = strconv.AppendInt(buf, max(legacy.Limit, 0), 10)
+			limSpan[1] = len(buf)
+		}
+		remSpan = legR
+		if resetSpan = legT; resetSpan[1] == 0 { // no t: a reset of 0
+			resetSpan[0] = len(buf)
+			buf = strconv.AppendInt(buf, seconds(legacy.Reset), 10)
+			resetSpan[1] = len(buf)
+		}
 	}
 	var secs int64
 	if blocked {
 		secs = retryAfterSeconds(retry)
-		buf = strconv.AppendInt(buf, secs, 10)
+		if resetSpan[1] > 0 && legacy != nil && seconds(legacy.Reset) == secs {
+			retrySpan = resetSpan
+		} else if legT[1] > 0 && seconds(legacy.Reset) == secs {
+			retrySpan = legT
+		} else {
+			retrySpan[0] = len(buf)
+			buf = strconv.AppendInt(buf, secs, 10)
+			retrySpan[1] = len(buf)
+		}
 	}
-	vals := unsafe.String(unsafe.SliceData(buf), len(buf))
+	vals := v.keep(buf)
 	switch {
 	case all && defaults && rs.policyHeader != "":
-		v.add(headerRateLimitPolicy, rs.policyHeader)
+		v.add(headerRateLimitPolicy, rs.policyVals)
 	case policyEnd > 0:
-		v.add(headerRateLimitPolicy, vals[:policyEnd])
+		v.addValue(headerRateLimitPolicy, vals[:policyEnd])
 	}
 	if rlEnd > rlStart {
-		v.add(headerRateLimit, vals[rlStart:rlEnd])
+		v.addValue(headerRateLimit, vals[rlStart:rlEnd])
 	}
 	if e.legacy && legacy != nil {
-		v.add(headerLegacyLimit, vals[rlEnd:limEnd])
-		v.add(headerLegacyRemaining, vals[limEnd:remEnd])
-		v.add(headerLegacyReset, vals[remEnd:resetEnd])
+		if limSpan[1] == 0 {
+			v.add(headerLegacyLimit, legacyC.limitVals)
+		} else {
+			v.addValue(headerLegacyLimit, vals[limSpan[0]:limSpan[1]])
+		}
+		v.addValue(headerLegacyRemaining, vals[remSpan[0]:remSpan[1]])
+		v.addValue(headerLegacyReset, vals[resetSpan[0]:resetSpan[1]])
 	}
 	// The limiters' own fields: those of the decisions that let the request
 	// through, or of those that denied it (a refunded decision's are
@@ -173,8 +201,8 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		return
 	}
 	v.Allowed = false
-	v.add(headerRetryAfter, vals[max(rlEnd, resetEnd):])
-	v.add(headerContentType, contentTypeProblemJSON)
+	v.addValue(headerRetryAfter, vals[retrySpan[0]:retrySpan[1]])
+	v.add(headerContentType, problemJSONVals)
 	var namesBuf [8]string
 	names := namesBuf[:0]
 	var detail [256]byte
@@ -188,19 +216,38 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		d := append(detail[:0], "The rate-limit store is unavailable and this endpoint fails closed. Retry in "...)
 		d = appendPlural(d, secs, "second")
 		d = append(d, '.')
-		v.Body = appendProblem(make([]byte, 0, 384), &problemBody{Type: problemReducedCapacity, Title: titleReducedCapacity, Status: 503,
-			ViolatedPolicies: names, RetryAfter: secs}, d, nil)
+		v.setBody(appendProblem(v.bodyBuf[:0], &problemBody{Type: problemReducedCapacity, Title: titleReducedCapacity, Status: 503,
+			ViolatedPolicies: names, RetryAfter: secs}, d, nil))
 		return
 	}
 	v.Status = 429
 	var ext []string
+	var one *compiled // the violated policy, when only one is and it adds nothing
+	plain := true
 	for _, c := range rs.policies {
 		if s := &slots[c.slot]; !c.Shadow && s.o == denied {
 			names = append(names, c.Name)
+			one = c.compiled
+			if r := s.d.Response; r != nil && !lifted(hard, s) && (r.Extension != "" || r.Detail != "") {
+				plain = false
+			}
 			if r := s.d.Response; r != nil && r.Extension != "" && !lifted(hard, s) {
 				ext = append(ext, r.Extension)
 			}
 		}
+	}
+	if len(names) == 1 && plain {
+		// The common 429: one policy, nothing of the limiter's to add. Its
+		// body is the policy's precomputed head, the wait, and its name:
+		// byte for byte what appendProblem writes (TestDenialBodyFastPath).
+		b := append(v.bodyBuf[:0], one.denyHead...)
+		b = appendPlural(b, secs, "second")
+		b = append(b, `.","violated-policies":[`...)
+		b = append(b, one.jsonName...)
+		b = append(b, `],"retry-after":`...)
+		b = strconv.AppendInt(b, secs, 10)
+		v.setBody(append(b, '}'))
+		return
 	}
 	d := append(detail[:0], "Quota exceeded for "...)
 	d = appendQuoteList(d, names)
@@ -214,8 +261,17 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 			d = append(d, r.Detail...)
 		}
 	}
-	v.Body = appendProblem(make([]byte, 0, 384), &problemBody{Type: problemQuotaExceeded, Title: titleQuotaExceeded, Status: 429,
-		ViolatedPolicies: names, RetryAfter: secs}, d, ext)
+	v.setBody(appendProblem(v.bodyBuf[:0], &problemBody{Type: problemQuotaExceeded, Title: titleQuotaExceeded, Status: 429,
+		ViolatedPolicies: names, RetryAfter: secs}, d, ext))
+}
+
+// denyHead is the start of the 429 body of a request that only the
+// policy named name denies, up to the wait in its detail.
+func denyHead(name string) string {
+	b := appendProblem(nil, &problemBody{Type: problemQuotaExceeded, Title: titleQuotaExceeded, Status: 429}, []byte{}, nil)
+	b = append(b[:len(b)-1], `,"detail":`...)
+	d := jsonenc.AppendString(nil, "Quota exceeded for "+string(appendQuoteList(nil, []string{name}))+". Retry in ")
+	return string(append(b, d[:len(d)-1]...)) // without the closing quote
 }
 
 // lifted reports a denial that work lifts (a challenge, no wait of its
@@ -260,7 +316,7 @@ func addDecisionFields(v *Verdict, rs *routeSet, slots []slot, want outcome, har
 				value += ", " + g.Value
 			}
 		}
-		v.add(f.Name, value)
+		v.addValue(f.Name, value)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/edgelimit/edgelimit/policy"
 )
@@ -23,6 +24,22 @@ type routeSet struct {
 	groups [][]member
 	// finishes: some policy has work after the response (Verdict.Finish).
 	finishes bool
+	// policyVals is policyHeader as a header value, shared by every
+	// response (never changed).
+	policyVals []string
+	// verdicts are the route's released Verdicts, sized for its policies.
+	verdicts sync.Pool
+}
+
+// verdict returns a Verdict for a request of the route: a released one,
+// else a new one with room for its policies.
+func (rs *routeSet) verdict() *Verdict {
+	v, _ := rs.verdicts.Get().(*Verdict)
+	if v == nil {
+		v = newVerdict(len(rs.policies))
+	}
+	v.pool = &rs.verdicts
+	return v
 }
 
 // member is a policy of a route set and its slot: the index of its
@@ -117,6 +134,7 @@ func (e *Engine) newRouteSet(matches func(policy.Route) bool) *routeSet {
 		rs.plain = append(rs.plain, c)
 	}
 	rs.policyHeader = strings.Join(items, ", ")
+	rs.policyVals = []string{rs.policyHeader}
 	return rs
 }
 

@@ -346,7 +346,7 @@ func microLimiters(ctx context.Context, keys, reqKeys []string) ([]microLimiter,
 		evs := lambdaEvents()
 		add(microLimiter{
 			name: name, group: "edgelimit",
-			setup: "an API Gateway v2 event per request from one of 100,000 source addresses; engine with HMAC key hashing, RateLimit headers; memory store",
+			setup: "an API Gateway v2 event per request from one of 100,000 source addresses; engine with its in-process key hash (SipHash-2-4: memory store), RateLimit headers",
 			allow: func(ctx context.Context, i int) bool {
 				resp, err := h(ctx, evs[i])
 				return err == nil && resp.StatusCode == 200

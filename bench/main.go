@@ -10,8 +10,12 @@
 //	            go-limiter and throttled (ns/op, allocs/op, serial, parallel)
 //	middleware  per-request cost of each limiter's own net/http middleware
 //	            around one handler, net of the handler (edgelimit, go-limiter,
-//	            throttled, ulule/limiter, x/time/rate); run alone, it also
-//	            rewrites its own section of BENCHMARKS.md in place
+//	            throttled, ulule/limiter, x/time/rate); run alone, it runs
+//	            decisions and bootstrap after it and rewrites their three
+//	            sections of BENCHMARKS.md in place
+//	bootstrap   the example functions' bootstraps beside the floor of a
+//	            minimal aws-lambda-go + DynamoDB function (bench/lambdafloor),
+//	            built in the same run: sizes, package init, bytes by package
 //	protocol    against dynalite: one conditional write vs read-then-write
 //	flood       the flood experiment: a CPU-bound search behind the Lambda
 //	            middleware, one flooding client and one legitimate client
@@ -95,7 +99,7 @@ func run(args []string) int {
 	fs.DurationVar(&o.kvDuration, "kv-duration", 30*time.Second, "kv: length of each steady run")
 	fs.StringVar(&o.kvOnly, "kv-only", "", "kv: run only these scenarios (comma-separated ids), for development")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: edgelimit-bench [flags] all|decisions|middleware|protocol|flood|kv|report|report-middleware\n\nFlags:")
+		fmt.Fprintln(os.Stderr, "usage: edgelimit-bench [flags] all|decisions|middleware|bootstrap|protocol|flood|kv|report|report-middleware\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -129,10 +133,18 @@ func run(args []string) int {
 
 	var err error
 	switch cmd := fs.Arg(0); cmd {
-	case "decisions", "protocol", "flood", "kv":
+	case "decisions", "protocol", "flood", "kv", "bootstrap":
 		err = runPart(ctx, o, cmd, parts[cmd])
 	case "middleware":
-		if err = runPart(ctx, o, cmd, parts[cmd]); err == nil {
+		// The middleware comparison, the in-process decisions and the
+		// bootstrap beside its floor, in one run, their sections of the
+		// report rewritten in place.
+		for _, part := range []string{"middleware", "decisions", "bootstrap"} {
+			if err = runPart(ctx, o, part, parts[part]); err != nil {
+				break
+			}
+		}
+		if err == nil {
 			err = updateMiddlewareSection(o)
 		}
 	case "report":
@@ -161,7 +173,7 @@ func run(args []string) int {
 }
 
 // partNames are the measuring subcommands, in the order `all` runs them.
-var partNames = []string{"decisions", "middleware", "protocol", "flood", "kv"}
+var partNames = []string{"decisions", "middleware", "bootstrap", "protocol", "flood", "kv"}
 
 // parts are the measuring subcommands.
 var parts = map[string]partFunc{
@@ -170,6 +182,7 @@ var parts = map[string]partFunc{
 	"protocol":   runProtocol,
 	"flood":      runFlood,
 	"kv":         runKV,
+	"bootstrap":  runBootstrap,
 }
 
 // logf reports progress on stderr.

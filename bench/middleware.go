@@ -31,6 +31,7 @@ import (
 	ululemem "github.com/ulule/limiter/v3/drivers/store/memory"
 	"golang.org/x/time/rate"
 
+	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/kvbucket"
 )
 
@@ -384,6 +385,14 @@ type countingKV struct {
 	n atomic.Int64
 }
 
+// InProcess forwards what the counted KV says of itself (a Memory: its
+// state never leaves the process), so that the engine hashes the kv rows'
+// keys as it would without the counter.
+func (c *countingKV) InProcess() bool {
+	ip, ok := c.KV.(edgelimit.InProcess)
+	return ok && ip.InProcess()
+}
+
 func (c *countingKV) Get(ctx context.Context, key string, cons kvbucket.Consistency) (kvbucket.Tally, error) {
 	c.n.Add(1)
 	return c.KV.Get(ctx, key, cons)
@@ -399,7 +408,7 @@ func mwSpecs() []mwSpec {
 	return []mwSpec{
 		{
 			id: "edgelimit-fixed-window", name: "edgelimit fixed-window (durable, memory store), middleware.Handler", group: "edgelimit", adapter: "net/http",
-			setup: "policy `key: header:X-Api-Key, strategy: durable` (fixed-window) on `GET /v1/items`; durablecounter on a durablecounter.Memory (64 shards, the default); engine with HMAC key hashing; RateLimit headers and the legacy X-RateLimit-* (the default); the deny cache on (the default); `store_timeout: 30s` (so that a busy machine never turns a decision into on_store_error's)",
+			setup: "policy `key: header:X-Api-Key, strategy: durable` (fixed-window) on `GET /v1/items`; durablecounter on a durablecounter.Memory (64 shards, the default); engine with its in-process key hash (SipHash-2-4: the store is in process memory, edgelimit.InProcess); RateLimit headers and the legacy X-RateLimit-* (the default); the deny cache on (the default); `store_timeout: 30s` (so that a busy machine never turns a decision into on_store_error's)",
 			build: func(limit int64, _ int) (*mwTarget, error) {
 				pf, err := parsePolicies(mwPolicy("durable", limit, ""))
 				if err != nil {

@@ -17,6 +17,7 @@ type loaded struct {
 	envs       map[string]*Envelope
 	decisions  *DecisionsData
 	middleware *MiddlewareData
+	bootstrap  *BootstrapData
 	protocol   *ProtocolData
 	flood      *FloodData
 	kv         *KVData
@@ -45,6 +46,9 @@ func load(dir string) (*loaded, error) {
 		case "middleware":
 			l.middleware = &MiddlewareData{}
 			target = l.middleware
+		case "bootstrap":
+			l.bootstrap = &BootstrapData{}
+			target = l.bootstrap
 		case "protocol":
 			l.protocol = &ProtocolData{}
 			target = l.protocol
@@ -199,6 +203,9 @@ func renderMarkdown(l *loaded, plots map[string]string) string {
 	renderHeadline(&w, l)
 	if l.middleware != nil {
 		renderMiddleware(&w, l)
+	}
+	if l.bootstrap != nil {
+		renderBootstrap(&w, l)
 	}
 	if l.decisions != nil {
 		renderDecisions(&w, l, plots)

@@ -43,10 +43,24 @@ func updateMiddlewareSection(o options) error {
 	}
 	var w mdWriter
 	renderMiddleware(&w, l)
-	if err := os.WriteFile(o.md, []byte(spliceSection(string(old), mwHeading, w.String(), mwBefore)), 0o644); err != nil {
+	md := spliceSection(string(old), mwHeading, w.String(), mwBefore)
+	logf("report: rewrote the section %q of %s", strings.TrimPrefix(mwHeading, "## "), o.md)
+	// The parts the middleware run measures with it, each in place.
+	if l.bootstrap != nil {
+		var b mdWriter
+		renderBootstrap(&b, l)
+		md = spliceSection(md, bootHeading, b.String(), mwBefore)
+		logf("report: rewrote the section %q", strings.TrimPrefix(bootHeading, "## "))
+	}
+	if l.decisions != nil {
+		var b mdWriter
+		renderDecisions(&b, l, nil) // its plot is make bench's, from another run
+		md = spliceSection(md, "## 1. Cost of one decision, in process", b.String(), "## 2. ")
+		logf("report: rewrote the section on the cost of one decision")
+	}
+	if err := os.WriteFile(o.md, []byte(md), 0o644); err != nil {
 		return err
 	}
-	logf("report: rewrote the section %q of %s", strings.TrimPrefix(mwHeading, "## "), o.md)
 	summary := filepath.Join(o.out, "middleware-summary.md")
 	if err := os.WriteFile(summary, []byte(mwSummary(l)), 0o644); err != nil {
 		return err
@@ -294,8 +308,9 @@ func renderMiddleware(w *mdWriter, l *loaded) {
 		w.p("- **%s**: %s.", r.Name, note)
 	}
 	w.p("")
-	w.p("Reading it: the rows do different amounts of work, and the last two columns say what. edgelimit hashes the key with")
-	w.p("HMAC-SHA-256 before it is stored, matches the route, and sets the RateLimit and RateLimit-Policy fields of")
+	w.p("Reading it: the rows do different amounts of work, and the last two columns say what. edgelimit hashes the key before")
+	w.p("a limiter sees it (SipHash-2-4 for a store in process memory, as here; HMAC-SHA-256 where the key reaches DynamoDB),")
+	w.p("matches the route, and sets the RateLimit and RateLimit-Policy fields of")
 	w.p("draft-ietf-httpapi-ratelimit-headers with the three legacy X-RateLimit-* headers; its 429 carries Retry-After and an")
 	w.p("`application/problem+json` body naming the violated policy. The peers key their maps by the raw key and answer a denial")
 	w.p("with `http.Error`'s plain text. All state is in process memory here; on Lambda a durable decision is a DynamoDB call")

@@ -2,6 +2,7 @@ package durablecounter
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
 )
 
@@ -103,6 +104,7 @@ func (c *stateCache) put(id itemID, st state, now, until int64) {
 		sh.weight -= weightOf(&old.st)
 		delete(sh.m, id)
 	}
+	id.key = strings.Clone(id.key) // not the request's memory (edgelimit.Request.Key)
 	// Full: evict from a sample of entries (map iteration starts at a
 	// random place), preferring those no longer useful, so that a put costs
 	// O(1) however large the cache.
@@ -136,6 +138,7 @@ func (c *stateCache) del(id itemID) {
 		sh.weight -= weightOf(&old.st)
 		delete(sh.m, id)
 	}
+	id.key = strings.Clone(id.key) // not the request's memory (edgelimit.Request.Key)
 	sh.mu.Unlock()
 }
 

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -151,6 +152,7 @@ func (s *Memory) apply(_ context.Context, o op) (result, error) {
 		if err := sh.makeRoom(o.t); err != nil {
 			return result{}, err
 		}
+		o.id.key = strings.Clone(o.id.key) // not the request's memory (edgelimit.Request.Key)
 	}
 	return sh.commitOp(&o, st, s.margin), nil
 }
@@ -358,4 +360,16 @@ func (sh *memShard) sweep(nowN int64) {
 		next = min(next, e.expires)
 	}
 	sh.nextExpiry = next
+}
+
+var _ edgelimit.InProcess = (*Counter)(nil)
+
+// InProcess reports whether the Counter's state never leaves the process:
+// true on a Memory store. The engine then hashes the policy's keys with
+// its in-process hash (edgelimit.InProcess); on a shared store (DynamoDB)
+// they stay HMAC-SHA256 of the configured secret, as operators compute
+// them.
+func (c *Counter) InProcess() bool {
+	_, ok := c.store.(*Memory)
+	return ok
 }

@@ -153,7 +153,18 @@ var (
 	_ edgelimit.Quoter    = (*Bucket)(nil)
 	_ edgelimit.Resetter  = (*Bucket)(nil)
 	_ edgelimit.Granter   = (*Bucket)(nil)
+	_ edgelimit.InProcess = (*Bucket)(nil)
 )
+
+// InProcess reports whether the Bucket's state never leaves the process:
+// its KV says so (a Memory does; a KV that wraps one may forward the
+// method). The engine then hashes the policy's keys with its in-process
+// hash (edgelimit.InProcess); on DynamoDB they stay HMAC-SHA256 of the
+// configured secret, as operators compute them.
+func (b *Bucket) InProcess() bool {
+	ip, ok := b.kv.(edgelimit.InProcess)
+	return ok && ip.InProcess()
+}
 
 // New checks cfg and returns the bucket.
 func New(cfg Config) (*Bucket, error) {
@@ -219,7 +230,7 @@ func New(cfg Config) (*Bucket, error) {
 		// (a tier, an override) read and write at this scale.
 		b.u = newUnits(Params{Capacity: 1, Limit: 1, Window: b.p.Window})
 	}
-	b.cache = newCache(size, &b.u)
+	b.cache = newCache(size, &b.u, b.prefix)
 	b.maxFill.Store(int64(b.u.fill()))
 	return b, nil
 }

@@ -707,7 +707,7 @@ func TestBucketSlowBucketKeepsItsState(t *testing.T) {
 // found again whichever of them is evicted first.
 func TestCacheHashCollisions(t *testing.T) {
 	u := newUnits(Params{Capacity: 1, Limit: 1, Window: time.Second})
-	s := &newCache(4, &u).shards[0]
+	s := &newCache(4, &u, "").shards[0]
 	n := t0.UnixNano()
 	get := func(key string, h uint64, at int64) *entry {
 		e, victim := s.lookup(key, h, at)

@@ -65,6 +65,9 @@ type entry struct {
 	refreshing bool
 
 	key string
+	// kvKey is the key's KV key (the Bucket's prefix and key), which key
+	// is the end of; set when the entry is made, never changed.
+	kvKey string
 	// v is the shared state as last learned.
 	v view
 	// wait is closed when the in-flight first read of an unknown key ends;
@@ -88,7 +91,9 @@ type shard struct {
 	// written back before it is dropped.
 	u     *units
 	stats Stats
-	_     [64]byte // keep shards' locks on separate cache lines
+	// prefix is the Bucket's KV key prefix (entry.kvKey).
+	prefix string
+	_      [64]byte // keep shards' locks on separate cache lines
 }
 
 // cache is the bounded in-process state, sharded by key hash.
@@ -103,7 +108,7 @@ type cache struct {
 // own entry instead of relinking a list.
 const evictSample = 8
 
-func newCache(size int, u *units) *cache {
+func newCache(size int, u *units, prefix string) *cache {
 	n := 1
 	for n < 64 && n*128 <= size {
 		n *= 2
@@ -114,6 +119,7 @@ func newCache(size int, u *units) *cache {
 		c.shards[i].m = make(map[uint64]*entry)
 		c.shards[i].max = max(per, 1)
 		c.shards[i].u = u
+		c.shards[i].prefix = prefix
 	}
 	return c
 }
@@ -146,7 +152,12 @@ func (s *shard) lookup(key string, h uint64, n int64) (e, victim *entry) {
 	if s.len() >= s.max {
 		victim = s.evict(n)
 	}
-	e = &entry{key: key, hash: h, used: n}
+	// A copy, which is also the key's KV key, made once: the request's
+	// key lies in memory the engine allocated for the whole request,
+	// which the entry would keep alive.
+	kvKey := s.prefix + key
+	key = kvKey[len(s.prefix):]
+	e = &entry{key: key, kvKey: kvKey, hash: h, used: n}
 	if s.m[h] == nil {
 		s.m[h] = e
 	} else {

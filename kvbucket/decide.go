@@ -127,12 +127,10 @@ func (b *Bucket) do(ctx context.Context, u *units, n int64, key string, cost int
 				// the only state there is.
 				w := e.wait
 				s.mu.Unlock()
-				select {
-				case <-w:
-					continue
-				case <-ctx.Done():
-					return fmt.Errorf("kvbucket: wait for the first read of %q: %w", b.prefix+key, ctx.Err())
+				if err := wait(ctx, w); err != nil {
+					return fmt.Errorf("kvbucket: wait for the first read of %q: %w", b.prefix+key, err)
 				}
+				continue
 			}
 			if err := b.firstRead(ctx, s, e, n); err != nil {
 				return err
@@ -155,12 +153,28 @@ func (b *Bucket) do(ctx context.Context, u *units, n int64, key string, cost int
 		// A write-through of this key is in flight: its answer decides
 		// this request too, most often from the local state (a bucket it
 		// emptied denies without a call).
-		select {
-		case <-w:
-			*d = edgelimit.Decision{}
-		case <-ctx.Done():
-			return fmt.Errorf("kvbucket: wait for the write of %q: %w", b.prefix+key, ctx.Err())
+		if err := wait(ctx, w); err != nil {
+			return fmt.Errorf("kvbucket: wait for the write of %q: %w", b.prefix+key, err)
 		}
+		*d = edgelimit.Decision{}
+	}
+}
+
+// wait waits for w to close or ctx to end. A channel closed already (a
+// refresh's answer) does not ask ctx for its Done channel: the engine's
+// budget context starts a timer the first time it is asked, which a
+// decision from memory never needs.
+func wait(ctx context.Context, w chan struct{}) error {
+	select {
+	case <-w:
+		return nil
+	default:
+	}
+	select {
+	case <-w:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -174,7 +188,7 @@ func (b *Bucket) firstRead(ctx context.Context, s *shard, e *entry, n int64) err
 	s.stats.Synced++
 	s.stats.Reads++
 	s.mu.Unlock()
-	t, err := b.kv.Get(ctx, b.prefix+e.key, Strong)
+	t, err := b.kv.Get(ctx, e.kvKey, Strong)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer b.endSync(e)
@@ -221,7 +235,7 @@ func (b *Bucket) refresh(ctx context.Context, s *shard, e *entry, n int64) bool 
 	s.stats.Synced++
 	s.stats.Reads++
 	s.mu.Unlock()
-	t, err := b.kv.Get(ctx, b.prefix+e.key, Strong)
+	t, err := b.kv.Get(ctx, e.kvKey, Strong)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.refreshing = false

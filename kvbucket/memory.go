@@ -145,10 +145,22 @@ func (m *Memory) Update(ctx context.Context, key string, u Update) (Tally, error
 }
 
 // register adds id to epoch's writers (0 registers nobody) and drops the
-// writers of epochs before epoch−1.
+// writers of epochs before epoch−1. A Memory never changes a writer set in
+// place: register returns ws itself when it stays as it is (a writer's
+// steady state: already registered in the epoch), else a new slice, so
+// that a set handed out (clonePart) never changes under its reader.
 func register(ws []Writer, id uint32, epoch int64) []Writer {
+	same := true
+	found := id == 0
+	for _, w := range ws {
+		same = same && w.Epoch >= epoch-1
+		found = found || w.Epoch == epoch && w.ID == id
+	}
+	if same && found {
+		return ws
+	}
 	out := ws[:0:0]
-	found := false
+	found = false
 	for _, w := range ws {
 		if w.Epoch < epoch-1 {
 			continue
@@ -162,8 +174,11 @@ func register(ws []Writer, id uint32, epoch int64) []Writer {
 	return out
 }
 
+// clonePart returns p for a caller: its writer set is shared, since the
+// Memory never changes one in place (register), with its capacity clipped
+// so that a caller's append copies it.
 func clonePart(p Part) Part {
-	p.Writers = slices.Clone(p.Writers)
+	p.Writers = slices.Clip(p.Writers)
 	return p
 }
 
@@ -196,3 +211,7 @@ func (m *Memory) remove(it *memItem) {
 	it.prev, it.next = nil, nil
 	delete(m.m, it.key)
 }
+
+// InProcess reports true: a Memory's state never leaves the process (see
+// Bucket.InProcess).
+func (m *Memory) InProcess() bool { return true }

@@ -281,7 +281,7 @@ func (b *Bucket) spendGrant(ctx context.Context, u *units, s *shard, e *entry, n
 	}
 	s.stats.Synced++
 	s.mu.Unlock()
-	t, err := b.kv.Update(ctx, b.prefix+e.key, up)
+	t, err := b.kv.Update(ctx, e.kvKey, up)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {

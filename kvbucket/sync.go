@@ -31,7 +31,7 @@ func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry,
 	s.stats.Synced++
 	s.mu.Unlock()
 
-	t, err := b.kv.Update(ctx, b.prefix+e.key, up)
+	t, err := b.kv.Update(ctx, e.kvKey, up)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.inflight = e.inflight.Sub(sp.p)
@@ -95,7 +95,7 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 	s.stats.Synced++
 	s.mu.Unlock()
 
-	t, err := b.kv.Update(ctx, b.prefix+e.key, up)
+	t, err := b.kv.Update(ctx, e.kvKey, up)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer b.endSync(e)

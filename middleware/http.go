@@ -74,16 +74,18 @@ func Handler(e *edgelimit.Engine, next http.Handler, opts ...Option) http.Handle
 			setHeaders(w.Header(), fs, v.Values)
 			w.WriteHeader(status(v))
 			if len(v.Body) > 0 {
-				_, _ = w.Write(v.Body)
+				_, _ = w.Write(v.Body) // copied by the writer, before Release
 			} else {
 				_, _ = w.Write([]byte(body(v)))
 			}
+			v.Release()
 			return
 		}
 		ctx := r.Context()
 		r = r.WithContext(v.Context(ctx))
 		if len(fs) == 0 && !v.Finishes() {
 			next.ServeHTTP(w, r)
+			v.Release()
 			return
 		}
 		lw := writers.Get().(*limitedWriter)
@@ -99,9 +101,13 @@ func Handler(e *edgelimit.Engine, next http.Handler, opts ...Option) http.Handle
 		lw.apply()
 		v.Finish(ctx, lw.status())
 		// A handler may not use its ResponseWriter once it has returned
-		// (net/http's rule), so the writer serves the next request.
+		// (net/http's rule), so the writer serves the next request. The
+		// header values the response holds are the request's own memory,
+		// not the Verdict's, so the Verdict can go back before net/http
+		// writes them.
 		*lw = limitedWriter{}
 		writers.Put(lw)
+		v.Release()
 	})
 }
 

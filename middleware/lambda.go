@@ -54,7 +54,9 @@ func guard[Req, Resp any](name string, e *edgelimit.Engine, h func(context.Conte
 		in := input(&req)
 		v := e.Decide(ctx, &in)
 		if !v.Allowed {
-			return refuse(&req, v), nil
+			resp = refuse(&req, v)
+			v.Release()
+			return resp, nil
 		}
 		hctx := v.Context(ctx)
 		finished := false
@@ -67,10 +69,14 @@ func guard[Req, Resp any](name string, e *edgelimit.Engine, h func(context.Conte
 		finished = true
 		if err != nil {
 			v.Finish(ctx, 500)
+			v.Release()
 			return resp, err
 		}
 		v.Finish(ctx, status(&resp))
+		// The header values are the request's own memory: the response
+		// keeps them after the Verdict goes back.
 		merge(&req, &resp, v.Header())
+		v.Release()
 		return resp, nil
 	}
 }

@@ -13,9 +13,12 @@
 #                       docs/bench/*.png, keeps the raw results in bench/out/*.json
 #                       (git-ignored).
 #   make bench-kv       the kv part alone (about 8 minutes), then the report
-#   make bench-middleware  the middleware comparison alone (about 6 minutes, no
-#                       servers): bench/out/middleware.json, and its section of
-#                       BENCHMARKS.md rewritten in place (the rest left as it is)
+#   make bench-middleware  the middleware comparison, then the in-process decisions
+#                       and the example functions' bootstraps beside the floor of a
+#                       minimal aws-lambda-go + DynamoDB function (bench/lambdafloor),
+#                       all in one run (about 10 minutes, no servers):
+#                       bench/out/{middleware,decisions,bootstrap}.json, and their three
+#                       sections of BENCHMARKS.md rewritten in place (the rest left as it is)
 #   make bench-quick    the same with short runs, into bench/out/quick/ (development;
 #                       BENCHMARKS.md and docs/bench are left alone)
 #   make bench-report   BENCHMARKS.md and the plots again from bench/out/*.json
@@ -78,7 +81,7 @@ bench-quick: bench-build bench-deps bench-kv-old
 	$(GO) run ./internal/tools/testservers -only dynalite,moto -- $(BENCH_BIN) -root . -quick $(KV_FLAGS) \
 		-out bench/out/quick -md bench/out/quick/BENCHMARKS.md -plots bench/out/quick/plots $(BENCH_FLAGS) all
 
-## bench-middleware: the middleware comparison alone; rewrites its section of BENCHMARKS.md.
+## bench-middleware: the middleware comparison, decisions and bootstrap parts; rewrites their sections of BENCHMARKS.md.
 bench-middleware: bench-build
 	$(BENCH_BIN) -root . $(BENCH_FLAGS) middleware
 

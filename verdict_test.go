@@ -1,0 +1,85 @@
+package edgelimit_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/policy"
+)
+
+// TestReleaseKeepsWhatMayStillBeHeld: Release does not reuse a Verdict
+// the handler looked up (FromContext), nor one whose budget context a
+// limiter asked for its Done channel (a real context and timer, which
+// something may still hold); the context a handler kept without looking
+// the Verdict up no longer carries one after Release.
+func TestReleaseKeepsWhatMayStillBeHeld(t *testing.T) {
+	f, err := policy.Parse("v.yaml", []byte(`version: 1
+policies:
+  - {name: v, routes: ["GET /v"], key: ip, strategy: durable, limit: 100, window: 1h}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waits := false
+	l := limitertest.LimiterFunc(func(ctx context.Context, _ edgelimit.Request) (edgelimit.Decision, error) {
+		if waits {
+			select {
+			case <-ctx.Done():
+			default:
+			}
+		}
+		return edgelimit.Decision{Allowed: true, Limit: 100, Window: time.Hour, Remaining: 99, Reset: time.Hour}, nil
+	})
+	e, err := edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("k", 32)),
+		Logger: slog.New(slog.DiscardHandler), Limiters: func(*policy.Policy) (edgelimit.Limiter, error) { return l, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &edgelimit.Input{Method: "GET", Path: "/v", SourceIP: "192.0.2.7"}
+
+	v := e.Decide(context.Background(), in)
+	ctx := v.Context(context.Background())
+	if got, ok := edgelimit.FromContext(ctx); !ok || got != v {
+		t.Fatalf("FromContext during the request = %p, %v; want %p", got, ok, v)
+	}
+	values := v.Values(0)[0]
+	v.Release()
+	if edgelimit.Reused(e, v) {
+		t.Error("a Verdict the handler looked up was put back for reuse")
+	}
+	if got, ok := edgelimit.FromContext(ctx); !ok || got != v || v.Route != "GET /v" || v.Values(0)[0] != values {
+		t.Errorf("after Release, the looked-up Verdict reads %+v (FromContext %v); want it unchanged", v, ok)
+	}
+
+	v = e.Decide(context.Background(), in)
+	kept := v.Context(context.Background())
+	v.Release()
+	if got, ok := edgelimit.FromContext(kept); ok {
+		t.Errorf("a context kept past Release still carries a Verdict: %p", got)
+	}
+
+	waits = true
+	v = e.Decide(context.Background(), in)
+	v.Release()
+	if edgelimit.Reused(e, v) {
+		t.Error("a Verdict whose budget context was started was put back for reuse")
+	}
+}
+
+// TestDenialBodyFastPath: the precomputed 429 body of one violated policy
+// is byte for byte the general one, for names JSON and Go quote alike.
+func TestDenialBodyFastPath(t *testing.T) {
+	for _, name := range []string{"bench", `q"uote`, "<tag>&", "ünï", "tab\there", "a\\b"} {
+		for _, secs := range []int64{1, 2, 2592000} {
+			fast, general := edgelimit.DenialBodies(name, secs)
+			if fast != general {
+				t.Errorf("policy %q, %d s:\nfast    %s\ngeneral %s", name, secs, fast, general)
+			}
+		}
+	}
+}
