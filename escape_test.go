@@ -3,8 +3,6 @@ package edgelimit_test
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -20,7 +18,7 @@ func TestDecideScratchStaysOnTheStack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the package")
 	}
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-gcflags=-m", "-o", os.DevNull, ".")
+	cmd := exec.Command("go", "build", "-gcflags=-m", "-o", os.DevNull, ".")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build -gcflags=-m: %v\n%s", err, out)

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -182,5 +184,35 @@ func TestBuildOutputsAreIgnored(t *testing.T) {
 		if !ignored[p] {
 			t.Errorf("%s, a build output, is not ignored: add it to .gitignore", p)
 		}
+	}
+}
+
+// TestStaticcheckIsPinnedApart: `make test` runs staticcheck (its lint
+// target, before the tests), at the version internal/tools/staticcheck's
+// go.mod pins, and the module's own go.mod names no analysis tool: a `tool`
+// line there would put staticcheck's requirements (golang.org/x/tools and
+// more) into the module graph of every module that imports ours.
+func TestStaticcheckIsPinnedApart(t *testing.T) {
+	read := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(root(t), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	tools := read("internal/tools/staticcheck/go.mod")
+	if !strings.Contains(tools, "\ntool honnef.co/go/tools/cmd/staticcheck\n") || !regexp.MustCompile(`honnef\.co/go/tools v\d+\.\d+\.\d+`).MatchString(tools) {
+		t.Errorf("internal/tools/staticcheck/go.mod does not pin staticcheck as a tool:\n%s", tools)
+	}
+	if mod := read("go.mod"); strings.Contains(mod, "honnef.co") || strings.Contains(mod, "\ntool ") {
+		t.Errorf("go.mod names a tool or staticcheck; importers would inherit its requirements")
+	}
+	mk := read("Makefile")
+	if !strings.Contains(mk, "-modfile=internal/tools/staticcheck/go.mod staticcheck") {
+		t.Error("the Makefile does not run the pinned staticcheck")
+	}
+	if m := regexp.MustCompile(`(?m)^test:(.*)$`).FindStringSubmatch(mk); m == nil || !slices.Contains(strings.Fields(m[1]), "lint") {
+		t.Errorf("make test does not depend on lint (staticcheck): %q", m)
 	}
 }

@@ -150,20 +150,6 @@ func (u *units) report(a Wide, d *edgelimit.Decision) {
 	}
 }
 
-// nextToken returns draft-11's effective window of a bucket holding a
-// units: the time until it holds one more whole token; for a full one, one
-// emission interval (the time a token takes to come back after a spend).
-func (u *units) nextToken(a Wide) time.Duration {
-	if !a.Less(u.bw) {
-		return u.emit
-	}
-	var k int64
-	if a.Sign() > 0 {
-		k = a.div(u.w, false)
-	}
-	return u.dur(u.tokens(k + 1).Sub(a))
-}
-
 // dur returns how long the bucket takes to gain x units (one a
 // nanosecond), rounded up; saturating.
 func (u *units) dur(x Wide) time.Duration {

@@ -95,13 +95,6 @@ func maxWide(a, b Wide) Wide {
 	return a
 }
 
-func minWide(a, b Wide) Wide {
-	if b.Less(a) {
-		return b
-	}
-	return a
-}
-
 // mulSmall returns w×k for w ≥ 0 and k ≥ 0 (no overflow in our ranges).
 func (w Wide) mulSmall(k int64) Wide {
 	hi, lo := bits.Mul64(w.lo, uint64(k))
