@@ -3,13 +3,13 @@ package dynamostore_test
 import (
 	"testing"
 
-	"github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/inflight/dynamostore"
-	"github.com/edgelimit/edgelimit/inflight/storetest"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 )
 
-// newStore returns a Store on a fresh table of s.
+// newStore returns a Store on a fresh table of s. The conformance suite
+// runs on it from package inflight's tests (TestConformanceDynamo,
+// TestEngineDynamo).
 func newStore(t *testing.T, s ddbtest.Server) (*dynamostore.Store, *ddbtest.Counter) {
 	t.Helper()
 	client, table, counter := ddbtest.Table(t, s)
@@ -18,28 +18,6 @@ func newStore(t *testing.T, s ddbtest.Server) (*dynamostore.Store, *ddbtest.Coun
 		t.Fatal(err)
 	}
 	return st, counter
-}
-
-// TestConformance runs the store suite against dynalite and moto, 64
-// clients at once in its concurrency tests.
-func TestConformance(t *testing.T) {
-	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
-		storetest.Run(t, func(t *testing.T) inflight.Store {
-			st, _ := newStore(t, s)
-			return st
-		}, storetest.Options{})
-	})
-}
-
-// TestEngine runs in-flight policies through the engine and the net/http
-// middleware on dynalite and moto.
-func TestEngine(t *testing.T) {
-	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
-		storetest.RunEngine(t, func(t *testing.T) inflight.Store {
-			st, _ := newStore(t, s)
-			return st
-		})
-	})
 }
 
 func newBenchStore(client dynamostore.API, table string) (*dynamostore.Store, error) {

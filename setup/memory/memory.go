@@ -51,10 +51,7 @@ type inFlight struct{}
 func (inFlight) Strategy() *policy.Strategy { return inflight.Strategy }
 
 func (inFlight) Open(env *setup.BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
-	store, err := inflight.NewMemoryStore(inflight.MemoryConfig{})
-	if err != nil {
-		return nil, err
-	}
+	store := inflight.NewMemory(inflight.MemoryConfig{})
 	return func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return inflight.New(inflight.Config{Policy: p, Store: store, Now: env.Now})
 	}, nil
