@@ -1,7 +1,7 @@
-// Package memory is the setup backend of the durable and kv strategies for
-// one process: their state in memory, exact for that process alone. It is
-// what `edgelimit serve` runs on by default; instances that must share
-// counts need setup/dynamodb.
+// Package memory is the setup backend of the durable, kv and inflight
+// strategies for one process: their state in memory, exact for that process
+// alone. It is what `edgelimit serve` runs on by default; instances that
+// must share counts need setup/dynamodb.
 package memory
 
 import (
