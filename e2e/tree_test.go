@@ -216,3 +216,44 @@ func TestStaticcheckIsPinnedApart(t *testing.T) {
 		t.Errorf("make test does not depend on lint (staticcheck): %q", m)
 	}
 }
+
+// TestCodeCitesOnlyTheRepository: code and configuration cite no document
+// outside the repository (there were citations of a design document's
+// sections, which no reader had), and each citation of
+// ARCHITECTURE.md ("ARCHITECTURE.md, Data model") names one of its
+// sections.
+func TestCodeCitesOnlyTheRepository(t *testing.T) {
+	inCheckout(t)
+	arch, err := os.ReadFile(filepath.Join(root(t), "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sections []string
+	for line := range strings.Lines(string(arch)) {
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			sections = append(sections, strings.TrimSpace(h))
+		}
+	}
+	cite := regexp.MustCompile(`ARCHITECTURE\.md, ([A-Z][a-z' ]*[a-z])`)
+	outside := regexp.MustCompile(`DESIGN(\.md)? ?§|DESIGN\.md`)
+	files := strings.Split(strings.TrimSpace(git(t, "", "ls-files", "*.go", "*.yaml", "*.yml", "*.mk", "Makefile", "*.js", "*.html")), "\n")
+	if len(files) < 100 {
+		t.Fatalf("git ls-files lists %d code files", len(files))
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root(t), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Comments wrap: join the lines of a citation.
+		text := regexp.MustCompile(`\n\s*(//|#)\s*`).ReplaceAllString(string(b), " ")
+		if m := outside.FindString(text); m != "" {
+			t.Errorf("%s cites %q, a document outside the repository", f, m)
+		}
+		for _, m := range cite.FindAllStringSubmatch(text, -1) {
+			if !slices.ContainsFunc(sections, func(s string) bool { return strings.HasPrefix(s, m[1]) }) {
+				t.Errorf("%s cites %q, which is no section of ARCHITECTURE.md (%q)", f, m[0], sections)
+			}
+		}
+	}
+}
