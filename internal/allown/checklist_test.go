@@ -56,36 +56,14 @@ func TestNew(t *testing.T) {
 	}
 }
 
-// Step 3: the abilities it implements are the ones it declares. (The
-// root's TestStrategiesDeclareTheirAbilities cannot build a strategy that
-// its test binary does not link; see CONTRIBUTING.md.)
+// Step 3: the abilities it implements are the ones it declares.
 func TestStrategyDeclaresItsAbilities(t *testing.T) {
 	l, err := New(Config{Policy: &policy.Policy{Name: "a", Limit: 1, Window: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got policy.Abilities
-	var lim edgelimit.Limiter = l
-	for _, a := range []struct {
-		has bool
-		bit policy.Abilities
-	}{
-		{is[edgelimit.Refunder](lim), policy.CanRefund}, {is[edgelimit.Peeker](lim), policy.CanPeek},
-		{is[edgelimit.Charger](lim), policy.CanCharge}, {is[edgelimit.Finisher](lim), policy.CanFinish},
-		{is[edgelimit.BatchLimiter](lim), policy.CanBatch}, {is[edgelimit.Localizer](lim), policy.CanLocal},
-		{is[edgelimit.Quoter](lim), policy.CanQuota}, {is[edgelimit.Resetter](lim), policy.CanReset},
-		{is[edgelimit.Granter](lim), policy.CanGrant},
-	} {
-		if a.has {
-			got |= a.bit
-		}
-	}
-	if got != Strategy.Abilities {
-		t.Errorf("%T has abilities %v; Strategy declares %v", l, got, Strategy.Abilities)
-	}
+	limitertest.CheckAbilities(t, Strategy, l)
 }
-
-func is[T any](l edgelimit.Limiter) bool { _, ok := l.(T); return ok }
 
 // Step 5: the conformance suite, fixed window, on the memory store.
 func TestConformanceMemory(t *testing.T) {
