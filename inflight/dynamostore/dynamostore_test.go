@@ -1,7 +1,9 @@
 package dynamostore_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/edgelimit/edgelimit/inflight/dynamostore"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
@@ -18,6 +20,15 @@ func newStore(t *testing.T, s ddbtest.Server) (*dynamostore.Store, *ddbtest.Coun
 		t.Fatal(err)
 	}
 	return st, counter
+}
+
+// testCtx is a context with a generous deadline for the tests' calls: a
+// release without one has inflight.ReleaseTimeout (1 s), which moto under
+// make test's load once exceeded (slow, never wrong).
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 func newBenchStore(client dynamostore.API, table string) (*dynamostore.Store, error) {

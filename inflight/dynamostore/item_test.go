@@ -53,7 +53,7 @@ func TestItem(t *testing.T) {
 		}
 		clock := limitertest.NewClock(t0)
 		lim := crashLimiter(t, store, clock.Now)
-		ctx := context.Background()
+		ctx := testCtx(t)
 		key := "Zm9vYmFyYmF6cXV4cXV1eA" // a hashed key, as the engine gives it
 		r := edgelimit.Request{Key: key}
 		d, err := lim.Allow(ctx, r)
