@@ -5,7 +5,13 @@ POLICIES  ?= cmd/edgelimit/policies.yaml
 RUN_BIN   ?= bin/edgelimit
 TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 15m
 
-.PHONY: run test deps vet fmt-check unit clean
+# staticcheck, pinned in a module of its own (internal/tools/staticcheck/go.mod)
+# so that its requirements never enter the go.mod of a module that imports
+# ours (a `tool` line in our go.mod would add them to every importer's
+# module graph).
+STATICCHECK ?= $(GO) tool -modfile=internal/tools/staticcheck/go.mod staticcheck
+
+.PHONY: run test deps vet lint fmt-check unit clean
 
 ## run: edgelimit serve on $(ADDR) (make run ADDR=127.0.0.1:9090 for another
 ## port). Ctrl-C or `kill` of make stops it. The binary is built first and
@@ -30,8 +36,13 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-## test: everything, with -race, against real dynalite and moto servers.
-test: deps fmt-check vet
+## lint: staticcheck over the whole module; zero findings.
+lint:
+	$(STATICCHECK) ./...
+
+## test: gofmt, vet and staticcheck, then everything, with -race, against
+## real dynalite and moto servers.
+test: deps fmt-check vet lint
 	$(GO) run ./internal/tools/testservers -- $(GO) test $(TESTFLAGS) ./...
 
 ## unit: the tests that need no server (integration tests skip).

@@ -3,8 +3,6 @@ package edgelimit_test
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -25,7 +23,7 @@ func TestPerRequestPathStaysOnTheStack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the packages")
 	}
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-gcflags=-m", "-o", os.DevNull,
+	cmd := exec.Command("go", "build", "-gcflags=-m", "-o", os.DevNull,
 		".", "./internal/keyhash", "./middleware")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -74,12 +74,11 @@ policies:
 `
 
 type adminFixture struct {
-	e      *edgelimit.Engine
-	ls     map[string]*operated
-	store  *overrides.Memory
-	now    time.Time
-	ctx    context.Context
-	signed edgelimit.Limiter
+	e     *edgelimit.Engine
+	ls    map[string]*operated
+	store *overrides.Memory
+	now   time.Time
+	ctx   context.Context
 }
 
 func newAdminFixture(t *testing.T) *adminFixture {

@@ -458,7 +458,7 @@ func settledBucket(ctx context.Context, p *policy.Policy, keys []string) (edgeli
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	kv := &countingKV{KV: memoryKV(2 * len(keys))}
-	b, err := memoryBuckets(kv, 2*len(keys), false, now)(p)
+	b, err := kv.factory(2*len(keys), false, now)(p)
 	if err != nil {
 		return nil, nil, err
 	}

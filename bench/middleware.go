@@ -33,6 +33,7 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/kvbucket"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 const (
@@ -379,10 +380,14 @@ func mwPolicy(strategy string, limit int64, extra string) string {
 		mwPath, mwKeyHeader, strategy, limit, mwWindowText, extra)
 }
 
-// countingKV counts the calls a kv bucket makes to its KV.
+// countingKV is a KV and the kv buckets built on it, whose calls to it it
+// counts from their Stats (kvbucket.KV is sealed: a wrapper cannot count
+// them): reads, applied writes and rejected conditional writes; the memory
+// KV never fails a call.
 type countingKV struct {
 	kvbucket.KV
-	n atomic.Int64
+	mu      sync.Mutex
+	buckets []*kvbucket.Bucket
 }
 
 // InProcess forwards what the counted KV says of itself (a Memory: its
@@ -393,14 +398,31 @@ func (c *countingKV) InProcess() bool {
 	return ok && ip.InProcess()
 }
 
-func (c *countingKV) Get(ctx context.Context, key string, cons kvbucket.Consistency) (kvbucket.Tally, error) {
-	c.n.Add(1)
-	return c.KV.Get(ctx, key, cons)
+// factory returns a factory of kv buckets on c's KV (see memoryBuckets)
+// that c counts.
+func (c *countingKV) factory(cacheKeys int, noCache bool, now func() time.Time) limiterFactory {
+	build := memoryBuckets(c.KV, cacheKeys, noCache, now)
+	return func(p *policy.Policy) (edgelimit.Limiter, error) {
+		l, err := build(p)
+		if b, ok := l.(*kvbucket.Bucket); ok {
+			c.mu.Lock()
+			c.buckets = append(c.buckets, b)
+			c.mu.Unlock()
+		}
+		return l, err
+	}
 }
 
-func (c *countingKV) Update(ctx context.Context, key string, u kvbucket.Update) (kvbucket.Tally, error) {
-	c.n.Add(1)
-	return c.KV.Update(ctx, key, u)
+// calls returns the KV calls of c's buckets so far.
+func (c *countingKV) calls() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n uint64
+	for _, b := range c.buckets {
+		st := b.Stats()
+		n += st.Reads + st.Writes + st.Rejected
+	}
+	return int64(n)
 }
 
 // mwSpecs are the rows of the comparison, edgelimit's first.
@@ -507,12 +529,12 @@ func kvRow(extra string) func(limit int64, keys int) (*mwTarget, error) {
 			return nil, err
 		}
 		kv := &countingKV{KV: memoryKV(2 * keys)}
-		e, err := newEngine(pf, memoryBuckets(kv, 2*keys, false, nil))
+		e, err := newEngine(pf, kv.factory(2*keys, false, nil))
 		if err != nil {
 			return nil, err
 		}
 		t := httpTarget(httpMiddleware(e, mwHandler))
-		t.calls = kv.n.Load
+		t.calls = kv.calls
 		return t, nil
 	}
 }
@@ -535,12 +557,12 @@ func kvSettledRow(limit int64, keys int) (*mwTarget, error) {
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	kv := &countingKV{KV: memoryKV(2 * keys)}
-	e, err := newEngine(pf, memoryBuckets(kv, 2*keys, false, now))
+	e, err := newEngine(pf, kv.factory(2*keys, false, now))
 	if err != nil {
 		return nil, err
 	}
 	t := httpTarget(httpMiddleware(e, mwHandler))
-	t.calls = kv.n.Load
+	t.calls = kv.calls
 	t.settle = func(stored []string, want int) error {
 		offset.Add(int64(interval + time.Minute))
 		send := t.newClient()

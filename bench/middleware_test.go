@@ -259,13 +259,13 @@ func TestSettledBucketDecidesFromTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n0 := kv.n.Load()
+	n0 := kv.calls()
 	for _, k := range keys {
 		if d, err := b.Allow(ctx, edgelimit.Request{Key: k}); err != nil || !d.Allowed {
 			t.Fatalf("key %s: allowed %v, %v", k, d.Allowed, err)
 		}
 	}
-	if n := kv.n.Load() - n0; n != 0 {
+	if n := kv.calls() - n0; n != 0 {
 		t.Errorf("%d KV calls for %d decisions after settling, want none", n, len(keys))
 	}
 }

@@ -33,6 +33,11 @@
 // user does, and checks that Ctrl-C (SIGINT to the process group), `kill`
 // of make alone and `kill -9` of make each leave nothing listening.
 //
+// TestTreeHoldsSourcesOnly checks that `git ls-files` holds no compiled
+// executable and no file over 1 MB, and TestBuildOutputsAreIgnored that
+// what go build and make write is ignored (both skip outside a git
+// checkout).
+//
 // TestColdStart measures each bootstrap's size and the emulator's Init
 // Duration (median of several cold starts); `make cold-start` prints the
 // table that docs/deploy.md shows.

@@ -145,6 +145,10 @@ func runREADMEFunction(t *testing.T, bin string) {
 		"EDGELIMIT_TABLE":             table,
 		"EDGELIMIT_DYNAMODB_ENDPOINT": endpoint,
 		"EDGELIMIT_SECRETS":           "k1:" + randomKey(),
+		// The store budget of the functions' tests (testBudget): the first
+		// invocation's calls to a dynalite that make test shares passed the
+		// default 100 ms, and the paid policies' 503 failed the test.
+		"EDGELIMIT_OVERRIDES": "paid-daily.store_timeout=" + testBudget + ",paid-burst.store_timeout=" + testBudget,
 	})
 	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "GET /paid/{resource}", RawPath: "/paid/report",
 		Headers: map[string]string{"x-api-key": "readme-" + randomID(t)}}

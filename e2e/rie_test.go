@@ -89,12 +89,9 @@ func root(t testing.TB) string {
 	return dir
 }
 
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
-}
+// goTool is the go command: go test puts the GOROOT/bin of the go command
+// that runs it first in the tests' PATH.
+func goTool() string { return "go" }
 
 // installRIE returns the emulator's path, installing the pinned version
 // into .tools/bin when it is missing or another version.

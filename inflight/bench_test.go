@@ -16,10 +16,7 @@ import (
 var benchKeys = limitertest.HashedKeys("bench", 100_000)
 
 func benchLimiter(b *testing.B, limit int64) *inflight.Limiter {
-	store, err := inflight.NewMemoryStore(inflight.MemoryConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	store := inflight.NewMemory(inflight.MemoryConfig{})
 	l, err := inflight.New(inflight.Config{
 		Policy: &policy.Policy{Name: "speech", Strategy: inflight.Strategy, Limit: limit, Window: 15 * time.Minute},
 		Store:  store,

@@ -83,13 +83,15 @@
 //
 // # Stores
 //
-// A Limiter keeps its slots in a Store: a MemoryStore in the process (exact
+// A Limiter keeps its slots in a Store: a Memory store in the process (exact
 // for one process; the default of `edgelimit serve`), or the DynamoDB
 // store of package inflight/dynamostore, shared by every instance through
 // the project's one table, item "if#<policy>#<keyhash>". The key is the
-// engine's keyed hash, never the raw client key. Package inflight/storetest
-// holds both to the same semantics, at fixed instants and with 64 clients
-// at once; that suite is what backs the claims above:
+// engine's keyed hash, never the raw client key. The conformance suite of
+// concurrency limits, limitertest.RunInFlight (and RunInFlightEngine,
+// through the engine and the net/http middleware), holds both to the same
+// semantics, at fixed instants and with 64 clients at once; that suite is
+// what backs the claims above:
 //
 //   - at no instant do more than limit requests of a key hold a slot (a
 //     counter incremented between each admission and its release never

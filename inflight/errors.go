@@ -14,7 +14,7 @@ var (
 	// of an in-flight policy takes one slot (the policy file refuses a cost
 	// other than 1; a limit already says how many run at once).
 	ErrCost = errors.New("inflight: cost must be 1")
-	// ErrStoreFull is returned by a MemoryStore that holds MaxKeys keys
+	// ErrStoreFull is returned by a Memory store that holds MaxKeys keys
 	// with live holders and cannot admit a new key. The engine treats it as
 	// a store failure (on_store_error decides); a live slot is never
 	// forgotten early, which would admit one request too many.

@@ -15,7 +15,7 @@ import (
 // its lease ends.
 func ExampleLimiter() {
 	now := time.Unix(1_700_000_000, 0)
-	store, _ := inflight.NewMemoryStore(inflight.MemoryConfig{})
+	store := inflight.NewMemory(inflight.MemoryConfig{})
 	l, _ := inflight.New(inflight.Config{
 		Policy: &policy.Policy{Name: "speech", Limit: 2, Window: 15 * time.Minute},
 		Store:  store,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/inflight/internal/wire"
 	"github.com/edgelimit/edgelimit/policy"
 )
 
@@ -23,8 +24,8 @@ type Config struct {
 	// Options, if set, are the Limiter's own options; default the Policy's
 	// Options (what its file said), else the zero Options.
 	Options *Options
-	// Store keeps the slots; default a MemoryStore shared by every Limiter
-	// in the process built without a Store.
+	// Store keeps the slots; default a Memory store shared by every
+	// Limiter in the process built without a Store.
 	Store Store
 	// Now is the Limiter's clock. Without it the Limiter decides at the
 	// Request's At (the engine reads the instant once for every policy of a
@@ -64,10 +65,7 @@ var (
 	_ edgelimit.Quoter   = (*Limiter)(nil)
 )
 
-var defaultStore = sync.OnceValue(func() *MemoryStore {
-	s, _ := NewMemoryStore(MemoryConfig{})
-	return s
-})
+var defaultStore = sync.OnceValue(func() *Memory { return NewMemory(MemoryConfig{}) })
 
 // New validates cfg and returns a Limiter.
 func New(cfg Config) (*Limiter, error) {
@@ -165,14 +163,14 @@ func (l *Limiter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.D
 	now := l.now(req)
 	d := edgelimit.Decision{Policy: l.name, Limit: limit, Window: lease}
 	if limit == 0 {
-		l.fill(&d, State{}, now, lease, false)
+		l.fill(&d, wire.State{}, now, lease, false)
 		return d, nil
 	}
-	var id SlotID // 128 bits from the runtime's ChaCha8: unique, never shown
+	var id wire.SlotID // 128 bits from the runtime's ChaCha8: unique, never shown
 	binary.LittleEndian.PutUint64(id[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(id[8:], rand.Uint64())
 	expiry := now + int64(lease)
-	taken, st, err := l.store.TakeSlot(ctx, Take{Item: l.item(req.Key), ID: id, Limit: limit, Now: now, Expiry: expiry})
+	taken, st, err := l.store.takeSlot(ctx, wire.Take{Item: l.item(req.Key), ID: id, Limit: limit, Now: now, Expiry: expiry})
 	if err != nil {
 		return edgelimit.Decision{}, fmt.Errorf("inflight: policy %q: take: %w", l.name, err)
 	}
@@ -185,7 +183,7 @@ func (l *Limiter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.D
 
 // fill sets d's Allowed, Remaining, Reset and RetryAfter from the state of
 // the key's slots at now.
-func (l *Limiter) fill(d *edgelimit.Decision, st State, now int64, lease time.Duration, allowed bool) {
+func (l *Limiter) fill(d *edgelimit.Decision, st wire.State, now int64, lease time.Duration, allowed bool) {
 	d.Allowed = allowed
 	d.Remaining = max(0, d.Limit-st.Live)
 	d.Reset = min(l.retry, lease)
@@ -207,10 +205,10 @@ func (l *Limiter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.De
 	now := l.now(req)
 	d := edgelimit.Decision{Policy: l.name, Limit: limit, Window: lease}
 	if limit == 0 {
-		l.fill(&d, State{}, now, lease, false)
+		l.fill(&d, wire.State{}, now, lease, false)
 		return d, nil
 	}
-	st, err := l.store.Slots(ctx, l.item(req.Key), now)
+	st, err := l.store.slots(ctx, l.item(req.Key), now)
 	if err != nil {
 		return edgelimit.Decision{}, fmt.Errorf("inflight: policy %q: read: %w", l.name, err)
 	}
@@ -239,7 +237,7 @@ func (l *Limiter) Refund(ctx context.Context, req edgelimit.Request, d edgelimit
 // the lease ends. An error means the release did not land: the slot is
 // held until its lease ends.
 func (l *Limiter) Release(ctx context.Context, req edgelimit.Request, d edgelimit.Decision) error {
-	id := SlotID(d.Receipt.ID)
+	id := wire.SlotID(d.Receipt.ID)
 	if id.IsZero() {
 		return nil
 	}
@@ -248,7 +246,7 @@ func (l *Limiter) Release(ctx context.Context, req edgelimit.Request, d edgelimi
 	}
 	rctx := detach(ctx)
 	defer rctx.stop()
-	if _, err := l.store.ReleaseSlot(rctx, l.item(req.Key), id); err != nil {
+	if _, err := l.store.releaseSlot(rctx, l.item(req.Key), id); err != nil {
 		return fmt.Errorf("inflight: policy %q: release: %w", l.name, err)
 	}
 	return nil

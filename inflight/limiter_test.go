@@ -111,9 +111,6 @@ func TestNewValidates(t *testing.T) {
 			}
 		})
 	}
-	if _, err := inflight.NewMemoryStore(inflight.MemoryConfig{MaxKeys: -1}); !errors.Is(err, inflight.ErrConfig) {
-		t.Errorf("NewMemoryStore(MaxKeys -1) = %v, want ErrConfig", err)
-	}
 }
 
 func newLimiter(t *testing.T, limit int64, lease time.Duration, store inflight.Store, now func() time.Time) *inflight.Limiter {
@@ -129,7 +126,7 @@ func newLimiter(t *testing.T, limit int64, lease time.Duration, store inflight.S
 }
 
 func TestRequestErrors(t *testing.T) {
-	l := newLimiter(t, 2, time.Minute, newMemory(t), limitertest.NewClock(t0).Now)
+	l := newLimiter(t, 2, time.Minute, inflight.NewMemory(inflight.MemoryConfig{}), limitertest.NewClock(t0).Now)
 	ctx := context.Background()
 	if _, err := l.Allow(ctx, edgelimit.Request{}); !errors.Is(err, inflight.ErrNoKey) {
 		t.Errorf("Allow without a key: %v, want ErrNoKey", err)
@@ -156,7 +153,7 @@ func TestRequestErrors(t *testing.T) {
 // (the client went away, the engine's budget context of a cancelled
 // request) still lands; one whose deadline passed does not.
 func TestReleaseIgnoresCancellation(t *testing.T) {
-	l := newLimiter(t, 1, time.Minute, newMemory(t), limitertest.NewClock(t0).Now)
+	l := newLimiter(t, 1, time.Minute, inflight.NewMemory(inflight.MemoryConfig{}), limitertest.NewClock(t0).Now)
 	r := edgelimit.Request{Key: "k"}
 	d, err := l.Allow(context.Background(), r)
 	if err != nil || !d.Allowed {
@@ -183,7 +180,7 @@ func TestReleaseIgnoresCancellation(t *testing.T) {
 // new limiter on the store gets it back at that instant, not before.
 func TestAbandonedLimiter(t *testing.T) {
 	const lease = 15 * time.Minute
-	store := newMemory(t)
+	store := inflight.NewMemory(inflight.MemoryConfig{})
 	func() {
 		dead := newLimiter(t, 2, lease, store, func() time.Time { return t0 })
 		for range 2 {
@@ -205,11 +202,8 @@ func TestAbandonedLimiter(t *testing.T) {
 	}
 }
 
-func TestMemoryStoreFull(t *testing.T) {
-	store, err := inflight.NewMemoryStore(inflight.MemoryConfig{Shards: 1, MaxKeys: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestMemoryFull(t *testing.T) {
+	store := inflight.NewMemory(inflight.MemoryConfig{Shards: 1, MaxKeys: 2})
 	clock := limitertest.NewClock(t0)
 	l := newLimiter(t, 1, time.Minute, store, clock.Now)
 	ctx := context.Background()
@@ -230,5 +224,19 @@ func TestMemoryStoreFull(t *testing.T) {
 	clock.Advance(time.Minute)
 	if d, err := l.Allow(ctx, edgelimit.Request{Key: "d"}); err != nil || !d.Allowed {
 		t.Fatalf("after b's and c's leases ended: %+v, %v", d, err)
+	}
+}
+
+// TestMemoryDefaults: a MemoryConfig's zero or negative sizes are its
+// defaults, as in every strategy's NewMemory (NewMemoryStore refused
+// negative ones).
+func TestMemoryDefaults(t *testing.T) {
+	for _, cfg := range []inflight.MemoryConfig{{}, {Shards: -1, MaxKeys: -1}} {
+		l := newLimiter(t, 1, time.Minute, inflight.NewMemory(cfg), limitertest.NewClock(t0).Now)
+		for i, want := range []bool{true, false} {
+			if d, err := l.Allow(context.Background(), edgelimit.Request{Key: "k"}); err != nil || d.Allowed != want {
+				t.Errorf("%+v: take %d = %+v, %v; want allowed %v", cfg, i+1, d, err, want)
+			}
+		}
 	}
 }

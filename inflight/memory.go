@@ -6,16 +6,19 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"sync"
+
+	"github.com/edgelimit/edgelimit/inflight/internal/wire"
 )
 
-// MemoryConfig configures a MemoryStore. The zero value is ready to use.
+// MemoryConfig configures a Memory store. The zero value is ready to use.
 type MemoryConfig struct {
 	// Shards is the number of independently locked parts of the store,
-	// rounded up to a power of two; default 64. One item always lands in
-	// one shard.
+	// rounded up to a power of two; default (0 or less) 64. One item always
+	// lands in one shard.
 	Shards int
 	// MaxKeys bounds the items (keys with holders) the store holds, split
-	// evenly between the shards; default 1,048,576. A new item beyond it is
+	// evenly between the shards; default (0 or less) 1,048,576. A new item
+	// beyond it is
 	// refused with ErrStoreFull once items whose holders have all expired
 	// have been swept: a live holder is never forgotten early, because that
 	// would admit one request too many.
@@ -31,8 +34,8 @@ const (
 	minSweep = 64
 )
 
-// MemoryStore is an in-process Store: exact within one process, a map
-// lookup under a lock per take or release. It is the default of `edgelimit
+// Memory is an in-process Store: exact within one process, a map lookup
+// under a lock per take or release. It is the default of `edgelimit
 // serve` and right for a single process; instances that must share their
 // slots need the DynamoDB store (package inflight/dynamostore).
 //
@@ -43,7 +46,7 @@ const (
 // sweep, so a shard holds at most about twice its keys with live holders.
 // A take on a new item allocates its entry (one allocation, with room for
 // two holders); a release allocates nothing.
-type MemoryStore struct {
+type Memory struct {
 	seed   maphash.Seed
 	shards []memShard
 	mask   uint64
@@ -60,7 +63,7 @@ type memShard struct {
 }
 
 type memHolder struct {
-	id     SlotID
+	id     wire.SlotID
 	expiry int64 // Unix nanoseconds
 }
 
@@ -69,41 +72,38 @@ type memItem struct {
 	small [2]memHolder
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ Store = (*Memory)(nil)
 
-// NewMemoryStore returns an empty MemoryStore.
-func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
-	if cfg.Shards < 0 || cfg.MaxKeys < 0 {
-		return nil, fmt.Errorf("%w: MemoryConfig.Shards %d and MaxKeys %d must not be negative", ErrConfig, cfg.Shards, cfg.MaxKeys)
-	}
+// NewMemory returns an empty Memory store.
+func NewMemory(cfg MemoryConfig) *Memory {
 	n := cfg.Shards
-	if n == 0 {
+	if n <= 0 {
 		n = defaultMemoryShards
 	}
 	n = 1 << bits.Len(uint(n-1))
 	maxKeys := cfg.MaxKeys
-	if maxKeys == 0 {
+	if maxKeys <= 0 {
 		maxKeys = DefaultMaxKeys
 	}
 	per := max(1, (maxKeys+n-1)/n)
-	s := &MemoryStore{seed: maphash.MakeSeed(), shards: make([]memShard, n), mask: uint64(n - 1)}
+	s := &Memory{seed: maphash.MakeSeed(), shards: make([]memShard, n), mask: uint64(n - 1)}
 	for i := range s.shards {
 		s.shards[i].m = map[string]*memItem{}
 		s.shards[i].sweepAt = minSweep
 		s.shards[i].cap = per
 	}
-	return s, nil
+	return s
 }
 
-func (s *MemoryStore) shard(item string) *memShard {
+func (s *Memory) shard(item string) *memShard {
 	return &s.shards[maphash.String(s.seed, item)&s.mask]
 }
 
 // live drops the holders whose lease has expired at now and returns the
 // item's state.
-func (it *memItem) live(now int64) State {
+func (it *memItem) live(now int64) wire.State {
 	h := it.h[:0]
-	var st State
+	var st wire.State
 	for _, x := range it.h {
 		if x.expiry > now {
 			h = append(h, x)
@@ -118,16 +118,15 @@ func (it *memItem) live(now int64) State {
 	return st
 }
 
-// TakeSlot implements Store.
-func (s *MemoryStore) TakeSlot(ctx context.Context, t Take) (bool, State, error) {
+func (s *Memory) takeSlot(ctx context.Context, t wire.Take) (bool, wire.State, error) {
 	if err := ctx.Err(); err != nil {
-		return false, State{}, err
+		return false, wire.State{}, err
 	}
 	sh := s.shard(t.Item)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	it := sh.m[t.Item]
-	var st State
+	var st wire.State
 	if it != nil {
 		st = it.live(t.Now)
 	}
@@ -138,7 +137,7 @@ func (s *MemoryStore) TakeSlot(ctx context.Context, t Take) (bool, State, error)
 		if len(sh.m) >= sh.sweepAt || len(sh.m) >= sh.cap {
 			sh.sweep(t.Now)
 			if len(sh.m) >= sh.cap {
-				return false, State{}, fmt.Errorf("%w: %d keys with live holders in this shard", ErrStoreFull, len(sh.m))
+				return false, wire.State{}, fmt.Errorf("%w: %d keys with live holders in this shard", ErrStoreFull, len(sh.m))
 			}
 		}
 		it = &memItem{}
@@ -168,8 +167,7 @@ func (sh *memShard) sweep(now int64) {
 	sh.sweepAt = max(minSweep, 2*len(sh.m))
 }
 
-// ReleaseSlot implements Store.
-func (s *MemoryStore) ReleaseSlot(ctx context.Context, item string, id SlotID) (bool, error) {
+func (s *Memory) releaseSlot(ctx context.Context, item string, id wire.SlotID) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -195,19 +193,18 @@ func (s *MemoryStore) ReleaseSlot(ctx context.Context, item string, id SlotID) (
 	return false, nil
 }
 
-// Slots implements Store.
-func (s *MemoryStore) Slots(ctx context.Context, item string, now int64) (State, error) {
+func (s *Memory) slots(ctx context.Context, item string, now int64) (wire.State, error) {
 	if err := ctx.Err(); err != nil {
-		return State{}, err
+		return wire.State{}, err
 	}
 	sh := s.shard(item)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	it := sh.m[item]
 	if it == nil {
-		return State{}, nil
+		return wire.State{}, nil
 	}
-	var st State
+	var st wire.State
 	for _, x := range it.h {
 		if x.expiry > now {
 			st.Live++

@@ -2,74 +2,47 @@ package inflight
 
 import (
 	"context"
-	"encoding/base64"
+
+	"github.com/edgelimit/edgelimit/inflight/internal/wire"
 )
 
-// SlotID names one holder of a slot: 16 random bytes, drawn by the Limiter
-// for each admitted request and carried in its Decision's Receipt.ID, so
-// that a release removes exactly that holder and nothing else.
-type SlotID [16]byte
-
-// String returns the id as 22 characters of unpadded base64url, as the
-// DynamoDB item names its holder.
-func (id SlotID) String() string { return base64.RawURLEncoding.EncodeToString(id[:]) }
-
-// IsZero reports whether id is the zero id, which no Limiter draws: a
-// Decision whose Receipt.ID is zero took no slot.
-func (id SlotID) IsZero() bool { return id == SlotID{} }
-
-// Take asks a Store for one slot of an item.
-type Take struct {
-	// Item is the item's name: "if#<policy>#<keyhash>".
-	Item string
-	// ID is the new holder.
-	ID SlotID
-	// Limit is how many live holders the item may have, the new one
-	// included.
-	Limit int64
-	// Now is the instant of the decision, Unix nanoseconds: a holder whose
-	// lease expiry is at or before Now is no longer live, and the take may
-	// reclaim its slot.
-	Now int64
-	// Expiry is the new holder's lease expiry, Unix nanoseconds (Now plus
-	// the lease).
-	Expiry int64
-}
-
-// State is what a Store reports of an item at an instant.
-type State struct {
-	// Live is the number of live holders: after the take when one was
-	// taken, else at the instant that decided the denial.
-	Live int64
-	// Earliest is the earliest lease expiry of the live holders, Unix
-	// nanoseconds; 0 when there are none. By then at least one slot is
-	// free again, whether or not its holder releases it.
-	Earliest int64
-}
-
-// Store keeps the holders of every key's slots: a *MemoryStore
-// (in-process), or a DynamoDB store (package inflight/dynamostore, shared by
-// every instance). Both have the semantics below; package
-// inflight/storetest holds every implementation to them.
+// Store keeps the slots of Limiters: a *Memory (in-process), or a
+// *dynamostore.Store (package inflight/dynamostore, a DynamoDB table shared
+// by every instance). Both have the same semantics: a holder is live from
+// its take until it is released or its lease ends, and a take is denied
+// only when the limit of holders are live. limitertest.RunInFlight holds
+// every store to them, through a Limiter.
 //
-// A holder is live from its take until it is released or its lease
-// expires, whichever comes first. At any instant an item has at most the
-// Limit of the take that added its newest holder live holders.
+// Store is sealed, as every strategy's store is: its methods are the
+// storage operations of the lease protocol, in this package's internal
+// types, so only this module implements it. A program chooses a store; it
+// does not write one. Exporting the operations would freeze a protocol
+// that changes with the strategy, and invite stores that cannot keep the
+// guarantees the suite checks (no more than the limit live, no spurious
+// denial); a new backend is a package of this module, beside dynamostore,
+// that runs the suite.
 type Store interface {
-	// TakeSlot adds t.ID as a holder of t.Item if, at t.Now, fewer than
-	// t.Limit holders are live; holders whose lease has expired are
-	// reclaimed (removed) as needed. It reports whether the slot was taken
-	// and the item's state. A denial is real: at some instant during the
-	// call, t.Limit holders were live. An error means the store failed; the
-	// holder may then have been added (a write whose answer was lost), and
-	// its lease bounds how long it can hold the slot.
-	TakeSlot(ctx context.Context, t Take) (taken bool, st State, err error)
-	// ReleaseSlot removes holder id of item, if it is there. It reports
-	// whether it was (false: released already, or reclaimed after its
-	// lease); releasing twice changes nothing. An error means the release
-	// did not land: the slot stays held until its lease expires.
-	ReleaseSlot(ctx context.Context, item string, id SlotID) (released bool, err error)
-	// Slots returns the item's state at now (Unix nanoseconds), read
-	// consistently, without changing it.
-	Slots(ctx context.Context, item string, now int64) (State, error)
+	takeSlot(ctx context.Context, t wire.Take) (taken bool, st wire.State, err error)
+	releaseSlot(ctx context.Context, item string, id wire.SlotID) (released bool, err error)
+	slots(ctx context.Context, item string, now int64) (wire.State, error)
+}
+
+// remote is the Store of a backend package (inflight/dynamostore): its
+// wire.Store behind the sealed methods.
+type remote struct{ s wire.Store }
+
+func (r remote) takeSlot(ctx context.Context, t wire.Take) (bool, wire.State, error) {
+	return r.s.TakeSlot(ctx, t)
+}
+
+func (r remote) releaseSlot(ctx context.Context, item string, id wire.SlotID) (bool, error) {
+	return r.s.ReleaseSlot(ctx, item, id)
+}
+
+func (r remote) slots(ctx context.Context, item string, now int64) (wire.State, error) {
+	return r.s.Slots(ctx, item, now)
+}
+
+func init() {
+	wire.NewStore = func(s wire.Store) any { return remote{s} }
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/policy"
 )
@@ -146,7 +148,7 @@ func TestBucketLimitZero(t *testing.T) {
 // fresh reader of the KV (another instance) would see them.
 func tokensIn(t *testing.T, kv KV, b *Bucket, key string, n time.Time) int64 {
 	t.Helper()
-	tally, err := kv.Get(ctx, b.prefix+key, Strong)
+	tally, err := kv.get(ctx, b.prefix+key, wire.Strong)
 	if err != nil {
 		t.Fatalf("Get(%q): %v", key, err)
 	}
@@ -157,7 +159,7 @@ func tokensIn(t *testing.T, kv KV, b *Bucket, key string, n time.Time) int64 {
 	if a.Sign() <= 0 {
 		return 0
 	}
-	return a.div(b.u.w, false)
+	return a.Div(b.u.w, false)
 }
 
 // TestBucketCachedSkipsKV: during its first sync interval in an instance
@@ -405,13 +407,13 @@ func TestMemoryExpiresAndBounds(t *testing.T) {
 	m := NewMemory(MemoryConfig{MaxKeys: 2, Now: clk.Now})
 	put := func(k string, ttl time.Duration) {
 		t.Helper()
-		if _, err := m.Update(ctx, k, Update{Add: WideOf(5), Spent: 1, TTL: ttl}); err != nil {
+		if _, err := m.update(ctx, k, wire.Update{Add: wire.WideOf(5), Spent: 1, TTL: ttl}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	get := func(k string) bool {
 		t.Helper()
-		tl, err := m.Get(ctx, k, Eventual)
+		tl, err := m.get(ctx, k, wire.Eventual)
 		if err != nil {
 			t.Fatalf("Get(%q) = %+v, %v", k, tl, err)
 		}
@@ -439,10 +441,10 @@ func TestMemoryExpiresAndBounds(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := m.Get(cctx, "d", Eventual); !errors.Is(err, context.Canceled) {
+	if _, err := m.get(cctx, "d", wire.Eventual); !errors.Is(err, context.Canceled) {
 		t.Errorf("Get(canceled) = %v, want context.Canceled", err)
 	}
-	if _, err := m.Update(cctx, "d", Update{}); !errors.Is(err, context.Canceled) {
+	if _, err := m.update(cctx, "d", wire.Update{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Update(canceled) = %v, want context.Canceled", err)
 	}
 }
@@ -455,14 +457,14 @@ type faultKV struct {
 	// updKey, if set, limits updErr to Updates of that key.
 	updKey atomic.Pointer[string]
 	// corrupt, if set, replaces what Get and Update return.
-	corrupt func() Tally
+	corrupt func() wire.Tally
 	// block, if set, is waited on by Get, which first sends on started
 	// (if set and not full).
 	block   chan struct{}
 	started chan struct{}
 }
 
-func (f *faultKV) Get(ctx context.Context, key string, c Consistency) (Tally, error) {
+func (f *faultKV) get(ctx context.Context, key string, c wire.Consistency) (wire.Tally, error) {
 	f.calls.Add(1)
 	f.gets.Add(1)
 	if f.block != nil {
@@ -473,27 +475,27 @@ func (f *faultKV) Get(ctx context.Context, key string, c Consistency) (Tally, er
 		select {
 		case <-f.block:
 		case <-ctx.Done():
-			return Tally{}, fmt.Errorf("kvbucket: fake get %q: %w", key, ctx.Err())
+			return wire.Tally{}, fmt.Errorf("kvbucket: fake get %q: %w", key, ctx.Err())
 		}
 	}
 	if e := f.getErr.Load(); e != nil {
-		return Tally{}, *e
+		return wire.Tally{}, *e
 	}
 	if f.corrupt != nil {
 		return f.corrupt(), nil
 	}
-	return f.KV.Get(ctx, key, c)
+	return f.KV.get(ctx, key, c)
 }
 
-func (f *faultKV) Update(ctx context.Context, key string, u Update) (Tally, error) {
+func (f *faultKV) update(ctx context.Context, key string, u wire.Update) (wire.Tally, error) {
 	f.calls.Add(1)
 	f.updates.Add(1)
 	if e := f.updErr.Load(); e != nil {
 		if k := f.updKey.Load(); k == nil || *k == key {
-			return Tally{}, *e
+			return wire.Tally{}, *e
 		}
 	}
-	t, err := f.KV.Update(ctx, key, u)
+	t, err := f.KV.update(ctx, key, u)
 	if err == nil && f.corrupt != nil {
 		c := f.corrupt()
 		c.Applied = t.Applied
@@ -580,24 +582,24 @@ func TestBucketSurvivesGarbage(t *testing.T) {
 	clk := newClock(t0)
 	rng := rand.New(rand.NewPCG(1, 2))
 	values := []int64{0, 1, -1, math.MaxInt64, math.MinInt64, t0.UnixNano(), TokenScale, 5 * TokenScale}
-	wide := func() Wide {
+	wide := func() wire.Wide {
 		switch rng.IntN(4) {
 		case 0:
-			return mulWide(values[rng.IntN(len(values))], values[rng.IntN(len(values))])
+			return wire.Mul(values[rng.IntN(len(values))], values[rng.IntN(len(values))])
 		case 1:
-			return mulWide(t0.UnixNano()+rng.Int64N(1e12)-5e11, 5)
+			return wire.Mul(t0.UnixNano()+rng.Int64N(1e12)-5e11, 5)
 		}
-		return WideOf(values[rng.IntN(len(values))] + rng.Int64N(1e12) - 5e11)
+		return wire.WideOf(values[rng.IntN(len(values))] + rng.Int64N(1e12) - 5e11)
 	}
-	part := func() Part {
-		p := Part{Has: rng.IntN(4) > 0, TAT: wide(), Spent: values[rng.IntN(len(values))]}
+	part := func() wire.Part {
+		p := wire.Part{Has: rng.IntN(4) > 0, TAT: wide(), Spent: values[rng.IntN(len(values))]}
 		for range rng.IntN(3) {
-			p.Writers = append(p.Writers, Writer{Epoch: values[rng.IntN(len(values))] / int64(time.Millisecond), ID: rng.Uint32()})
+			p.Writers = append(p.Writers, wire.Writer{Epoch: values[rng.IntN(len(values))] / int64(time.Millisecond), ID: rng.Uint32()})
 		}
 		return p
 	}
-	kv := &faultKV{KV: NewMemory(MemoryConfig{Now: clk.Now}), corrupt: func() Tally {
-		t := Tally{Own: part()}
+	kv := &faultKV{KV: NewMemory(MemoryConfig{Now: clk.Now}), corrupt: func() wire.Tally {
+		t := wire.Tally{Own: part()}
 		for range rng.IntN(3) {
 			t.Others = append(t.Others, part())
 		}
@@ -695,7 +697,7 @@ func TestBucketSlowBucketKeepsItsState(t *testing.T) {
 	if d, err := b.Allow(ctx, edgelimit.Request{Key: "k", Cost: MaxTokens}); err != nil || !d.Allowed {
 		t.Fatalf("Allow(everything) = %+v, %v", d, err)
 	}
-	if tl, _ := kv.Get(ctx, "slow#k", Strong); !tl.Own.Has {
+	if tl, _ := kv.get(ctx, "slow#k", wire.Strong); !tl.Own.Has {
 		t.Fatal("the emptied bucket's state was not kept")
 	}
 	if d, err := b.Allow(ctx, edgelimit.Request{Key: "k"}); err != nil || d.Allowed {

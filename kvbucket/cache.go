@@ -3,6 +3,8 @@ package kvbucket
 import (
 	"hash/maphash"
 	"sync"
+
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
 )
 
 // entry is one key's local state in this process (one Lambda instance).
@@ -11,13 +13,13 @@ import (
 type entry struct {
 	// tat is the bucket's TAT as last learned from the KV (v.tat),
 	// without this instance's unwritten changes.
-	tat Wide
+	tat wire.Wide
 	// pend are this instance's changes the KV does not know yet: local
 	// spending, refunds, an undone reservation.
 	pend op
 	// spent counts the units this instance spent locally since its share
 	// was granted (refunds subtract).
-	spent Wide
+	spent wire.Wide
 	// used is when the entry was last used (Unix nanoseconds), for
 	// eviction.
 	used int64
@@ -50,12 +52,12 @@ type entry struct {
 	// (they count until its answer comes).
 	flight op
 	// inflight are the units reserved by the write-through in flight.
-	inflight Wide
+	inflight wire.Wide
 	// spentFlight are the units spent locally while the sync that grants
 	// the next share is in flight; grantTAT the bucket's TAT at the grant:
 	// with R what it held then (at least 0, under the limits of the
 	// request asking), the share at n is (R + (n − grantAt)·Limit) / insts.
-	spentFlight, grantTAT Wide
+	spentFlight, grantTAT wire.Wide
 	// syncedAt is when the last periodic sync started; learnedAt when the
 	// KV last answered for the key (a local denial older than a sync
 	// interval is read again: an operator's Reset or Grant elsewhere

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 )
@@ -292,11 +294,11 @@ func TestPeekSpendsNothing(t *testing.T) {
 	clk.Add(time.Hour)
 	peek("refilled, due", b, req, true, 3, calls{1, 0})
 	peek("again: a peek does not sync", b, req, true, 3, calls{1, 0})
-	before, _ := kv.KV.Get(ctx, "pk#k", Strong)
+	before, _ := kv.KV.get(ctx, "pk#k", wire.Strong)
 	if d, _ := b.Allow(ctx, req); !d.Allowed || d.Remaining != 2 {
 		t.Errorf("Allow after the peeks = %+v, want 2 left: the peeks spent nothing", d)
 	}
-	if after, _ := kv.KV.Get(ctx, "pk#k", Strong); after.Own.TAT == before.Own.TAT {
+	if after, _ := kv.KV.get(ctx, "pk#k", wire.Strong); after.Own.TAT == before.Own.TAT {
 		t.Error("the Allow after the peeks did not write")
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/edgelimit/edgelimit"
 )
 
@@ -53,8 +55,8 @@ func (b *Bucket) shareValid(e *entry, n int64) bool {
 // budget returns the units e's share allows in all at n under u, times
 // insts: R + (n − grantAt)·Limit, R being what the bucket held at the
 // grant (at least 0), read under u's capacity.
-func (b *Bucket) budget(u *units, e *entry, n int64) Wide {
-	return maxWide(u.avail(e.grantTAT, e.grantAt), Wide{}).Add(u.at(max(n-e.grantAt, 0)))
+func (b *Bucket) budget(u *units, e *entry, n int64) wire.Wide {
+	return wire.Max(u.avail(e.grantTAT, e.grantAt), wire.Wide{}).Add(u.at(max(n-e.grantAt, 0)))
 }
 
 // withinShare reports whether cost more tokens at n fit e's share; when
@@ -76,7 +78,7 @@ func (b *Bucket) withinShare(u *units, e *entry, n, cost int64, d *edgelimit.Dec
 	d.Remaining = 0
 	var k int64
 	if left.Sign() > 0 {
-		k = left.div(u.w, false) / e.insts
+		k = left.Div(u.w, false) / e.insts
 		d.Remaining = min(k, u.p.Capacity)
 	}
 	// The share grows by Limit units a nanosecond, shared by insts.
@@ -92,11 +94,11 @@ func (b *Bucket) withinShare(u *units, e *entry, n, cost int64, d *edgelimit.Dec
 }
 
 // mulK returns w×k for k ≥ 1, w of either sign.
-func mulK(w Wide, k int64) Wide {
+func mulK(w wire.Wide, k int64) wire.Wide {
 	if w.Sign() < 0 {
-		return w.neg().mulSmall(k).neg()
+		return w.Neg().MulSmall(k).Neg()
 	}
-	return w.mulSmall(k)
+	return w.MulSmall(k)
 }
 
 // do decides cost tokens of key at n under u (opAllow), into d (which is
@@ -188,7 +190,7 @@ func (b *Bucket) firstRead(ctx context.Context, s *shard, e *entry, n int64) err
 	s.stats.Synced++
 	s.stats.Reads++
 	s.mu.Unlock()
-	t, err := b.kv.Get(ctx, e.kvKey, Strong)
+	t, err := b.kv.get(ctx, e.kvKey, wire.Strong)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer b.endSync(e)
@@ -204,7 +206,7 @@ func (b *Bucket) firstRead(ctx context.Context, s *shard, e *entry, n int64) err
 
 // learn takes what the KV answered at n into e's view (the later state of
 // each part wins; see view.learn). s.mu is held.
-func (b *Bucket) learn(e *entry, t Tally, n int64) {
+func (b *Bucket) learn(e *entry, t wire.Tally, n int64) {
 	e.v.learn(&b.u, t)
 	e.tat = e.v.tat(&b.u)
 	e.learnedAt = max(e.learnedAt, n)
@@ -235,7 +237,7 @@ func (b *Bucket) refresh(ctx context.Context, s *shard, e *entry, n int64) bool 
 	s.stats.Synced++
 	s.stats.Reads++
 	s.mu.Unlock()
-	t, err := b.kv.Get(ctx, e.kvKey, Strong)
+	t, err := b.kv.get(ctx, e.kvKey, wire.Strong)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.refreshing = false
@@ -366,7 +368,7 @@ func (b *Bucket) insane(u *units, e *entry, n int64) bool {
 		return false
 	}
 	own := e.v.own.TAT.Add(u.spentUnits(e.v.so))
-	deepest := maxWide(u.bw, u.at(b.maxFill.Load()))
+	deepest := wire.Max(u.bw, u.at(b.maxFill.Load()))
 	return u.limit(n).Add(deepest).Add(u.at(int64(MaxClockSkew))).Less(own)
 }
 
@@ -374,13 +376,13 @@ func (b *Bucket) insane(u *units, e *entry, n int64) bool {
 // the bucket at tat: until it has drained, then a full refill more (for
 // what other instances spent meanwhile: the longer of u's and the
 // policy's), and a second for clock skew.
-func (b *Bucket) ttl(u *units, tat Wide, n int64) time.Duration {
+func (b *Bucket) ttl(u *units, tat wire.Wide, n int64) time.Duration {
 	return satAdd(satAdd(u.dur(tat.Sub(u.at(n))), max(u.fill(), b.u.fill())), time.Second)
 }
 
 // update completes an Update of e's view with this instance's registration
 // and the part's lifetime. s.mu is held.
-func (b *Bucket) update(u *units, e *entry, o op, n int64, conditional bool) Update {
+func (b *Bucket) update(u *units, e *entry, o op, n int64, conditional bool) wire.Update {
 	up := e.v.update(u, o, n, conditional)
 	if e.granted && e.insts > 1 && n-e.grantAt < 2*b.sync {
 		// Others spent this key a sync interval ago: a view that has

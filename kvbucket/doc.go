@@ -10,7 +10,7 @@
 // limit) and refills r = Limit/Window tokens per second, continuously. Its
 // state is a theoretical arrival time, TAT (the GCRA's), in bucket units:
 // an instant of n nanoseconds is n·Limit units and a token is Window units
-// (see [Wide]), so refill is exact integer arithmetic. The bucket at n
+// (a 128-bit integer), so refill is exact integer arithmetic. The bucket at n
 // holds n·Limit + B·Window − max(TAT, n·Limit) units; a spend of c tokens
 // at n is TAT ← max(TAT, n·Limit) + c·Window, allowed when the bucket holds
 // c tokens; a denial spends nothing. A TAT in the past is a full bucket, so
@@ -115,7 +115,7 @@
 // # The store: merge instead of overwrite
 //
 // A [KV] holds the TAT of a bucket and changes it only by commutative
-// updates ([Update]): raise it to a floor (when it is below: the bucket had
+// updates: raise it to a floor (when it is below: the bucket had
 // refilled completely) and add to it. Concurrent instances' spending adds
 // up instead of the last writer's copy replacing the others'. On DynamoDB
 // (package kvbucket/dynamostore, which holds the AWS SDK: this package
@@ -187,7 +187,8 @@
 // every instance within S; a failed re-read keeps the denial and is not
 // tried again for S. What is in flight (a reservation, a sync's own write)
 // counts as spent locally until its answer comes; answers of concurrent
-// calls are ordered by the part's version ([Part.Version]).
+// calls are ordered by the part's version (a counter every update of the
+// part raises).
 //
 // Eviction never loses spending. Beyond CacheSize a least recently used key
 // is dropped (sampled LRU). A key whose changes the KV knows is just

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 )
@@ -22,35 +24,35 @@ import (
 type laggingKV struct {
 	*Memory
 	mu   sync.Mutex
-	prev map[string]Tally
+	prev map[string]wire.Tally
 	// strong counts strongly consistent reads.
 	strong atomic.Int64
 }
 
 func newLaggingKV(now func() time.Time) *laggingKV {
-	return &laggingKV{Memory: NewMemory(MemoryConfig{Now: now}), prev: map[string]Tally{}}
+	return &laggingKV{Memory: NewMemory(MemoryConfig{Now: now}), prev: map[string]wire.Tally{}}
 }
 
-func (l *laggingKV) Get(ctx context.Context, key string, c Consistency) (Tally, error) {
-	if c == Strong {
+func (l *laggingKV) get(ctx context.Context, key string, c wire.Consistency) (wire.Tally, error) {
+	if c == wire.Strong {
 		l.strong.Add(1)
-		return l.Memory.Get(ctx, key, c)
+		return l.Memory.get(ctx, key, c)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.prev[key], nil
 }
 
-func (l *laggingKV) Update(ctx context.Context, key string, u Update) (Tally, error) {
+func (l *laggingKV) update(ctx context.Context, key string, u wire.Update) (wire.Tally, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	cur, err := l.Memory.Get(ctx, key, Strong)
+	cur, err := l.Memory.get(ctx, key, wire.Strong)
 	if err != nil {
-		return Tally{}, err
+		return wire.Tally{}, err
 	}
-	t, err := l.Memory.Update(ctx, key, u)
+	t, err := l.Memory.update(ctx, key, u)
 	if err != nil {
-		return Tally{}, err
+		return wire.Tally{}, err
 	}
 	if t.Applied {
 		l.prev[key] = cur

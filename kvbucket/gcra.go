@@ -5,6 +5,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/edgelimit/edgelimit"
 )
 
@@ -27,9 +29,9 @@ import (
 // bucket holds at it is re-read under the request's rate and capacity.
 type units struct {
 	p      Params
-	l, w   int64 // units a nanosecond (the policy's Limit); units a token
-	sw     int64 // units a token of Part.Spent (the policy's Window in ns)
-	bw     Wide  // capacity in units
+	l, w   int64     // units a nanosecond (the policy's Limit); units a token
+	sw     int64     // units a token of Part.Spent (the policy's Window in ns)
+	bw     wire.Wide // capacity in units
 	emit   time.Duration
 	advQ   int64
 	advW   time.Duration
@@ -38,8 +40,8 @@ type units struct {
 
 func newUnits(p Params) units {
 	u := units{p: p, l: p.Limit, w: int64(p.Window), sw: int64(p.Window), window: p.Window}
-	u.bw = mulWide(p.Capacity, u.w)
-	u.emit = time.Duration(WideOf(u.w).div(u.l, true))
+	u.bw = wire.Mul(p.Capacity, u.w)
+	u.emit = time.Duration(wire.WideOf(u.w).Div(u.l, true))
 	u.advQ, u.advW = p.Limit, p.Window
 	if p.Capacity != p.Limit {
 		u.advQ, u.advW = p.Advertised()
@@ -58,13 +60,13 @@ func (u *units) scaled(p Params) (units, error) {
 	if err := p.Validate(); err != nil {
 		return units{}, err
 	}
-	w := mulWide(int64(p.Window), u.l).div(p.Limit, true)
+	w := wire.Mul(int64(p.Window), u.l).Div(p.Limit, true)
 	if w == math.MaxInt64 {
 		return units{}, fmt.Errorf("%w: a token of %d per %s is beyond the policy's scale (its limit %d)", ErrConfig, p.Limit, p.Window, u.l)
 	}
 	t := units{p: p, l: u.l, w: w, sw: u.sw, window: p.Window}
-	t.bw = mulWide(p.Capacity, w)
-	t.emit = time.Duration(WideOf(w).div(t.l, true))
+	t.bw = wire.Mul(p.Capacity, w)
+	t.emit = time.Duration(wire.WideOf(w).Div(t.l, true))
 	t.advQ, t.advW = p.Limit, p.Window
 	if p.Capacity != p.Limit {
 		t.advQ, t.advW = p.Advertised()
@@ -79,36 +81,36 @@ func (u *units) spentOf(c int64) int64 {
 	if u.w == u.sw {
 		return c
 	}
-	return mulWide(c, u.w).div(u.sw, true)
+	return wire.Mul(c, u.w).Div(u.sw, true)
 }
 
 // spentUnits returns s tokens of Part.Spent in units.
-func (u *units) spentUnits(s int64) Wide { return mulWide(s, u.sw) }
+func (u *units) spentUnits(s int64) wire.Wide { return wire.Mul(s, u.sw) }
 
 // at returns the instant n in units.
-func (u *units) at(n int64) Wide { return mulWide(n, u.l) }
+func (u *units) at(n int64) wire.Wide { return wire.Mul(n, u.l) }
 
 // tokens returns c tokens in units.
-func (u *units) tokens(c int64) Wide {
+func (u *units) tokens(c int64) wire.Wide {
 	if c == 1 {
-		return Wide{lo: uint64(u.w)} // Window ≥ 1ns
+		return wire.WideOf(u.w) // Window ≥ 1ns
 	}
-	return mulWide(c, u.w)
+	return wire.Mul(c, u.w)
 }
 
 // limit returns the highest TAT a bucket may hold at n: n·L + B·W.
-func (u *units) limit(n int64) Wide { return u.at(n).Add(u.bw) }
+func (u *units) limit(n int64) wire.Wide { return u.at(n).Add(u.bw) }
 
 // avail returns the units the bucket of tat holds at n (≤ B·W; negative
 // when it is over-spent).
-func (u *units) avail(tat Wide, n int64) Wide {
+func (u *units) avail(tat wire.Wide, n int64) wire.Wide {
 	nl := u.at(n)
-	return nl.Add(u.bw).Sub(maxWide(tat, nl))
+	return nl.Add(u.bw).Sub(wire.Max(tat, nl))
 }
 
 // decide fills d (which is zero) with the bucket's answer to a request of
 // cost tokens at n against tat, and reports whether it is allowed.
-func (u *units) decide(tat Wide, n, cost int64, d *edgelimit.Decision) bool {
+func (u *units) decide(tat wire.Wide, n, cost int64, d *edgelimit.Decision) bool {
 	cost = max(cost, 1)
 	a := u.avail(tat, n)
 	need := u.tokens(cost)
@@ -128,7 +130,7 @@ func (u *units) decide(tat Wide, n, cost int64, d *edgelimit.Decision) bool {
 
 // peek fills d with the state at n and whether cost would be allowed,
 // spending nothing.
-func (u *units) peek(tat Wide, n, cost int64, d *edgelimit.Decision) {
+func (u *units) peek(tat wire.Wide, n, cost int64, d *edgelimit.Decision) {
 	if u.decide(tat, n, cost, d) {
 		u.report(u.avail(tat, n), d)
 	}
@@ -136,11 +138,11 @@ func (u *units) peek(tat Wide, n, cost int64, d *edgelimit.Decision) {
 
 // report fills the quota, the whole tokens in a units and the effective
 // window; Allowed and RetryAfter are the caller's.
-func (u *units) report(a Wide, d *edgelimit.Decision) {
+func (u *units) report(a wire.Wide, d *edgelimit.Decision) {
 	d.Limit, d.Window = u.advQ, u.advW
 	var k int64
 	if a.Sign() > 0 {
-		k = a.div(u.w, false)
+		k = a.Div(u.w, false)
 	}
 	d.Remaining = min(k, u.p.Capacity)
 	if !a.Less(u.bw) {
@@ -150,27 +152,13 @@ func (u *units) report(a Wide, d *edgelimit.Decision) {
 	}
 }
 
-// nextToken returns draft-11's effective window of a bucket holding a
-// units: the time until it holds one more whole token; for a full one, one
-// emission interval (the time a token takes to come back after a spend).
-func (u *units) nextToken(a Wide) time.Duration {
-	if !a.Less(u.bw) {
-		return u.emit
-	}
-	var k int64
-	if a.Sign() > 0 {
-		k = a.div(u.w, false)
-	}
-	return u.dur(u.tokens(k + 1).Sub(a))
-}
-
 // dur returns how long the bucket takes to gain x units (one a
 // nanosecond), rounded up; saturating.
-func (u *units) dur(x Wide) time.Duration {
+func (u *units) dur(x wire.Wide) time.Duration {
 	if x.Sign() <= 0 {
 		return 0
 	}
-	return time.Duration(x.div(u.l, true))
+	return time.Duration(x.Div(u.l, true))
 }
 
 // fill returns the time the bucket takes to fill from empty.
@@ -181,7 +169,7 @@ func (u *units) fill() time.Duration { return u.dur(u.bw) }
 // in the max-plus algebra, so any sequence is one op). spent is the tokens
 // it adds to Part.Spent.
 type op struct {
-	f, p     Wide
+	f, p     wire.Wide
 	spent    int64
 	hasFloor bool
 	has      bool
@@ -199,8 +187,8 @@ func (u *units) refund(n, c int64) op { return u.refundUnits(n, u.tokens(c)) }
 // refundUnits gives w units back at n, never beyond capacity:
 // tat ← max(tat − w, n·L). Part.Spent loses the whole tokens of w (a
 // region's spending is never counted smaller than it is).
-func (u *units) refundUnits(n int64, w Wide) op {
-	return op{f: u.at(n).Add(w), p: w.neg(), spent: -w.div(u.sw, false), hasFloor: true, has: true}
+func (u *units) refundUnits(n int64, w wire.Wide) op {
+	return op{f: u.at(n).Add(w), p: w.Neg(), spent: -w.Div(u.sw, false), hasFloor: true, has: true}
 }
 
 // owed returns the units of a spend of c tokens at `at` that refill has
@@ -210,27 +198,27 @@ func (u *units) refundUnits(n int64, w Wide) op {
 // (the spends after it are the same with or without it; without it, the
 // bucket only reaches full sooner), so giving back this much never gives
 // back more than the spend took, whatever was spent or given back since.
-func (u *units) owed(at, n, c int64) Wide {
+func (u *units) owed(at, n, c int64) wire.Wide {
 	w := u.tokens(c)
 	if n <= at {
 		return w
 	}
 	left := w.Sub(u.at(n - at))
 	if left.Sign() < 0 {
-		return Wide{}
+		return wire.Wide{}
 	}
 	return left
 }
 
 // undo takes back a reservation of c tokens that did not fit.
 func (u *units) undo(c int64) op {
-	return op{f: negInf, p: u.tokens(c).neg(), spent: -u.spentOf(c), has: true}
+	return op{f: wire.NegInf, p: u.tokens(c).Neg(), spent: -u.spentOf(c), has: true}
 }
 
 // thenSpend makes o the op o followed by a spend whose floor is f, units
 // w and Part.Spent tokens c (u.spend(n, c) is f = n·L, w = c·W, c), in
 // place: the hot path of a cached decision.
-func (o *op) thenSpend(f, w Wide, c int64) {
+func (o *op) thenSpend(f, w wire.Wide, c int64) {
 	if !o.has {
 		*o = op{f: f, p: w, spent: c, hasFloor: true, has: true}
 		return
@@ -252,7 +240,7 @@ func (o op) then(x op) op {
 		return o
 	}
 	return op{
-		f:        maxWide(o.f, x.f.Sub(o.p)),
+		f:        wire.Max(o.f, x.f.Sub(o.p)),
 		p:        o.p.Add(x.p),
 		spent:    o.spent + x.spent,
 		hasFloor: o.hasFloor || x.hasFloor,
@@ -261,11 +249,11 @@ func (o op) then(x op) op {
 }
 
 // apply returns tat after o.
-func (o op) apply(tat Wide) Wide {
+func (o op) apply(tat wire.Wide) wire.Wide {
 	if !o.has {
 		return tat
 	}
-	return maxWide(tat, o.f).Add(o.p)
+	return wire.Max(tat, o.f).Add(o.p)
 }
 
 // view is what an instance knows of a bucket's shared state: this region's
@@ -276,9 +264,9 @@ func (o op) apply(tat Wide) Wide {
 // which for this region is own.TAT + W·so and for the others is at most
 // xo + W·(own.Spent + so), with xo the largest TAT_r − W·spent_r.
 type view struct {
-	own    Part
-	others []Part
-	xo     Wide // max over the other regions of TAT_r − W·Spent_r
+	own    wire.Part
+	others []wire.Part
+	xo     wire.Wide // max over the other regions of TAT_r − W·Spent_r
 	xoOK   bool
 	so     int64 // spent of the other regions
 }
@@ -286,13 +274,13 @@ type view struct {
 // learn takes an answer of the KV into v: each part replaces the known one
 // unless that one is of a later version (answers of concurrent calls come
 // back in any order).
-func (v *view) learn(u *units, t Tally) {
+func (v *view) learn(u *units, t wire.Tally) {
 	if !v.own.Has || t.Own.Version >= v.own.Version {
 		v.own = t.Own
 	}
 	if len(t.Others) > 0 {
 		if len(v.others) != len(t.Others) {
-			v.others = make([]Part, len(t.Others))
+			v.others = make([]wire.Part, len(t.Others))
 		}
 		for i, p := range t.Others {
 			if !v.others[i].Has || p.Version >= v.others[i].Version {
@@ -304,8 +292,8 @@ func (v *view) learn(u *units, t Tally) {
 }
 
 // setOthers summarises the other regions' parts.
-func (v *view) setOthers(u *units, others []Part) {
-	v.xo, v.xoOK, v.so = negInf, false, 0
+func (v *view) setOthers(u *units, others []wire.Part) {
+	v.xo, v.xoOK, v.so = wire.NegInf, false, 0
 	for _, p := range others {
 		v.so += p.Spent
 		if p.Has {
@@ -318,25 +306,25 @@ func (v *view) setOthers(u *units, others []Part) {
 }
 
 // tat returns the bucket's TAT (negInf for no state: a full bucket).
-func (v *view) tat(u *units) Wide {
-	t := negInf
+func (v *view) tat(u *units) wire.Wide {
+	t := wire.NegInf
 	if v.own.Has {
 		t = v.own.TAT.Add(u.spentUnits(v.so))
 	}
 	if v.xoOK {
-		t = maxWide(t, v.xo.Add(u.spentUnits(v.own.Spent+v.so)))
+		t = wire.Max(t, v.xo.Add(u.spentUnits(v.own.Spent+v.so)))
 	}
 	return t
 }
 
 // floorOf returns the own part's floor for an op of floor f: raising
 // TAT_own to f − W·so makes this region's term of the bucket's TAT f.
-func (v *view) floorOf(u *units, f Wide) Wide { return f.Sub(u.spentUnits(v.so)) }
+func (v *view) floorOf(u *units, f wire.Wide) wire.Wide { return f.Sub(u.spentUnits(v.so)) }
 
 // update returns the Update that applies o to this region's part at n:
 // unconditional, or (conditional) only if a request of cost fits at n.
-func (v *view) update(u *units, o op, n int64, conditional bool) Update {
-	up := Update{Add: o.p, Spent: o.spent}
+func (v *view) update(u *units, o op, n int64, conditional bool) wire.Update {
+	up := wire.Update{Add: o.p, Spent: o.spent}
 	if o.hasFloor {
 		up.Floor, up.HasFloor = v.floorOf(u, o.f), true
 		up.RaiseFirst = !v.own.Has || v.own.TAT.Less(up.Floor)
@@ -348,7 +336,7 @@ func (v *view) update(u *units, o op, n int64, conditional bool) Update {
 		room := u.limit(n).Sub(o.p).Sub(u.spentUnits(v.so))
 		up.Conditional, up.MaxTAT = true, room
 		if v.xoOK {
-			up.MaxSpent, up.HasMaxSpent = room.Sub(v.xo).div(u.sw, false), true
+			up.MaxSpent, up.HasMaxSpent = room.Sub(v.xo).Div(u.sw, false), true
 		}
 	}
 	return up
@@ -367,7 +355,7 @@ func (v *view) stale(epoch int64) []int64 {
 
 // instances counts the distinct writers of epochs e−1 and e over the
 // parts: the instances that wrote the key in the last sync interval or two.
-func instances(epoch int64, parts ...[]Writer) int64 {
+func instances(epoch int64, parts ...[]wire.Writer) int64 {
 	var ids []uint32
 	for _, ws := range parts {
 		for _, w := range ws {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/edgelimit/edgelimit"
 )
 
@@ -14,24 +16,24 @@ import (
 // magnitudes a state has (up to about 2^100, either sign).
 func TestWideArithmetic(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	rnd := func() (Wide, *big.Int) {
+	rnd := func() (wire.Wide, *big.Int) {
 		a := rng.Int64()
 		b := rng.Int64N(1 << 40)
 		if rng.IntN(2) == 0 {
 			b = -b
 		}
 		if rng.IntN(4) == 0 {
-			return WideOf(a), big.NewInt(a)
+			return wire.WideOf(a), big.NewInt(a)
 		}
-		return mulWide(a, b), new(big.Int).Mul(big.NewInt(a), big.NewInt(b))
+		return wire.Mul(a, b), new(big.Int).Mul(big.NewInt(a), big.NewInt(b))
 	}
 	for range 20000 {
 		x, bx := rnd()
 		y, by := rnd()
-		if got := x.Add(y).big(); got.Cmp(new(big.Int).Add(bx, by)) != 0 {
+		if got := x.Add(y).Big(); got.Cmp(new(big.Int).Add(bx, by)) != 0 {
 			t.Fatalf("%s + %s = %s", bx, by, got)
 		}
-		if got := x.Sub(y).big(); got.Cmp(new(big.Int).Sub(bx, by)) != 0 {
+		if got := x.Sub(y).Big(); got.Cmp(new(big.Int).Sub(bx, by)) != 0 {
 			t.Fatalf("%s - %s = %s", bx, by, got)
 		}
 		if x.Cmp(y) != bx.Cmp(by) {
@@ -40,7 +42,7 @@ func TestWideArithmetic(t *testing.T) {
 		if x.Sign() != bx.Sign() {
 			t.Fatalf("Sign(%s) = %d", bx, x.Sign())
 		}
-		if w, err := ParseWide(x.String()); err != nil || w != x {
+		if w, err := wire.ParseWide(x.String()); err != nil || w != x {
 			t.Fatalf("ParseWide(%s) = %v, %v", x, w, err)
 		}
 		d := rng.Int64N(math.MaxInt64) + 1
@@ -58,17 +60,17 @@ func TestWideArithmetic(t *testing.T) {
 					want = math.MinInt64
 				}
 			}
-			if got := x.div(d, up); got != want {
+			if got := x.Div(d, up); got != want {
 				t.Fatalf("%s / %d (up %v) = %d, want %d", bx, d, up, got, want)
 			}
 		}
 		k := rng.Int64N(1000) + 1
-		if got := mulK(x, k).big(); got.Cmp(new(big.Int).Mul(bx, big.NewInt(k))) != 0 {
+		if got := mulK(x, k).Big(); got.Cmp(new(big.Int).Mul(bx, big.NewInt(k))) != 0 {
 			t.Fatalf("%s × %d = %s", bx, k, got)
 		}
 	}
 	for _, bad := range []string{"", "1.5", "1e3", "0x10", "1" + string(make([]byte, 0)) + "00000000000000000000000000000000000000000"} {
-		if _, err := ParseWide(bad); err == nil {
+		if _, err := wire.ParseWide(bad); err == nil {
 			t.Errorf("ParseWide(%q) succeeded", bad)
 		}
 	}
@@ -100,7 +102,7 @@ func TestOpsCompose(t *testing.T) {
 		for _, o := range ops {
 			folded = folded.then(o)
 		}
-		for _, start := range []Wide{negInf, u.at(n0 - int64(time.Hour)), u.at(n0), u.at(n0 + int64(3*time.Second))} {
+		for _, start := range []wire.Wide{wire.NegInf, u.at(n0 - int64(time.Hour)), u.at(n0), u.at(n0 + int64(3*time.Second))} {
 			seq := start
 			for _, o := range ops {
 				seq = o.apply(seq)
@@ -132,13 +134,13 @@ func TestRegionsSumParts(t *testing.T) {
 		p.Has = true
 		p.Spent += up.Spent
 		v.own = p
-		other.setOthers(&u, []Part{p})
+		other.setOthers(&u, []wire.Part{p})
 	}
 	// Region a spends 2 at n, region b 1 at n: 3 spent in all.
 	apply(&a, &b, u.spend(n, 2), n)
 	apply(&b, &a, u.spend(n, 1), n)
 	for name, v := range map[string]*view{"a": &a, "b": &b} {
-		if got := u.avail(v.tat(&u), n).div(u.w, false); got != 2 {
+		if got := u.avail(v.tat(&u), n).Div(u.w, false); got != 2 {
 			t.Errorf("%s sees %d tokens, want 2 (5 less 3 spent in both regions)", name, got)
 		}
 	}
@@ -146,7 +148,7 @@ func TestRegionsSumParts(t *testing.T) {
 	apply(&a, &b, u.spend(n+10*sec, 1), n+10*sec)
 	apply(&b, &a, u.spend(n+10*sec, 3), n+10*sec)
 	for name, v := range map[string]*view{"a": &a, "b": &b} {
-		if got := u.avail(v.tat(&u), n+10*sec).div(u.w, false); got != 1 {
+		if got := u.avail(v.tat(&u), n+10*sec).Div(u.w, false); got != 1 {
 			t.Errorf("%s sees %d tokens after the refill, want 1 (5 less 1 and 3)", name, got)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 )
 
@@ -52,73 +54,73 @@ func TestKVUpdateSemantics(t *testing.T) {
 			k.counter.Reset()
 			return n
 		}
-		update := func(what string, u Update, applied bool, tat int64, spent int64, writers []Writer) Tally {
+		update := func(what string, u wire.Update, applied bool, tat int64, spent int64, writers []wire.Writer) wire.Tally {
 			t.Helper()
-			got, err := k.kv.Update(ctx, "p#k", u)
+			got, err := k.kv.update(ctx, "p#k", u)
 			if err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}
-			if got.Applied != applied || !got.Own.Has || got.Own.TAT != WideOf(tat) || got.Own.Spent != spent || !sameWriters(got.Own.Writers, writers) {
+			if got.Applied != applied || !got.Own.Has || got.Own.TAT != wire.WideOf(tat) || got.Own.Spent != spent || !sameWriters(got.Own.Writers, writers) {
 				t.Errorf("%s = %+v, want applied %v, TAT %d, spent %d, writers %v", what, got, applied, tat, spent, writers)
 			}
 			return got
 		}
-		if got, err := k.kv.Get(ctx, "p#k", Eventual); err != nil || got.Own.Has {
+		if got, err := k.kv.get(ctx, "p#k", wire.Eventual); err != nil || got.Own.Has {
 			t.Fatalf("Get(missing) = %+v, %v, want no state", got, err)
 		}
 		calls()
-		update("raise of a missing part", Update{Add: WideOf(7), Spent: 1, Floor: WideOf(100), HasFloor: true, RaiseFirst: true,
-			Writer: 5, Epoch: 10, TTL: time.Minute}, true, 107, 1, []Writer{{10, 5}})
+		update("raise of a missing part", wire.Update{Add: wire.WideOf(7), Spent: 1, Floor: wire.WideOf(100), HasFloor: true, RaiseFirst: true,
+			Writer: 5, Epoch: 10, TTL: time.Minute}, true, 107, 1, []wire.Writer{{Epoch: 10, ID: 5}})
 		if n := calls(); k.counter != nil && n != 1 {
 			t.Errorf("a raise guessed right took %d calls, want 1", n)
 		}
-		update("add above the floor, guessed as a raise", Update{Add: WideOf(3), Spent: 1, Floor: WideOf(50), HasFloor: true, RaiseFirst: true,
-			Writer: 6, Epoch: 10, TTL: time.Minute}, true, 110, 2, []Writer{{10, 5}, {10, 6}})
+		update("add above the floor, guessed as a raise", wire.Update{Add: wire.WideOf(3), Spent: 1, Floor: wire.WideOf(50), HasFloor: true, RaiseFirst: true,
+			Writer: 6, Epoch: 10, TTL: time.Minute}, true, 110, 2, []wire.Writer{{Epoch: 10, ID: 5}, {Epoch: 10, ID: 6}})
 		if n := calls(); k.counter != nil && n != 2 {
 			t.Errorf("a raise guessed wrong took %d calls, want 2", n)
 		}
-		update("raise below the floor, guessed as an add", Update{Add: WideOf(2), Spent: 1, Floor: WideOf(200), HasFloor: true,
-			Writer: 5, Epoch: 10, TTL: time.Minute}, true, 202, 3, []Writer{{10, 5}, {10, 6}})
-		update("add without a floor", Update{Add: WideOf(-2), Spent: -1, Writer: 5, Epoch: 11, TTL: time.Minute},
-			true, 200, 2, []Writer{{10, 5}, {10, 6}, {11, 5}})
+		update("raise below the floor, guessed as an add", wire.Update{Add: wire.WideOf(2), Spent: 1, Floor: wire.WideOf(200), HasFloor: true,
+			Writer: 5, Epoch: 10, TTL: time.Minute}, true, 202, 3, []wire.Writer{{Epoch: 10, ID: 5}, {Epoch: 10, ID: 6}})
+		update("add without a floor", wire.Update{Add: wire.WideOf(-2), Spent: -1, Writer: 5, Epoch: 11, TTL: time.Minute},
+			true, 200, 2, []wire.Writer{{Epoch: 10, ID: 5}, {Epoch: 10, ID: 6}, {Epoch: 11, ID: 5}})
 		calls()
-		update("conditional, does not fit", Update{Add: WideOf(5), Spent: 1, Floor: WideOf(100), HasFloor: true,
-			Conditional: true, MaxTAT: WideOf(199), Writer: 7, Epoch: 11, TTL: time.Minute}, false, 200, 2, []Writer{{10, 5}, {10, 6}, {11, 5}})
-		update("conditional, fits", Update{Add: WideOf(5), Spent: 1, Floor: WideOf(100), HasFloor: true,
-			Conditional: true, MaxTAT: WideOf(200), Writer: 7, Epoch: 11, TTL: time.Minute}, true, 205, 3, []Writer{{10, 5}, {10, 6}, {11, 5}, {11, 7}})
-		update("conditional on spent, does not fit", Update{Add: WideOf(5), Spent: 1, Floor: WideOf(100), HasFloor: true,
-			Conditional: true, MaxTAT: WideOf(1000), MaxSpent: 2, HasMaxSpent: true, Writer: 8, Epoch: 11, TTL: time.Minute}, false, 205, 3, []Writer{{10, 5}, {10, 6}, {11, 5}, {11, 7}})
-		update("conditional raise", Update{Add: WideOf(5), Spent: 1, Floor: WideOf(300), HasFloor: true, RaiseFirst: true,
-			Conditional: true, MaxTAT: WideOf(10), MaxSpent: 3, HasMaxSpent: true, Writer: 8, Epoch: 11, TTL: time.Minute}, true, 305, 4, []Writer{{10, 5}, {10, 6}, {11, 5}, {11, 7}, {11, 8}})
-		update("a later epoch drops the writers before the previous one", Update{Add: WideOf(1), Writer: 9, Epoch: 12, Stale: []int64{10}, TTL: time.Minute},
-			true, 306, 4, []Writer{{11, 5}, {11, 7}, {11, 8}, {12, 9}})
-		update("a cap lowers a TAT from a clock far ahead", Update{Add: WideOf(1), Cap: WideOf(250), HasCap: true, Writer: 9, Epoch: 12, TTL: time.Minute},
-			true, 251, 4, []Writer{{11, 5}, {11, 7}, {11, 8}, {12, 9}})
-		if got, err := k.kv.Get(ctx, "p#k", Strong); err != nil || got.Own.TAT != WideOf(251) || got.Own.Spent != 4 {
+		update("conditional, does not fit", wire.Update{Add: wire.WideOf(5), Spent: 1, Floor: wire.WideOf(100), HasFloor: true,
+			Conditional: true, MaxTAT: wire.WideOf(199), Writer: 7, Epoch: 11, TTL: time.Minute}, false, 200, 2, []wire.Writer{{Epoch: 10, ID: 5}, {Epoch: 10, ID: 6}, {Epoch: 11, ID: 5}})
+		update("conditional, fits", wire.Update{Add: wire.WideOf(5), Spent: 1, Floor: wire.WideOf(100), HasFloor: true,
+			Conditional: true, MaxTAT: wire.WideOf(200), Writer: 7, Epoch: 11, TTL: time.Minute}, true, 205, 3, []wire.Writer{{Epoch: 10, ID: 5}, {Epoch: 10, ID: 6}, {Epoch: 11, ID: 5}, {Epoch: 11, ID: 7}})
+		update("conditional on spent, does not fit", wire.Update{Add: wire.WideOf(5), Spent: 1, Floor: wire.WideOf(100), HasFloor: true,
+			Conditional: true, MaxTAT: wire.WideOf(1000), MaxSpent: 2, HasMaxSpent: true, Writer: 8, Epoch: 11, TTL: time.Minute}, false, 205, 3, []wire.Writer{{Epoch: 10, ID: 5}, {Epoch: 10, ID: 6}, {Epoch: 11, ID: 5}, {Epoch: 11, ID: 7}})
+		update("conditional raise", wire.Update{Add: wire.WideOf(5), Spent: 1, Floor: wire.WideOf(300), HasFloor: true, RaiseFirst: true,
+			Conditional: true, MaxTAT: wire.WideOf(10), MaxSpent: 3, HasMaxSpent: true, Writer: 8, Epoch: 11, TTL: time.Minute}, true, 305, 4, []wire.Writer{{Epoch: 10, ID: 5}, {Epoch: 10, ID: 6}, {Epoch: 11, ID: 5}, {Epoch: 11, ID: 7}, {Epoch: 11, ID: 8}})
+		update("a later epoch drops the writers before the previous one", wire.Update{Add: wire.WideOf(1), Writer: 9, Epoch: 12, Stale: []int64{10}, TTL: time.Minute},
+			true, 306, 4, []wire.Writer{{Epoch: 11, ID: 5}, {Epoch: 11, ID: 7}, {Epoch: 11, ID: 8}, {Epoch: 12, ID: 9}})
+		update("a cap lowers a TAT from a clock far ahead", wire.Update{Add: wire.WideOf(1), Cap: wire.WideOf(250), HasCap: true, Writer: 9, Epoch: 12, TTL: time.Minute},
+			true, 251, 4, []wire.Writer{{Epoch: 11, ID: 5}, {Epoch: 11, ID: 7}, {Epoch: 11, ID: 8}, {Epoch: 12, ID: 9}})
+		if got, err := k.kv.get(ctx, "p#k", wire.Strong); err != nil || got.Own.TAT != wire.WideOf(251) || got.Own.Spent != 4 {
 			t.Errorf("Get = %+v, %v, want TAT 251, spent 4", got, err)
 		}
 
 		// Beyond 64 bits: an instant of now times a limit of a billion.
-		big := mulWide(t0.UnixNano(), 1_000_000_000).Add(WideOf(12345))
-		got, err := k.kv.Update(ctx, "p#big", Update{Add: WideOf(1), Floor: big, HasFloor: true, RaiseFirst: true, TTL: time.Minute})
-		if err != nil || got.Own.TAT != big.Add(WideOf(1)) {
-			t.Errorf("Update(big) = %+v, %v, want TAT %s", got, err, big.Add(WideOf(1)))
+		big := wire.Mul(t0.UnixNano(), 1_000_000_000).Add(wire.WideOf(12345))
+		got, err := k.kv.update(ctx, "p#big", wire.Update{Add: wire.WideOf(1), Floor: big, HasFloor: true, RaiseFirst: true, TTL: time.Minute})
+		if err != nil || got.Own.TAT != big.Add(wire.WideOf(1)) {
+			t.Errorf("Update(big) = %+v, %v, want TAT %s", got, err, big.Add(wire.WideOf(1)))
 		}
-		if got, err := k.kv.Get(ctx, "p#big", Strong); err != nil || got.Own.TAT != big.Add(WideOf(1)) {
-			t.Errorf("Get(big) = %+v, %v, want TAT %s", got, err, big.Add(WideOf(1)))
+		if got, err := k.kv.get(ctx, "p#big", wire.Strong); err != nil || got.Own.TAT != big.Add(wire.WideOf(1)) {
+			t.Errorf("Get(big) = %+v, %v, want TAT %s", got, err, big.Add(wire.WideOf(1)))
 		}
 
 		// A concurrent burst of additions all land: none replaces another.
 		var wg sync.WaitGroup
 		for i := range 16 {
 			wg.Go(func() {
-				if _, err := k.kv.Update(ctx, "p#many", Update{Add: WideOf(10), Spent: 1, Floor: WideOf(1000), HasFloor: true, RaiseFirst: i%2 == 0, Writer: uint32(i + 1), Epoch: 1, TTL: time.Minute}); err != nil {
+				if _, err := k.kv.update(ctx, "p#many", wire.Update{Add: wire.WideOf(10), Spent: 1, Floor: wire.WideOf(1000), HasFloor: true, RaiseFirst: i%2 == 0, Writer: uint32(i + 1), Epoch: 1, TTL: time.Minute}); err != nil {
 					t.Error(err)
 				}
 			})
 		}
 		wg.Wait()
-		if got, err := k.kv.Get(ctx, "p#many", Strong); err != nil || got.Own.TAT != WideOf(1160) || got.Own.Spent != 16 || len(got.Own.Writers) != 16 {
+		if got, err := k.kv.get(ctx, "p#many", wire.Strong); err != nil || got.Own.TAT != wire.WideOf(1160) || got.Own.Spent != 16 || len(got.Own.Writers) != 16 {
 			t.Errorf("after 16 concurrent additions: %+v, %v, want TAT 1160, spent 16, 16 writers", got, err)
 		}
 
@@ -127,25 +129,25 @@ func TestKVUpdateSemantics(t *testing.T) {
 		}
 		// Regions: each writes its own item, and reads the other's.
 		ra, rb := k.region("a"), k.region("b")
-		if _, err := ra.Update(ctx, "p#r", Update{Add: WideOf(5), Spent: 1, Floor: WideOf(100), HasFloor: true, RaiseFirst: true, Writer: 1, Epoch: 1, TTL: time.Minute}); err != nil {
+		if _, err := ra.update(ctx, "p#r", wire.Update{Add: wire.WideOf(5), Spent: 1, Floor: wire.WideOf(100), HasFloor: true, RaiseFirst: true, Writer: 1, Epoch: 1, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
-		got, err = rb.Update(ctx, "p#r", Update{Add: WideOf(7), Spent: 2, Floor: WideOf(50), HasFloor: true, RaiseFirst: true, Writer: 2, Epoch: 1, TTL: time.Minute})
-		if err != nil || got.Own.TAT != WideOf(57) || got.Own.Spent != 2 || len(got.Others) != 1 || got.Others[0].TAT != WideOf(105) || got.Others[0].Spent != 1 {
+		got, err = rb.update(ctx, "p#r", wire.Update{Add: wire.WideOf(7), Spent: 2, Floor: wire.WideOf(50), HasFloor: true, RaiseFirst: true, Writer: 2, Epoch: 1, TTL: time.Minute})
+		if err != nil || got.Own.TAT != wire.WideOf(57) || got.Own.Spent != 2 || len(got.Others) != 1 || got.Others[0].TAT != wire.WideOf(105) || got.Others[0].Spent != 1 {
 			t.Errorf("region b's update = %+v, %v, want its own TAT 57 spent 2 and a's TAT 105 spent 1", got, err)
 		}
 		for _, r := range []string{"p#r@a", "p#r@b"} {
-			if got, _ := k.kv.Get(ctx, r, Strong); !got.Own.Has {
+			if got, _ := k.kv.get(ctx, r, wire.Strong); !got.Own.Has {
 				t.Errorf("no item %q: each region writes an item of its own", "kv#"+r)
 			}
 		}
-		if got, err := ra.Get(ctx, "p#r", Eventual); err != nil || got.Own.TAT != WideOf(105) || len(got.Others) != 1 || got.Others[0].TAT != WideOf(57) {
+		if got, err := ra.get(ctx, "p#r", wire.Eventual); err != nil || got.Own.TAT != wire.WideOf(105) || len(got.Others) != 1 || got.Others[0].TAT != wire.WideOf(57) {
 			t.Errorf("region a's read = %+v, %v, want its own 105 and b's 57", got, err)
 		}
 	})
 }
 
-func sameWriters(got, want []Writer) bool {
+func sameWriters(got, want []wire.Writer) bool {
 	if len(got) != len(want) {
 		return false
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
 )
 
 // DefaultMemoryKeys is MemoryConfig.MaxKeys's default.
@@ -22,7 +24,7 @@ type MemoryConfig struct {
 }
 
 // Memory is an in-process KV of one region: bounded, with expiry, always
-// consistent, with exactly the update semantics of DynamoDB's (Update), so
+// consistent, with exactly the update semantics of DynamoDB's, so
 // that several Bucket values sharing one Memory behave like several Lambda
 // instances sharing a table. It is the store of `edgelimit serve` and of
 // tests.
@@ -36,7 +38,7 @@ type Memory struct {
 
 type memItem struct {
 	key        string
-	p          Part
+	p          wire.Part
 	expires    int64
 	prev, next *memItem
 }
@@ -56,34 +58,34 @@ func NewMemory(cfg MemoryConfig) *Memory {
 	return m
 }
 
-// Get returns the state under key; a missing or expired one has no TAT.
+// get returns the state under key; a missing or expired one has no TAT.
 // The consistency hint is moot: a Memory is always consistent.
-func (m *Memory) Get(ctx context.Context, key string, _ Consistency) (Tally, error) {
+func (m *Memory) get(ctx context.Context, key string, _ wire.Consistency) (wire.Tally, error) {
 	if err := ctx.Err(); err != nil {
-		return Tally{}, fmt.Errorf("kvbucket: memory get %q: %w", key, err)
+		return wire.Tally{}, fmt.Errorf("kvbucket: memory get %q: %w", key, err)
 	}
 	n := m.now().UnixNano()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	it := m.live(key, n)
 	if it == nil {
-		return Tally{}, nil
+		return wire.Tally{}, nil
 	}
 	m.touch(it)
-	return Tally{Own: clonePart(it.p)}, nil
+	return wire.Tally{Own: clonePart(it.p)}, nil
 }
 
-// Update applies u to key's state atomically (see Update for the
+// update applies u to key's state atomically (see wire.Update for the
 // semantics).
-func (m *Memory) Update(ctx context.Context, key string, u Update) (Tally, error) {
+func (m *Memory) update(ctx context.Context, key string, u wire.Update) (wire.Tally, error) {
 	if err := ctx.Err(); err != nil {
-		return Tally{}, fmt.Errorf("kvbucket: memory update %q: %w", key, err)
+		return wire.Tally{}, fmt.Errorf("kvbucket: memory update %q: %w", key, err)
 	}
 	n := m.now().UnixNano()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	it := m.live(key, n)
-	var p Part
+	var p wire.Part
 	if it != nil {
 		p = it.p
 	}
@@ -95,7 +97,7 @@ func (m *Memory) Update(ctx context.Context, key string, u Update) (Tally, error
 		}
 	}
 	if !u.Fits(p) {
-		return Tally{Own: clonePart(p)}, nil
+		return wire.Tally{Own: clonePart(p)}, nil
 	}
 	switch {
 	case u.HasFloor && (!p.Has || p.TAT.Less(u.Floor)):
@@ -141,7 +143,7 @@ func (m *Memory) Update(ctx context.Context, key string, u Update) (Tally, error
 		// it asked for.
 		it.expires = max(it.expires, p.GrantUntil)
 	}
-	return Tally{Own: clonePart(p), Applied: true}, nil
+	return wire.Tally{Own: clonePart(p), Applied: true}, nil
 }
 
 // register adds id to epoch's writers (0 registers nobody) and drops the
@@ -149,7 +151,7 @@ func (m *Memory) Update(ctx context.Context, key string, u Update) (Tally, error
 // place: register returns ws itself when it stays as it is (a writer's
 // steady state: already registered in the epoch), else a new slice, so
 // that a set handed out (clonePart) never changes under its reader.
-func register(ws []Writer, id uint32, epoch int64) []Writer {
+func register(ws []wire.Writer, id uint32, epoch int64) []wire.Writer {
 	same := true
 	found := id == 0
 	for _, w := range ws {
@@ -169,7 +171,7 @@ func register(ws []Writer, id uint32, epoch int64) []Writer {
 		out = append(out, w)
 	}
 	if id != 0 && !found {
-		out = append(out, Writer{Epoch: epoch, ID: id})
+		out = append(out, wire.Writer{Epoch: epoch, ID: id})
 	}
 	return out
 }
@@ -177,7 +179,7 @@ func register(ws []Writer, id uint32, epoch int64) []Writer {
 // clonePart returns p for a caller: its writer set is shared, since the
 // Memory never changes one in place (register), with its capacity clipped
 // so that a caller's append copies it.
-func clonePart(p Part) Part {
+func clonePart(p wire.Part) wire.Part {
 	p.Writers = slices.Clip(p.Writers)
 	return p
 }

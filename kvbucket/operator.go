@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/edgelimit/edgelimit"
 )
 
@@ -52,7 +54,7 @@ func (b *Bucket) Reset(ctx context.Context, req edgelimit.Request) error {
 	}
 	n := b.instant(req).UnixNano()
 	key := b.prefix + req.Key
-	t, err := b.kv.Get(ctx, key, Strong)
+	t, err := b.kv.get(ctx, key, wire.Strong)
 	if err != nil {
 		return fmt.Errorf("kvbucket: reset: %w", err)
 	}
@@ -65,12 +67,12 @@ func (b *Bucket) Reset(ctx context.Context, req edgelimit.Request) error {
 		// The other regions' terms, xo + W·(Spent_own + so), must not pass
 		// n·L either: this region's Spent is lowered (below zero if need
 		// be: the algebra only adds it) until they do not.
-		if s := at.Sub(v.xo).div(u.sw, false) - v.so; s < t.Own.Spent {
+		if s := at.Sub(v.xo).Div(u.sw, false) - v.so; s < t.Own.Spent {
 			spent = s - t.Own.Spent
 		}
 	}
 	if t.Own.Has || spent != 0 {
-		t, err = b.kv.Update(ctx, key, Update{
+		t, err = b.kv.update(ctx, key, wire.Update{
 			HasCap: true, Cap: v.floorOf(u, at),
 			Spent: spent,
 			Epoch: epochOf(n, b.sync),
@@ -88,7 +90,7 @@ func (b *Bucket) Reset(ctx context.Context, req edgelimit.Request) error {
 		// forgotten. Its share was of the bucket before: the next decision
 		// syncs, and is granted one of the full bucket.
 		e.pend = op{}
-		e.spent, e.spentFlight = Wide{}, Wide{}
+		e.spent, e.spentFlight = wire.Wide{}, wire.Wide{}
 		e.granted = false
 		b.learn(e, t, n)
 	}
@@ -137,15 +139,15 @@ func (b *Bucket) Charge(ctx context.Context, req edgelimit.Request) (edgelimit.D
 // holds a share (the next sync writes it), else written at once. s.mu is
 // held on entry and released on return.
 func (b *Bucket) charge(ctx context.Context, u *units, s *shard, e *entry, n, cost int64, d *edgelimit.Decision) error {
-	tat := maxWide(b.local(e, n), u.at(n))
+	tat := wire.Max(b.local(e, n), u.at(n))
 	room := u.limit(n).Add(u.bw).Sub(tat) // units down to one bucket of debt
 	w := u.tokens(cost)
 	if room.Less(w) {
-		w = maxWide(room, Wide{})
+		w = wire.Max(room, wire.Wide{})
 	}
 	c := u.spentOf(cost)
 	if w.Sign() > 0 {
-		sp := op{f: u.at(n), p: w, spent: min(c, w.div(u.sw, true)), hasFloor: true, has: true}
+		sp := op{f: u.at(n), p: w, spent: min(c, w.Div(u.sw, true)), hasFloor: true, has: true}
 		e.pend = e.pend.then(sp)
 		e.spent = e.spent.Add(w)
 		if e.syncing {
@@ -219,7 +221,7 @@ func (b *Bucket) Grant(ctx context.Context, req edgelimit.Request, units int64, 
 		return fmt.Errorf("%w: policy %q: the grant's end %s is not after its instant %s", ErrGrant, b.name(),
 			until.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
 	}
-	t, err := b.kv.Update(ctx, b.prefix+req.Key, Update{
+	t, err := b.kv.update(ctx, b.prefix+req.Key, wire.Update{
 		Grant: units, GrantUntil: end, GrantAt: n,
 		Epoch: epochOf(n, b.sync),
 		TTL:   satAdd(time.Duration(end-n), b.ttl(u, u.at(n), n)),
@@ -247,7 +249,7 @@ func (b *Bucket) grantUsable(e *entry, n, cost int64) bool {
 
 // withGrant makes the denial d of cost at n allowed when the grant of p
 // pays for it (Peek's answer), counting the grant in Remaining.
-func withGrant(p Part, n, cost int64, d *edgelimit.Decision) {
+func withGrant(p wire.Part, n, cost int64, d *edgelimit.Decision) {
 	if d.Allowed || p.GrantUntil <= n || p.GrantLeft < max(cost, 1) {
 		return
 	}
@@ -257,7 +259,7 @@ func withGrant(p Part, n, cost int64, d *edgelimit.Decision) {
 
 // countGrant adds the grant of p (in force) to what d says remains,
 // within the quota the client is told.
-func countGrant(p Part, d *edgelimit.Decision) {
+func countGrant(p wire.Part, d *edgelimit.Decision) {
 	d.Remaining = min(d.Remaining+max(p.GrantLeft, 0), d.Limit)
 }
 
@@ -274,14 +276,14 @@ func (b *Bucket) grantReceiptID(h uint64) [16]byte {
 // d from its answer. s.mu is held on entry and released on return.
 func (b *Bucket) spendGrant(ctx context.Context, u *units, s *shard, e *entry, n, cost int64, d *edgelimit.Decision) error {
 	cost = max(cost, 1)
-	up := Update{
+	up := wire.Update{
 		GrantSpend: cost, GrantAt: n,
 		Epoch: epochOf(n, b.sync),
 		TTL:   max(b.ttl(u, b.local(e, n), n), time.Duration(e.v.own.GrantUntil-n)),
 	}
 	s.stats.Synced++
 	s.mu.Unlock()
-	t, err := b.kv.Update(ctx, e.kvKey, up)
+	t, err := b.kv.update(ctx, e.kvKey, up)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {

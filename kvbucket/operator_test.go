@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/edgelimit/edgelimit"
 )
 
@@ -353,7 +355,7 @@ func TestGrant(t *testing.T) {
 		}
 		left := func(b *Bucket, key string) (int64, time.Duration) {
 			t.Helper()
-			tally, err := k.kv.Get(ctx, b.prefix+key, Strong)
+			tally, err := k.kv.get(ctx, b.prefix+key, wire.Strong)
 			if err != nil {
 				t.Fatal(err)
 			}

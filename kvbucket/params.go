@@ -209,15 +209,6 @@ func (p Params) take(r State, n int64, cost int64, d *edgelimit.Decision) (State
 	return r, true
 }
 
-// peek decides cost against the refilled state r at n without spending,
-// into d (which is zero): as take, but an allowed decision reports r
-// itself.
-func (p Params) peek(r State, n int64, cost int64, d *edgelimit.Decision) {
-	if _, ok := p.take(r, n, cost, d); ok {
-		p.decision(r, n, d)
-	}
-}
-
 // decision reports the refilled state r at n into d: the quota as
 // advertised, the whole tokens left and the effective window. Allowed and
 // RetryAfter are the caller's.

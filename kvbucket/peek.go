@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/edgelimit/edgelimit"
 )
 
@@ -117,15 +119,15 @@ func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Reques
 		s.mu.Unlock()
 		return d, nil
 	}
-	c := Strong
+	c := wire.Strong
 	if e != nil && e.known {
-		c = Eventual
+		c = wire.Eventual
 	}
 	s.stats.Synced++
 	s.stats.Reads++
 	s.mu.Unlock()
 
-	t, err := b.kv.Get(ctx, b.prefix+req.Key, c)
+	t, err := b.kv.get(ctx, b.prefix+req.Key, c)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -161,17 +163,17 @@ func (b *Bucket) peekLocal(u *units, e *entry, n, cost int64, d *edgelimit.Decis
 
 // withInflight returns tat with the write-throughs of e in flight spent
 // at n. s.mu is held.
-func (b *Bucket) withInflight(e *entry, tat Wide, n int64) Wide {
+func (b *Bucket) withInflight(e *entry, tat wire.Wide, n int64) wire.Wide {
 	if e.inflight.Sign() == 0 {
 		return tat
 	}
-	return maxWide(tat, b.u.at(n)).Add(e.inflight)
+	return wire.Max(tat, b.u.at(n)).Add(e.inflight)
 }
 
 // local returns the bucket's TAT as this instance knows it at n: what the
 // KV last said, with what a sync in flight writes, this instance's
 // unwritten changes and the reservations in flight. s.mu is held.
-func (b *Bucket) local(e *entry, n int64) Wide {
+func (b *Bucket) local(e *entry, n int64) wire.Wide {
 	if !e.busy {
 		return e.pend.apply(e.tat)
 	}

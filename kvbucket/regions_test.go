@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/edgelimit/edgelimit"
 )
 
@@ -50,7 +52,7 @@ func (r *replicated) replicate(n int64) {
 		src := r.replicas[w.from]
 		src.mu.Lock()
 		it := src.m[w.key]
-		var p Part
+		var p wire.Part
 		var exp int64
 		if it != nil {
 			p, exp = clonePart(it.p), it.expires
@@ -70,7 +72,7 @@ func (r *replicated) replicate(n int64) {
 
 // putPart stores p under key as replication does: the whole item, last
 // writer wins.
-func (m *Memory) putPart(key string, p Part, expires int64) {
+func (m *Memory) putPart(key string, p wire.Part, expires int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	it := m.m[key]
@@ -93,10 +95,10 @@ type replicaKV struct {
 	now    func() time.Time
 }
 
-func (k *replicaKV) parts(ctx context.Context, key string) ([]Part, error) {
-	var out []Part
+func (k *replicaKV) parts(ctx context.Context, key string) ([]wire.Part, error) {
+	var out []wire.Part
 	for _, o := range k.others {
-		t, err := k.t.replicas[k.self].Get(ctx, key+"@"+o, Eventual)
+		t, err := k.t.replicas[k.self].get(ctx, key+"@"+o, wire.Eventual)
 		if err != nil {
 			return nil, err
 		}
@@ -105,19 +107,19 @@ func (k *replicaKV) parts(ctx context.Context, key string) ([]Part, error) {
 	return out, nil
 }
 
-func (k *replicaKV) Get(ctx context.Context, key string, c Consistency) (Tally, error) {
-	t, err := k.t.replicas[k.self].Get(ctx, key+"@"+k.self, c)
+func (k *replicaKV) get(ctx context.Context, key string, c wire.Consistency) (wire.Tally, error) {
+	t, err := k.t.replicas[k.self].get(ctx, key+"@"+k.self, c)
 	if err != nil {
-		return Tally{}, err
+		return wire.Tally{}, err
 	}
 	t.Others, err = k.parts(ctx, key)
 	return t, err
 }
 
-func (k *replicaKV) Update(ctx context.Context, key string, u Update) (Tally, error) {
-	t, err := k.t.replicas[k.self].Update(ctx, key+"@"+k.self, u)
+func (k *replicaKV) update(ctx context.Context, key string, u wire.Update) (wire.Tally, error) {
+	t, err := k.t.replicas[k.self].update(ctx, key+"@"+k.self, u)
 	if err != nil {
-		return Tally{}, err
+		return wire.Tally{}, err
 	}
 	if t.Applied {
 		k.t.mu.Lock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/edgelimit/edgelimit"
 )
 
@@ -31,7 +33,7 @@ func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry,
 	s.stats.Synced++
 	s.mu.Unlock()
 
-	t, err := b.kv.Update(ctx, e.kvKey, up)
+	t, err := b.kv.update(ctx, e.kvKey, up)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.inflight = e.inflight.Sub(sp.p)
@@ -86,7 +88,7 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 	e.setBusy()
 	e.syncing = true
 	e.syncedAt = n
-	e.spentFlight = Wide{}
+	e.spentFlight = wire.Wide{}
 	up := b.update(u, e, o, n, false)
 	if repair {
 		up.HasCap = true
@@ -95,7 +97,7 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 	s.stats.Synced++
 	s.mu.Unlock()
 
-	t, err := b.kv.Update(ctx, e.kvKey, up)
+	t, err := b.kv.update(ctx, e.kvKey, up)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer b.endSync(e)
@@ -128,7 +130,7 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 		// What was spent locally while the sync was in flight counts
 		// against the new share.
 		e.spent = e.spentFlight
-		e.spentFlight = Wide{}
+		e.spentFlight = wire.Wide{}
 	}
 	switch {
 	case fits:
@@ -159,8 +161,8 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 	return nil
 }
 
-func writersOf(parts []Part) []Writer {
-	var ws []Writer
+func writersOf(parts []wire.Part) []wire.Writer {
+	var ws []wire.Writer
 	for _, p := range parts {
 		ws = append(ws, p.Writers...)
 	}
@@ -199,7 +201,7 @@ func (b *Bucket) flush(ctx context.Context, s *shard, victim *entry, n int64) {
 	up := b.update(&b.u, victim, o, n, false)
 	up.Writer = 0 // a write-back holds no share: it registers nobody
 	s.mu.Unlock()
-	t, err := b.kv.Update(ctx, b.prefix+victim.key, up)
+	t, err := b.kv.update(ctx, b.prefix+victim.key, up)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer b.endSync(victim)

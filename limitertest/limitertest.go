@@ -4,7 +4,11 @@
 // real DynamoDB-API servers alike, for each algorithm of strategy durable,
 // and for strategy kv's token bucket on one instance (a soft limiter is
 // exact for one instance: what the suite holds it to; what several
-// instances admit is kv's own bound, tested in kvbucket).
+// instances admit is kv's own bound, tested in kvbucket). Concurrency
+// limits (strategy inflight) have a suite of their own, RunInFlight, and
+// RunInFlightEngine through the engine and an adapter. The package knows
+// only the contract (the root package and policy), no strategy: each
+// strategy's tests run it on each of their stores.
 //
 //	func TestConformance(t *testing.T) {
 //		limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
@@ -134,6 +138,10 @@ type Spec struct {
 	DenyCache bool
 	// Now is the limiter's clock.
 	Now func() time.Time
+	// RetryAfter is a concurrency limit's retry hint (RunInFlight: what a
+	// denied client is told to wait, unless a lease ends sooner; the policy
+	// field retry_after); 0 means the limiter's default.
+	RetryAfter time.Duration
 }
 
 // NewLimiter builds a limiter for s.

@@ -195,3 +195,49 @@ func TestQuota(t *testing.T) {
 		}
 	}
 }
+
+// TestAbilitiesNamesEveryAbility: Abilities knows every ability
+// policy.Abilities names, each by the interface of its name, so that a new
+// ability cannot be missing from CheckAbilities.
+func TestAbilitiesNamesEveryAbility(t *testing.T) {
+	known := map[policy.Abilities]string{}
+	for _, a := range abilities {
+		known[a.bit] = a.name
+	}
+	for i := range 16 {
+		bit := policy.Abilities(1 << i)
+		name := bit.String()
+		if name == "none" {
+			continue
+		}
+		if known[bit] != name {
+			t.Errorf("ability %s (bit %d): limitertest knows it as %q", name, i, known[bit])
+		}
+	}
+	if len(known) != len(abilities) {
+		t.Errorf("two abilities share a bit")
+	}
+}
+
+func TestCheckAbilities(t *testing.T) {
+	var l edgelimit.Limiter = LimiterFunc(func(context.Context, edgelimit.Request) (edgelimit.Decision, error) {
+		return edgelimit.Decision{}, nil
+	})
+	if got := Abilities(l); got != 0 {
+		t.Errorf("Abilities(a bare Limiter) = %v, want none", got)
+	}
+	ft := &fakeT{}
+	CheckAbilities(ft, &policy.Strategy{Name: "x", Abilities: policy.CanRefund}, l)
+	if !ft.failed {
+		t.Error("CheckAbilities accepted a limiter without the Refunder its strategy declares")
+	}
+}
+
+// fakeT records a failure.
+type fakeT struct {
+	testing.TB
+	failed bool
+}
+
+func (f *fakeT) Helper()               {}
+func (f *fakeT) Errorf(string, ...any) { f.failed = true }

@@ -233,5 +233,3 @@ func dimension(s string) string {
 	}
 	return s
 }
-
-const hexDigits = "0123456789abcdef"

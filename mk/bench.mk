@@ -8,9 +8,9 @@
 #                       throttled, ulule/limiter, x/time/rate) net of the handler; one
 #                       conditional write vs read-then-write on dynalite; the flood
 #                       experiment; the cost model; kv across separate `edgelimit serve`
-#                       processes, the code before issue #14 (KV_OLD_COMMIT) beside the
-#                       working tree's, and across two regions. Writes BENCHMARKS.md and
-#                       docs/bench/*.png, keeps the raw results in bench/out/*.json
+#                       processes, the kv strategy before its merging writes
+#                       (KV_OLD_COMMIT) beside the working tree's, and across two
+#                       regions. Writes BENCHMARKS.md and docs/bench/*.png, keeps the raw results in bench/out/*.json
 #                       (git-ignored).
 #   make bench-kv       the kv part alone (about 8 minutes), then the report
 #   make bench-middleware  the middleware comparison, then the in-process decisions
@@ -43,9 +43,9 @@ BENCH_BIN   := bench/out/edgelimit-bench
 # BENCH_FLAGS are passed to the program, e.g. BENCH_FLAGS='-phase 15s -count 5'.
 BENCH_FLAGS ?=
 
-# The kv part compares the working tree with the kv strategy before issue #14
-# (merge instead of overwrite): KV_OLD_BIN is `edgelimit` built from
-# KV_OLD_COMMIT in a temporary git worktree, removed once built.
+# The kv part compares the working tree with the kv strategy as it was
+# before its writes merged instead of overwriting: KV_OLD_BIN is `edgelimit`
+# built from KV_OLD_COMMIT in a temporary git worktree, removed once built.
 KV_OLD_COMMIT ?= e340e63
 KV_OLD_BIN    := bench/out/edgelimit-kv-old
 KV_FLAGS       = -kv-old $(KV_OLD_BIN) -kv-old-commit $(KV_OLD_COMMIT)

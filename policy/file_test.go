@@ -123,6 +123,7 @@ func TestParseErrors(t *testing.T) {
 		{"second document", head + "  - {name: a, routes: [\"GET /a\"], key: ip, strategy: kv, limit: 1, window: 1s}\n---\nversion: 1\n", []string{"more than one YAML document"}},
 		{"duration garbage", pol("    window: soon\n"), []string{`window "soon" is not a duration`}},
 		{"zero duration", pol("    window: 0s\n"), []string{`window "0s" must be positive`}},
+		{"another strategy's field", pol("    window: 1m\n    sync_interval: 1s\n"), []string{`p.yaml:9: policy "paid": sync_interval applies only to strategy kv`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

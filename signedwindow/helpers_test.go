@@ -189,16 +189,6 @@ func solve(t testing.TB, ch *pow.Challenge) string {
 	return p
 }
 
-// signed returns a token for arbitrary claims, signed by ring key kid.
-func signed(t testing.TB, keys *KeyRing, kid, aud, sub string, id pow.ID, nbf, exp time.Time, n int64) string {
-	t.Helper()
-	k := keys.byID[kid]
-	if k == nil {
-		t.Fatalf("no key %q", kid)
-	}
-	return k.sign(aud, sub, id, nbf.Unix(), exp.Unix(), n)
-}
-
 // lockedReader makes a deterministic reader safe for concurrent use, as
 // Config.Rand must be.
 type lockedReader struct {

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/internal/ddb"
+	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
@@ -224,7 +226,7 @@ func operatorEngine(ctx context.Context, f opFlags, pol string) (*edgelimit.Engi
 	if p == nil {
 		return nil, fmt.Errorf("%s has no policy %q (it has %s)", pf.Source, pol, strings.Join(names, ", "))
 	}
-	if p.Strategy != durable.Backend(dynamodb.Config{}).Strategy() && p.Strategy != kv.Backend(dynamodb.Config{}).Strategy() {
+	if p.Strategy != durablecounter.Strategy && p.Strategy != kvbucket.Strategy {
 		return nil, fmt.Errorf("policy %q is %s: it keeps no count on the server (the client carries its window token), so there is no usage to read, reset or grant, and no override to set", p.Name, p.StrategyName())
 	}
 	s := os.Getenv(setup.EnvHashKey)

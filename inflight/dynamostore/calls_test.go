@@ -1,7 +1,6 @@
 package dynamostore_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -32,7 +31,7 @@ func TestRoundTrips(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := context.Background()
+		ctx := testCtx(t)
 		r := edgelimit.Request{Key: "k"}
 		denialGets := 1
 		if s.OldOnConditionFailure {

@@ -86,6 +86,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/edgelimit/edgelimit/inflight"
+	"github.com/edgelimit/edgelimit/inflight/internal/wire"
 	"github.com/edgelimit/edgelimit/internal/ddb/ddbcore"
 )
 
@@ -130,9 +131,22 @@ const (
 	DefaultCleanupTimeout = 200 * time.Millisecond
 )
 
-// Store is an inflight.Store on a DynamoDB table. See the package
-// documentation for the item and the writes.
+// Store is an inflight.Store on a DynamoDB table, shared by every instance
+// that uses the table. See the package documentation for the item and the
+// writes.
 type Store struct {
+	// inner is inflight's Store on this package's conn: embedding it makes
+	// *Store an inflight.Store, whose methods are sealed.
+	inner
+}
+
+type inner = inflight.Store
+
+var _ inflight.Store = (*Store)(nil)
+
+// conn keeps the slots in the table: the lease protocol's operations
+// (wire.Store) as DynamoDB calls.
+type conn struct {
 	client  API
 	table   *string
 	margin  time.Duration
@@ -140,7 +154,7 @@ type Store struct {
 	opts    []func(*dynamodb.Options)
 }
 
-var _ inflight.Store = (*Store)(nil)
+var _ wire.Store = (*conn)(nil)
 
 // New validates cfg and returns a Store. It makes no call: use
 // internal/ddb.CheckTable to check the table at start-up.
@@ -153,7 +167,7 @@ func New(cfg Config) (*Store, error) {
 	case cfg.ExpiryMargin < 0:
 		return nil, fmt.Errorf("%w: dynamostore: Config.ExpiryMargin %s is negative", inflight.ErrConfig, cfg.ExpiryMargin)
 	}
-	s := &Store{client: cfg.Client, table: aws.String(cfg.Table), margin: cfg.ExpiryMargin, cleanup: cfg.CleanupTimeout}
+	s := &conn{client: cfg.Client, table: aws.String(cfg.Table), margin: cfg.ExpiryMargin, cleanup: cfg.CleanupTimeout}
 	if s.margin == 0 {
 		s.margin = DefaultExpiryMargin
 	}
@@ -171,7 +185,7 @@ func New(cfg Config) (*Store, error) {
 			}
 		}}
 	}
-	return s, nil
+	return &Store{inner: wire.NewStore(s).(inflight.Store)}, nil
 }
 
 const (
@@ -186,19 +200,19 @@ const (
 	maxReclaim = 32
 )
 
-func holderAttr(id inflight.SlotID) string { return holderPrefix + id.String() }
+func holderAttr(id wire.SlotID) string { return holderPrefix + id.String() }
 
 func num(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
 }
 
-func (s *Store) key(item string) map[string]types.AttributeValue {
+func (s *conn) key(item string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{ddbcore.AttrPK: &types.AttributeValueMemberS{Value: item}}
 }
 
 // ttl is the expires_at of an item whose latest lease ends at expiry (Unix
 // nanoseconds).
-func (s *Store) ttl(expiry int64) int64 {
+func (s *conn) ttl(expiry int64) int64 {
 	ns := expiry + int64(s.margin)
 	secs := ns / 1e9
 	if ns%1e9 > 0 {
@@ -251,8 +265,8 @@ func parse(item map[string]types.AttributeValue) (view, error) {
 }
 
 // state returns v's live holders at now (Unix nanoseconds).
-func (v view) state(now int64) inflight.State {
-	var st inflight.State
+func (v view) state(now int64) wire.State {
+	var st wire.State
 	for _, h := range v.holders {
 		if e := h.expiry; e > now {
 			st.Live++
@@ -282,8 +296,8 @@ func (v view) has(attr string) bool {
 	return false
 }
 
-// TakeSlot implements inflight.Store.
-func (s *Store) TakeSlot(ctx context.Context, t inflight.Take) (bool, inflight.State, error) {
+// TakeSlot implements wire.Store.
+func (s *conn) TakeSlot(ctx context.Context, t wire.Take) (bool, wire.State, error) {
 	attr := holderAttr(t.ID)
 	exp := num(t.Expiry)
 	ttl := num(s.ttl(t.Expiry))
@@ -304,28 +318,28 @@ func (s *Store) TakeSlot(ctx context.Context, t inflight.Take) (bool, inflight.S
 		var cf *types.ConditionalCheckFailedException
 		if !errors.As(err, &cf) {
 			s.clean(ctx, t.Item, t.ID, err)
-			return false, inflight.State{}, wrap("take", t.Item, err)
+			return false, wire.State{}, wrap("take", t.Item, err)
 		}
 		old := cf.Item
 		if old == nil {
 			// The server ignored ALL_OLD (dynalite): read the item.
 			if old, err = s.get(ctx, t.Item); err != nil {
-				return false, inflight.State{}, err
+				return false, wire.State{}, err
 			}
 		}
 		v, perr := parse(old)
 		if perr != nil {
-			return false, inflight.State{}, fmt.Errorf("dynamostore: item %q: %w", t.Item, perr)
+			return false, wire.State{}, fmt.Errorf("dynamostore: item %q: %w", t.Item, perr)
 		}
 		if v.has(attr) {
-			return false, inflight.State{}, fmt.Errorf("dynamostore: item %q: slot id %s is already a holder", t.Item, t.ID)
+			return false, wire.State{}, fmt.Errorf("dynamostore: item %q: slot id %s is already a holder", t.Item, t.ID)
 		}
 		st := v.state(t.Now)
 		if st.Live >= t.Limit {
 			return false, st, nil // the limit of holders were live when the item was read
 		}
 		if attempt >= maxAttempts {
-			return false, inflight.State{}, fmt.Errorf("dynamostore: item %q: %w", t.Item, inflight.ErrContention)
+			return false, wire.State{}, fmt.Errorf("dynamostore: item %q: %w", t.Item, inflight.ErrContention)
 		}
 		if !v.exists || v.n < t.Limit {
 			// A release (or TTL) freed a slot since the write failed: the
@@ -349,7 +363,7 @@ func (s *Store) TakeSlot(ctx context.Context, t inflight.Take) (bool, inflight.S
 // reclaim builds the write that removes up to maxReclaim of v's expired
 // holders and adds t's, provided the item still has v's holder count and
 // each of those holders, with the expiry read.
-func (s *Store) reclaim(t inflight.Take, v view, attr string, exp, ttl types.AttributeValue) *dynamodb.UpdateItemInput {
+func (s *conn) reclaim(t wire.Take, v view, attr string, exp, ttl types.AttributeValue) *dynamodb.UpdateItemInput {
 	names := map[string]string{"#h": attr}
 	values := map[string]types.AttributeValue{":e": exp, ":t": ttl, ":n": num(v.n)}
 	var remove, cond strings.Builder
@@ -393,17 +407,17 @@ func (s *Store) reclaim(t inflight.Take, v view, attr string, exp, ttl types.Att
 // holder's lease ends after the new one's (a tier or an override with a
 // longer lease), expires_at, which the take set from its own lease, is
 // raised to cover it: a second write only then.
-func (s *Store) taken(ctx context.Context, t inflight.Take, after map[string]types.AttributeValue) (bool, inflight.State, error) {
+func (s *conn) taken(ctx context.Context, t wire.Take, after map[string]types.AttributeValue) (bool, wire.State, error) {
 	v, err := parse(after)
 	if err != nil {
 		// An item this store did not write: give the slot back rather
 		// than report a take the caller will not release.
 		_, _ = s.ReleaseSlot(ctx, t.Item, t.ID)
-		return false, inflight.State{}, fmt.Errorf("dynamostore: item %q: %w", t.Item, err)
+		return false, wire.State{}, fmt.Errorf("dynamostore: item %q: %w", t.Item, err)
 	}
 	st := v.state(t.Now)
 	if st.Live == 0 { // a server that returned nothing: at least this holder
-		st = inflight.State{Live: 1, Earliest: t.Expiry}
+		st = wire.State{Live: 1, Earliest: t.Expiry}
 	}
 	if latest := v.latest(); latest > t.Expiry {
 		want := s.ttl(latest)
@@ -419,7 +433,7 @@ func (s *Store) taken(ctx context.Context, t inflight.Take, after map[string]typ
 			// lease. Release it rather than report a slot the caller will
 			// not release.
 			s.clean(ctx, t.Item, t.ID, err)
-			return false, inflight.State{}, wrap("extend the expiry of", t.Item, err)
+			return false, wire.State{}, wrap("extend the expiry of", t.Item, err)
 		}
 	}
 	return true, st, nil
@@ -427,7 +441,7 @@ func (s *Store) taken(ctx context.Context, t inflight.Take, after map[string]typ
 
 // clean releases holder id after a take failed with err, if err leaves open
 // whether the write landed.
-func (s *Store) clean(ctx context.Context, item string, id inflight.SlotID, err error) {
+func (s *conn) clean(ctx context.Context, item string, id wire.SlotID, err error) {
 	if s.cleanup < 0 || definite(err) {
 		return
 	}
@@ -445,8 +459,8 @@ func definite(err error) bool {
 	return errors.As(err, &ae) && ae.ErrorFault() == smithy.FaultClient
 }
 
-// ReleaseSlot implements inflight.Store.
-func (s *Store) ReleaseSlot(ctx context.Context, item string, id inflight.SlotID) (bool, error) {
+// ReleaseSlot implements wire.Store.
+func (s *conn) ReleaseSlot(ctx context.Context, item string, id wire.SlotID) (bool, error) {
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 s.table,
 		Key:                       s.key(item),
@@ -464,20 +478,20 @@ func (s *Store) ReleaseSlot(ctx context.Context, item string, id inflight.SlotID
 	return false, wrap("release", item, err)
 }
 
-// Slots implements inflight.Store.
-func (s *Store) Slots(ctx context.Context, item string, now int64) (inflight.State, error) {
+// Slots implements wire.Store.
+func (s *conn) Slots(ctx context.Context, item string, now int64) (wire.State, error) {
 	m, err := s.get(ctx, item)
 	if err != nil {
-		return inflight.State{}, err
+		return wire.State{}, err
 	}
 	v, err := parse(m)
 	if err != nil {
-		return inflight.State{}, fmt.Errorf("dynamostore: item %q: %w", item, err)
+		return wire.State{}, fmt.Errorf("dynamostore: item %q: %w", item, err)
 	}
 	return v.state(now), nil
 }
 
-func (s *Store) get(ctx context.Context, item string) (map[string]types.AttributeValue, error) {
+func (s *conn) get(ctx context.Context, item string) (map[string]types.AttributeValue, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      s.table,
 		Key:            s.key(item),

@@ -1,15 +1,17 @@
 package dynamostore_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
-	"github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/inflight/dynamostore"
-	"github.com/edgelimit/edgelimit/inflight/storetest"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 )
 
-// newStore returns a Store on a fresh table of s.
+// newStore returns a Store on a fresh table of s. The conformance suite
+// runs on it from package inflight's tests (TestConformanceDynamo,
+// TestEngineDynamo).
 func newStore(t *testing.T, s ddbtest.Server) (*dynamostore.Store, *ddbtest.Counter) {
 	t.Helper()
 	client, table, counter := ddbtest.Table(t, s)
@@ -20,26 +22,13 @@ func newStore(t *testing.T, s ddbtest.Server) (*dynamostore.Store, *ddbtest.Coun
 	return st, counter
 }
 
-// TestConformance runs the store suite against dynalite and moto, 64
-// clients at once in its concurrency tests.
-func TestConformance(t *testing.T) {
-	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
-		storetest.Run(t, func(t *testing.T) inflight.Store {
-			st, _ := newStore(t, s)
-			return st
-		}, storetest.Options{})
-	})
-}
-
-// TestEngine runs in-flight policies through the engine and the net/http
-// middleware on dynalite and moto.
-func TestEngine(t *testing.T) {
-	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
-		storetest.RunEngine(t, func(t *testing.T) inflight.Store {
-			st, _ := newStore(t, s)
-			return st
-		})
-	})
+// testCtx is a context with a generous deadline for the tests' calls: a
+// release without one has inflight.ReleaseTimeout (1 s), which moto under
+// make test's load once exceeded (slow, never wrong).
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 func newBenchStore(client dynamostore.API, table string) (*dynamostore.Store, error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/inflight/dynamostore"
+	"github.com/edgelimit/edgelimit/inflight/internal/wire"
 	"github.com/edgelimit/edgelimit/internal/ddbtest"
 	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/policy"
@@ -52,7 +53,7 @@ func TestItem(t *testing.T) {
 		}
 		clock := limitertest.NewClock(t0)
 		lim := crashLimiter(t, store, clock.Now)
-		ctx := context.Background()
+		ctx := testCtx(t)
 		key := "Zm9vYmFyYmF6cXV4cXV1eA" // a hashed key, as the engine gives it
 		r := edgelimit.Request{Key: key}
 		d, err := lim.Allow(ctx, r)
@@ -61,7 +62,7 @@ func TestItem(t *testing.T) {
 		}
 		pk := "if#speech#" + key
 		item := rawItem(t, client, table, pk)
-		id := inflight.SlotID(d.Receipt.ID)
+		id := wire.SlotID(d.Receipt.ID)
 		want := map[string]string{
 			"pk":               pk,
 			"n":                "1",

@@ -62,7 +62,7 @@ func TestReclaimMeetsLateRelease(t *testing.T) {
 			return l
 		}
 		other := newLim(plain)
-		ctx := context.Background()
+		ctx := testCtx(t)
 		r := edgelimit.Request{Key: "k"}
 		allow := func(l *inflight.Limiter, what string, want bool) edgelimit.Decision {
 			t.Helper()
@@ -136,7 +136,7 @@ func TestReleaseBeforeRead(t *testing.T) {
 			return l
 		}
 		other := newLim(plain)
-		ctx := context.Background()
+		ctx := testCtx(t)
 		r := edgelimit.Request{Key: "k"}
 		a, err := other.Allow(ctx, r)
 		if err != nil || !a.Allowed {

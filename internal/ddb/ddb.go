@@ -27,7 +27,8 @@ import (
 	"github.com/edgelimit/edgelimit/internal/ddb/ddbcore"
 )
 
-// Attribute names of the one-table data model (DESIGN §6), as ddbcore's.
+// Attribute names of the one-table data model (ARCHITECTURE.md, Data
+// model), as ddbcore's.
 const (
 	AttrPK        = ddbcore.AttrPK
 	AttrExpiresAt = ddbcore.AttrExpiresAt

@@ -15,19 +15,19 @@
 // (TestLinksNoConfigLoader): a Lambda function builds its client from the
 // environment (setup/dynamodb).
 //
-// # Why the KV interface, and not a wire language
+// # What this package does, and what kvbucket does
 //
 // durablecounter/dynamostore converts the algorithms' own SDK-free updates
 // (expression strings and values) because durablecounter's protocol is
 // many conditional updates and transactions, and those belong next to the
-// algorithms. kvbucket's store protocol is smaller and already an
-// interface of its own, kvbucket.KV: two operations (Get, Update) on a
-// bucket's parts, whose semantics kvbucket states (kvbucket.Update) and
-// tests on every KV (its TestKVUpdateSemantics runs memory, dynalite and
-// moto). This package implements that interface: which UpdateItem to send
-// for an Update (store.go) and the item's attributes (item.go). Every
-// decision about a bucket (what to spend, when to sync, a share) stays in
-// kvbucket.
+// algorithms. kvbucket's store protocol is smaller: two operations (Get,
+// Update) on a bucket's parts (kvbucket/internal/wire), whose semantics
+// kvbucket states and tests on every KV (its TestKVUpdateSemantics runs
+// memory, dynalite and moto). This package implements them: which
+// UpdateItem to send for an Update (store.go) and the item's attributes
+// (item.go). Every decision about a bucket (what to spend, when to sync, a
+// share) stays in kvbucket. A Store is a kvbucket.KV, which is sealed, as
+// every strategy's store is (see kvbucket.KV).
 //
 // # The item
 //

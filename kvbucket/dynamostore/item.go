@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -44,7 +46,7 @@ const ItemPrefix = "kv#"
 // updateInput is the UpdateItem of u: the raise form (SET the TAT to its
 // floor plus the addition, if it is below the floor) or the add form (ADD,
 // if it is not), each with u's fit condition.
-func (d *Store) updateInput(id string, u kvbucket.Update, raise bool) *dynamodb.UpdateItemInput {
+func (d *conn) updateInput(id string, u wire.Update, raise bool) *dynamodb.UpdateItemInput {
 	ttl := min(max(u.TTL, 0), maxTTL)
 	if len(d.regions) > 1 {
 		// A region's part must outlive the others' spending it was raised
@@ -125,7 +127,7 @@ func (d *Store) updateInput(id string, u kvbucket.Update, raise bool) *dynamodb.
 
 func writersAttr(epoch int64) string { return AttrWritersPrefix + strconv.FormatInt(epoch, 10) }
 
-func wideN(w kvbucket.Wide) types.AttributeValue {
+func wideN(w wire.Wide) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: w.String()}
 }
 
@@ -134,27 +136,27 @@ func num(v int64) types.AttributeValue {
 }
 
 // parsePart reads a bucket item; a nil or empty item is an empty part.
-func parsePart(item map[string]types.AttributeValue) (kvbucket.Part, error) {
-	var p kvbucket.Part
+func parsePart(item map[string]types.AttributeValue) (wire.Part, error) {
+	var p wire.Part
 	if v, ok := item[AttrTAT]; ok {
 		n, ok := v.(*types.AttributeValueMemberN)
 		if !ok {
-			return kvbucket.Part{}, fmt.Errorf("%w: attribute %s is not a number", kvbucket.ErrBadItem, AttrTAT)
+			return wire.Part{}, fmt.Errorf("%w: attribute %s is not a number", kvbucket.ErrBadItem, AttrTAT)
 		}
-		w, err := kvbucket.ParseWide(n.Value)
+		w, err := wire.ParseWide(n.Value)
 		if err != nil {
-			return kvbucket.Part{}, fmt.Errorf("%w: attribute %s: %v", kvbucket.ErrBadItem, AttrTAT, err)
+			return wire.Part{}, fmt.Errorf("%w: attribute %s: %v", kvbucket.ErrBadItem, AttrTAT, err)
 		}
 		p.Has, p.TAT = true, w
 	}
 	if v, ok := item[AttrSpent]; ok {
 		n, ok := v.(*types.AttributeValueMemberN)
 		if !ok {
-			return kvbucket.Part{}, fmt.Errorf("%w: attribute %s is not a number", kvbucket.ErrBadItem, AttrSpent)
+			return wire.Part{}, fmt.Errorf("%w: attribute %s is not a number", kvbucket.ErrBadItem, AttrSpent)
 		}
 		s, err := strconv.ParseInt(n.Value, 10, 64)
 		if err != nil {
-			return kvbucket.Part{}, fmt.Errorf("%w: attribute %s = %.32q is not a 64-bit integer", kvbucket.ErrBadItem, AttrSpent, n.Value)
+			return wire.Part{}, fmt.Errorf("%w: attribute %s = %.32q is not a 64-bit integer", kvbucket.ErrBadItem, AttrSpent, n.Value)
 		}
 		p.Spent = s
 	}
@@ -169,7 +171,7 @@ func parsePart(item map[string]types.AttributeValue) (kvbucket.Part, error) {
 				*a.to, err = strconv.ParseInt(n.Value, 10, 64)
 			}
 			if !ok || err != nil {
-				return kvbucket.Part{}, fmt.Errorf("%w: attribute %s is not a 64-bit integer", kvbucket.ErrBadItem, a.name)
+				return wire.Part{}, fmt.Errorf("%w: attribute %s is not a 64-bit integer", kvbucket.ErrBadItem, a.name)
 			}
 		}
 	}
@@ -180,7 +182,7 @@ func parsePart(item map[string]types.AttributeValue) (kvbucket.Part, error) {
 			p.Version, err = strconv.ParseInt(n.Value, 10, 64)
 		}
 		if !ok || err != nil {
-			return kvbucket.Part{}, fmt.Errorf("%w: attribute %s is not a 64-bit integer", kvbucket.ErrBadItem, AttrVersion)
+			return wire.Part{}, fmt.Errorf("%w: attribute %s is not a 64-bit integer", kvbucket.ErrBadItem, AttrVersion)
 		}
 	}
 	for name, v := range item {
@@ -190,14 +192,14 @@ func parsePart(item map[string]types.AttributeValue) (kvbucket.Part, error) {
 		}
 		ns, ok := v.(*types.AttributeValueMemberNS)
 		if !ok {
-			return kvbucket.Part{}, fmt.Errorf("%w: attribute %s is not a number set", kvbucket.ErrBadItem, name)
+			return wire.Part{}, fmt.Errorf("%w: attribute %s is not a number set", kvbucket.ErrBadItem, name)
 		}
 		for _, s := range ns.Value {
 			id, err := strconv.ParseUint(s, 10, 32)
 			if err != nil {
-				return kvbucket.Part{}, fmt.Errorf("%w: attribute %s holds %.16q, not a writer", kvbucket.ErrBadItem, name, s)
+				return wire.Part{}, fmt.Errorf("%w: attribute %s holds %.16q, not a writer", kvbucket.ErrBadItem, name, s)
 			}
-			p.Writers = append(p.Writers, kvbucket.Writer{Epoch: e, ID: uint32(id)})
+			p.Writers = append(p.Writers, wire.Writer{Epoch: e, ID: uint32(id)})
 		}
 	}
 	return p, nil
@@ -217,7 +219,7 @@ func writersEpoch(name string) (int64, bool) {
 // the condition that makes it the one that applies: no grant in force
 // (the grant replaces what lapsed), one in force ending no later (units
 // added, the end moved), one in force ending later (units added).
-func (d *Store) grantInputs(id string, u kvbucket.Update) []*dynamodb.UpdateItemInput {
+func (d *conn) grantInputs(id string, u wire.Update) []*dynamodb.UpdateItemInput {
 	ttl := min(max(u.TTL, time.Duration(u.GrantUntil-d.now().UnixNano())), maxTTL)
 	if len(d.regions) > 1 {
 		ttl = max(ttl, MinRegionTTL)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -93,6 +95,18 @@ const DefaultRetryBackoff = 10 * time.Millisecond
 // carry expires_at, so the table's TTL deletes idle buckets: an item past
 // its expires_at reads as a full bucket anyway (its TAT is in the past).
 type Store struct {
+	// inner is kvbucket's KV on this package's conn: embedding it makes
+	// *Store a kvbucket.KV, whose methods are sealed.
+	inner
+}
+
+type inner = kvbucket.KV
+
+var _ kvbucket.KV = (*Store)(nil)
+
+// conn is the table as the bucket protocol uses it (wire.KV): which
+// UpdateItem to send for an Update, and the items' attributes (item.go).
+type conn struct {
 	client DynamoAPI
 	table  *string
 	now    func() time.Time
@@ -104,7 +118,7 @@ type Store struct {
 	opts []func(*dynamodb.Options)
 }
 
-var _ kvbucket.KV = (*Store)(nil)
+var _ wire.KV = (*conn)(nil)
 
 // validRegion reports a region name as Config.Regions takes it: 1-64
 // characters of A-Z, a-z, 0-9, _ and - (the regular expression
@@ -127,13 +141,24 @@ func validRegion(s string) bool {
 // internal/ddb.CheckTable (or `edgelimit serve --create-table`) to check
 // the table. Its errors wrap kvbucket.ErrConfig.
 func New(cfg Config) (*Store, error) {
+	c, err := newConn(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.store(), nil
+}
+
+// store returns the Store on c.
+func (d *conn) store() *Store { return &Store{inner: wire.NewKV(d).(kvbucket.KV)} }
+
+func newConn(cfg Config) (*conn, error) {
 	if cfg.Client == nil {
 		return nil, fmt.Errorf("%w: dynamostore: Config.Client is required", kvbucket.ErrConfig)
 	}
 	if cfg.Table == "" {
 		return nil, fmt.Errorf("%w: dynamostore: Config.Table is required", kvbucket.ErrConfig)
 	}
-	d := &Store{client: cfg.Client, table: aws.String(cfg.Table), now: cfg.Now, regions: []string{""}}
+	d := &conn{client: cfg.Client, table: aws.String(cfg.Table), now: cfg.Now, regions: []string{""}}
 	if cfg.Region != "" || len(cfg.Regions) > 0 {
 		if !slices.Contains(cfg.Regions, cfg.Region) {
 			return nil, fmt.Errorf("%w: dynamostore: Config.Region %q is not among Regions %q", kvbucket.ErrConfig, cfg.Region, cfg.Regions)
@@ -179,28 +204,28 @@ func keyOf(pk string) map[string]types.AttributeValue {
 }
 
 // Get reads key's parts: eventually consistent unless c is Strong.
-func (d *Store) Get(ctx context.Context, key string, c kvbucket.Consistency) (kvbucket.Tally, error) {
+func (d *conn) Get(ctx context.Context, key string, c wire.Consistency) (wire.Tally, error) {
 	if len(d.regions) == 1 {
-		own, err := d.getOwn(ctx, key, c == kvbucket.Strong)
-		return kvbucket.Tally{Own: own}, err
+		own, err := d.getOwn(ctx, key, c == wire.Strong)
+		return wire.Tally{Own: own}, err
 	}
-	return d.getAll(ctx, key, d.regions, c == kvbucket.Strong)
+	return d.getAll(ctx, key, d.regions, c == wire.Strong)
 }
 
-func (d *Store) getOwn(ctx context.Context, key string, strong bool) (kvbucket.Part, error) {
+func (d *conn) getOwn(ctx context.Context, key string, strong bool) (wire.Part, error) {
 	id := pk(key, d.region)
 	out, err := d.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: d.table, Key: keyOf(id), ConsistentRead: aws.Bool(strong),
 	}, d.opts...)
 	if err != nil {
-		return kvbucket.Part{}, d.wrap("GetItem", id, err)
+		return wire.Part{}, d.wrap("GetItem", id, err)
 	}
 	if out == nil {
-		return kvbucket.Part{}, nil
+		return wire.Part{}, nil
 	}
 	p, err := parsePart(out.Item)
 	if err != nil {
-		return kvbucket.Part{}, fmt.Errorf("kvbucket/dynamostore: GetItem %q: %w", id, err)
+		return wire.Part{}, fmt.Errorf("kvbucket/dynamostore: GetItem %q: %w", id, err)
 	}
 	return p, nil
 }
@@ -211,25 +236,25 @@ const maxBatchRounds = 3
 
 // getAll reads the parts of key in regions with BatchGetItem; the first
 // region's is Own when it is this one's.
-func (d *Store) getAll(ctx context.Context, key string, regions []string, strong bool) (kvbucket.Tally, error) {
+func (d *conn) getAll(ctx context.Context, key string, regions []string, strong bool) (wire.Tally, error) {
 	keys := make([]map[string]types.AttributeValue, len(regions))
 	byPK := map[string]int{}
 	for i, r := range regions {
 		keys[i] = keyOf(pk(key, r))
 		byPK[pk(key, r)] = i
 	}
-	parts := make([]kvbucket.Part, len(regions))
+	parts := make([]wire.Part, len(regions))
 	pending := &types.KeysAndAttributes{Keys: keys, ConsistentRead: aws.Bool(strong)}
 	id := pk(key, regions[0])
 	for round := 0; pending != nil && len(pending.Keys) > 0; round++ {
 		if round == maxBatchRounds {
-			return kvbucket.Tally{}, fmt.Errorf("kvbucket/dynamostore: BatchGetItem %q: %w: keys left unprocessed %d times", id, kvbucket.ErrThrottled, round)
+			return wire.Tally{}, fmt.Errorf("kvbucket/dynamostore: BatchGetItem %q: %w: keys left unprocessed %d times", id, kvbucket.ErrThrottled, round)
 		}
 		out, err := d.client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{
 			RequestItems: map[string]types.KeysAndAttributes{*d.table: *pending},
 		}, d.opts...)
 		if err != nil {
-			return kvbucket.Tally{}, d.wrap("BatchGetItem", id, err)
+			return wire.Tally{}, d.wrap("BatchGetItem", id, err)
 		}
 		pending = nil
 		if out == nil {
@@ -246,7 +271,7 @@ func (d *Store) getAll(ctx context.Context, key string, regions []string, strong
 			}
 			p, err := parsePart(item)
 			if err != nil {
-				return kvbucket.Tally{}, fmt.Errorf("kvbucket/dynamostore: BatchGetItem %q: %w", s.Value, err)
+				return wire.Tally{}, fmt.Errorf("kvbucket/dynamostore: BatchGetItem %q: %w", s.Value, err)
 			}
 			parts[i] = p
 		}
@@ -254,7 +279,7 @@ func (d *Store) getAll(ctx context.Context, key string, regions []string, strong
 			pending = &u
 		}
 	}
-	t := kvbucket.Tally{Others: parts[1:]}
+	t := wire.Tally{Others: parts[1:]}
 	if regions[0] == d.region {
 		t.Own = parts[0]
 	} else {
@@ -264,7 +289,7 @@ func (d *Store) getAll(ctx context.Context, key string, regions []string, strong
 }
 
 // Update applies u to this region's item (see KV.Update and Update).
-func (d *Store) Update(ctx context.Context, key string, u kvbucket.Update) (kvbucket.Tally, error) {
+func (d *conn) Update(ctx context.Context, key string, u wire.Update) (wire.Tally, error) {
 	id := pk(key, d.region)
 	if u.HasCap {
 		_, err := d.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -275,7 +300,7 @@ func (d *Store) Update(ctx context.Context, key string, u kvbucket.Update) (kvbu
 			ExpressionAttributeValues: map[string]types.AttributeValue{":cap": wideN(u.Cap), ":one": num(1)},
 		}, d.opts...)
 		if err != nil && !ddbcore.IsConditionFailed(err) {
-			return kvbucket.Tally{}, d.wrap("UpdateItem", id, err)
+			return wire.Tally{}, d.wrap("UpdateItem", id, err)
 		}
 	}
 	if u.Grant > 0 {
@@ -288,35 +313,35 @@ func (d *Store) Update(ctx context.Context, key string, u kvbucket.Update) (kvbu
 	// and after that the item read) says whether the update fits at all and
 	// which form to try next.
 	raise := u.HasFloor && u.RaiseFirst
-	var t kvbucket.Tally
+	var t wire.Tally
 	for attempt := 0; ; attempt++ {
 		if attempt == maxUpdateAttempts {
-			return kvbucket.Tally{}, fmt.Errorf("kvbucket/dynamostore: UpdateItem %q: %w: the item changed under %d attempts", id, kvbucket.ErrThrottled, attempt)
+			return wire.Tally{}, fmt.Errorf("kvbucket/dynamostore: UpdateItem %q: %w: the item changed under %d attempts", id, kvbucket.ErrThrottled, attempt)
 		}
 		out, err := d.client.UpdateItem(ctx, d.updateInput(id, u, raise), d.opts...)
 		if err == nil {
 			if t.Own, err = parsePart(out.Attributes); err != nil {
-				return kvbucket.Tally{}, fmt.Errorf("kvbucket/dynamostore: UpdateItem %q: %w", id, err)
+				return wire.Tally{}, fmt.Errorf("kvbucket/dynamostore: UpdateItem %q: %w", id, err)
 			}
 			t.Applied = true
 			break
 		}
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return kvbucket.Tally{}, d.wrap("UpdateItem", id, err)
+			return wire.Tally{}, d.wrap("UpdateItem", id, err)
 		}
-		var old kvbucket.Part
+		var old wire.Part
 		switch {
 		case ccf.Item != nil:
 			if old, err = parsePart(ccf.Item); err != nil {
-				return kvbucket.Tally{}, fmt.Errorf("kvbucket/dynamostore: UpdateItem %q: %w", id, err)
+				return wire.Tally{}, fmt.Errorf("kvbucket/dynamostore: UpdateItem %q: %w", id, err)
 			}
 		case attempt == 0 && u.HasFloor:
 			raise = !raise // the guess was wrong, most likely
 			continue
 		default:
 			if old, err = d.getOwn(ctx, key, true); err != nil {
-				return kvbucket.Tally{}, err
+				return wire.Tally{}, err
 			}
 		}
 		t.Own = old
@@ -328,7 +353,7 @@ func (d *Store) Update(ctx context.Context, key string, u kvbucket.Update) (kvbu
 	if len(d.regions) > 1 {
 		o, err := d.getAll(ctx, key, d.regions[1:], false)
 		if err != nil {
-			return kvbucket.Tally{}, err
+			return wire.Tally{}, err
 		}
 		t.Others = o.Others
 	}
@@ -338,7 +363,7 @@ func (d *Store) Update(ctx context.Context, key string, u kvbucket.Update) (kvbu
 // grant applies a grant (Update.Grant: nothing else of u is written): the
 // first of its forms whose condition holds, which concurrent grants can
 // change between calls.
-func (d *Store) grant(ctx context.Context, key, id string, u kvbucket.Update) (kvbucket.Tally, error) {
+func (d *conn) grant(ctx context.Context, key, id string, u wire.Update) (wire.Tally, error) {
 	ins := d.grantInputs(id, u)
 	for attempt := 0; attempt < maxUpdateAttempts; attempt++ {
 		for _, in := range ins {
@@ -347,26 +372,26 @@ func (d *Store) grant(ctx context.Context, key, id string, u kvbucket.Update) (k
 				continue
 			}
 			if err != nil {
-				return kvbucket.Tally{}, d.wrap("UpdateItem", id, err)
+				return wire.Tally{}, d.wrap("UpdateItem", id, err)
 			}
-			t := kvbucket.Tally{Applied: true}
+			t := wire.Tally{Applied: true}
 			if t.Own, err = parsePart(out.Attributes); err != nil {
-				return kvbucket.Tally{}, fmt.Errorf("kvbucket/dynamostore: UpdateItem %q: %w", id, err)
+				return wire.Tally{}, fmt.Errorf("kvbucket/dynamostore: UpdateItem %q: %w", id, err)
 			}
 			if len(d.regions) > 1 {
 				o, err := d.getAll(ctx, key, d.regions[1:], false)
 				if err != nil {
-					return kvbucket.Tally{}, err
+					return wire.Tally{}, err
 				}
 				t.Others = o.Others
 			}
 			return t, nil
 		}
 	}
-	return kvbucket.Tally{}, fmt.Errorf("kvbucket/dynamostore: UpdateItem %q: %w: the grant changed under %d attempts", id, kvbucket.ErrThrottled, maxUpdateAttempts)
+	return wire.Tally{}, fmt.Errorf("kvbucket/dynamostore: UpdateItem %q: %w: the grant changed under %d attempts", id, kvbucket.ErrThrottled, maxUpdateAttempts)
 }
 
-func (d *Store) wrap(op, pk string, err error) error {
+func (d *conn) wrap(op, pk string, err error) error {
 	if ddbcore.IsThrottle(err) {
 		return fmt.Errorf("kvbucket/dynamostore: %s %q: %w: %w", op, pk, kvbucket.ErrThrottled, err)
 	}

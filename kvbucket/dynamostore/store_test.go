@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -55,9 +57,11 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func newStore(t testing.TB, cfg Config) *Store {
+// newStore returns the store's conn, whose Get and Update the tests call
+// (a Bucket takes conn.store()).
+func newStore(t testing.TB, cfg Config) *conn {
 	t.Helper()
-	s, err := New(cfg)
+	s, err := newConn(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +85,8 @@ func newBucket(t testing.TB, cfg kvbucket.Config) *kvbucket.Bucket {
 }
 
 // mulWide returns a×b as a Wide (beyond 64 bits).
-func mulWide(a, b int64) kvbucket.Wide {
-	w, err := kvbucket.ParseWide(new(big.Int).Mul(big.NewInt(a), big.NewInt(b)).String())
+func mulWide(a, b int64) wire.Wide {
+	w, err := wire.ParseWide(new(big.Int).Mul(big.NewInt(a), big.NewInt(b)).String())
 	if err != nil {
 		panic(err)
 	}
@@ -96,8 +100,8 @@ func TestItem(t *testing.T) {
 		clk := newClock(t0)
 		client, table, _ := ddbtest.Table(t, srv)
 		kv := newStore(t, Config{Client: client, Table: table, Now: clk.Now})
-		tat := mulWide(t0.UnixNano(), 7).Add(kvbucket.WideOf(3))
-		if _, err := kv.Update(ctx, "p#k", kvbucket.Update{Add: kvbucket.WideOf(3), Spent: 1, Floor: mulWide(t0.UnixNano(), 7), HasFloor: true, RaiseFirst: true,
+		tat := mulWide(t0.UnixNano(), 7).Add(wire.WideOf(3))
+		if _, err := kv.Update(ctx, "p#k", wire.Update{Add: wire.WideOf(3), Spent: 1, Floor: mulWide(t0.UnixNano(), 7), HasFloor: true, RaiseFirst: true,
 			Writer: 42, Epoch: 1_700_000_000, TTL: 90*time.Second + time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +145,7 @@ func TestItem(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := kv.Get(ctx, "p#bad-"+name, kvbucket.Strong); !errors.Is(err, kvbucket.ErrBadItem) {
+			if _, err := kv.Get(ctx, "p#bad-"+name, wire.Strong); !errors.Is(err, kvbucket.ErrBadItem) {
 				t.Errorf("Get(item with a bad %s) = %v, want kvbucket.ErrBadItem", name, err)
 			}
 		}
@@ -152,7 +156,7 @@ func TestItem(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := kv.Get(ctx, "p#frac", kvbucket.Strong); !errors.Is(err, kvbucket.ErrBadItem) {
+		if _, err := kv.Get(ctx, "p#frac", wire.Strong); !errors.Is(err, kvbucket.ErrBadItem) {
 			t.Errorf("Get(fractional TAT) = %v, want kvbucket.ErrBadItem", err)
 		}
 	})
@@ -220,7 +224,7 @@ func TestReadCost(t *testing.T) {
 		client, table, _ := ddbtest.Table(t, srv)
 		cc := &capacityClient{DynamoAPI: client}
 		kv := newStore(t, Config{Client: cc, Table: table, Now: clk.Now})
-		b := newBucket(t, kvbucket.Config{Policy: kvPolicy("cost", 10, 10, time.Hour, time.Second), KV: kv, Now: clk.Now, CacheSize: 1})
+		b := newBucket(t, kvbucket.Config{Policy: kvPolicy("cost", 10, 10, time.Hour, time.Second), KV: kv.store(), Now: clk.Now, CacheSize: 1})
 		type cost struct {
 			strong, eventual, updates int
 			rcu, wcu                  float64
@@ -295,14 +299,14 @@ func TestErrors(t *testing.T) {
 	}{{"throttle", throttle, true}, {"other", other, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeDynamo{err: tc.err}
-			kv, _ := New(Config{Client: f, Table: "t"})
+			kv, _ := newConn(Config{Client: f, Table: "t"})
 			cctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
-			_, gerr := kv.Get(cctx, "p#k", kvbucket.Eventual)
+			_, gerr := kv.Get(cctx, "p#k", wire.Eventual)
 			if f.sawCtx != cctx {
 				t.Error("Get did not pass its ctx to the SDK")
 			}
-			_, perr := kv.Update(cctx, "p#k", kvbucket.Update{Add: kvbucket.WideOf(1)})
+			_, perr := kv.Update(cctx, "p#k", wire.Update{Add: wire.WideOf(1)})
 			if f.sawCtx != cctx {
 				t.Error("Update did not pass its ctx to the SDK")
 			}
@@ -312,7 +316,7 @@ func TestErrors(t *testing.T) {
 				}
 			}
 			// Through a Bucket: the error comes back, nothing panics.
-			b := newBucket(t, kvbucket.Config{Policy: kvPolicy("p", 1, 1, time.Second, 0), KV: kv})
+			b := newBucket(t, kvbucket.Config{Policy: kvPolicy("p", 1, 1, time.Second, 0), KV: kv.store()})
 			if _, err := b.Allow(cctx, edgelimit.Request{Key: "k"}); !errors.Is(err, tc.err) {
 				t.Errorf("Allow = %v, want %v", err, tc.err)
 			}
@@ -330,8 +334,8 @@ func TestErrors(t *testing.T) {
 		{"writers not a set", map[string]types.AttributeValue{"w1": &types.AttributeValueMemberN{Value: "1"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			kv, _ := New(Config{Client: &fakeDynamo{getOut: &dynamodb.GetItemOutput{Item: tc.item}}, Table: "t"})
-			if _, err := kv.Get(ctx, "p#k", kvbucket.Eventual); !errors.Is(err, kvbucket.ErrBadItem) {
+			kv, _ := newConn(Config{Client: &fakeDynamo{getOut: &dynamodb.GetItemOutput{Item: tc.item}}, Table: "t"})
+			if _, err := kv.Get(ctx, "p#k", wire.Eventual); !errors.Is(err, kvbucket.ErrBadItem) {
 				t.Errorf("Get = %v, want kvbucket.ErrBadItem", err)
 			}
 		})
@@ -426,17 +430,17 @@ func TestRetryBackoffFitsTheBudget(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &throttlingDynamo{base: base}
-			kv, err := New(Config{Client: f, Table: "t", RetryBackoff: tc.backoff})
+			kv, err := newConn(Config{Client: f, Table: "t", RetryBackoff: tc.backoff})
 			if err != nil {
 				t.Fatal(err)
 			}
 			// Through a Bucket, as the engine calls it: the read is
 			// throttled, so nothing is written.
-			b := newBucket(t, kvbucket.Config{Policy: kvPolicy("p", 1, 1, time.Second, 0), KV: kv})
+			b := newBucket(t, kvbucket.Config{Policy: kvPolicy("p", 1, 1, time.Second, 0), KV: kv.store()})
 			if _, err := b.Allow(ctx, edgelimit.Request{Key: "k"}); !errors.Is(err, kvbucket.ErrThrottled) {
 				t.Errorf("Allow = %v, want kvbucket.ErrThrottled", err)
 			}
-			if _, err := kv.Update(ctx, "p#k", kvbucket.Update{Add: kvbucket.WideOf(1)}); !errors.Is(err, kvbucket.ErrThrottled) {
+			if _, err := kv.Update(ctx, "p#k", wire.Update{Add: wire.WideOf(1)}); !errors.Is(err, kvbucket.ErrThrottled) {
 				t.Errorf("Update = %v, want kvbucket.ErrThrottled", err)
 			}
 			if f.attempts != 2*attempts || f.waited != 2*tc.want {

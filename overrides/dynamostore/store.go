@@ -1,7 +1,7 @@
 // Package dynamostore keeps the per-key overrides of package overrides in
-// the strategies' DynamoDB table (DESIGN §6: partition key pk, TTL
-// attribute expires_at), so that every instance reads what an operator
-// set. One item per policy and hashed client key:
+// the strategies' DynamoDB table (ARCHITECTURE.md, Data model: partition
+// key pk, TTL attribute expires_at), so that every instance reads what an
+// operator set. One item per policy and hashed client key:
 //
 //	pk         "ovr#<policy>#<keyhash>"
 //	limit      N   (absent: the policy's)

@@ -1,7 +1,7 @@
-// Package memory is the setup backend of the durable and kv strategies for
-// one process: their state in memory, exact for that process alone. It is
-// what `edgelimit serve` runs on by default; instances that must share
-// counts need setup/dynamodb.
+// Package memory is the setup backend of the durable, kv and inflight
+// strategies for one process: their state in memory, exact for that process
+// alone. It is what `edgelimit serve` runs on by default; instances that
+// must share counts need setup/dynamodb.
 package memory
 
 import (
@@ -51,10 +51,7 @@ type inFlight struct{}
 func (inFlight) Strategy() *policy.Strategy { return inflight.Strategy }
 
 func (inFlight) Open(env *setup.BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
-	store, err := inflight.NewMemoryStore(inflight.MemoryConfig{})
-	if err != nil {
-		return nil, err
-	}
+	store := inflight.NewMemory(inflight.MemoryConfig{})
 	return func(p *policy.Policy) (edgelimit.Limiter, error) {
 		return inflight.New(inflight.Config{Policy: p, Store: store, Now: env.Now})
 	}, nil

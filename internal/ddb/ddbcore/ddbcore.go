@@ -1,7 +1,6 @@
 // Package ddbcore is the part of the DynamoDB plumbing that the stores
-// link (durablecounter/dynamostore, kvbucket's DynamoDB KV): the one-table
-// data model's attribute names and the classification of the server's
-// errors. It builds no client. The client builder with the SDK's
+// link (each strategy's dynamostore): the one-table data model's attribute
+// names and the classification of the server's errors. It builds no client. The client builder with the SDK's
 // shared-config loader (config.LoadDefaultConfig: shared files, SSO, STS,
 // IMDS) is package ddb's, for the CLI, the tests and the benchmarks, so
 // that a Lambda function, which builds its client from the environment
@@ -15,7 +14,8 @@ import (
 	"github.com/aws/smithy-go"
 )
 
-// Attribute names of the one-table data model (DESIGN §6).
+// Attribute names of the one-table data model (ARCHITECTURE.md, Data
+// model).
 const (
 	AttrPK        = "pk"
 	AttrExpiresAt = "expires_at"

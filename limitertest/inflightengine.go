@@ -1,4 +1,4 @@
-package storetest
+package limitertest
 
 import (
 	"context"
@@ -16,37 +16,74 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
-	"github.com/edgelimit/edgelimit/durablecounter"
-	"github.com/edgelimit/edgelimit/inflight"
-	"github.com/edgelimit/edgelimit/limitertest"
-	"github.com/edgelimit/edgelimit/middleware"
 	"github.com/edgelimit/edgelimit/policy"
 )
 
-// RunEngine runs the in-flight policies of a policy file through the root
-// Engine and the net/http middleware, on a store from newStore: a handler
-// that holds its request open holds a slot, a third concurrent request of
-// one client with limit 2 gets a 429, and the slot comes back when the
-// handler returns, however it ends (200, 500, a panic, a client that went
-// away), or when another policy of the route denies the request (a
-// refund).
-func RunEngine(t *testing.T, newStore NewStore) {
-	t.Run("HoldOpen", func(t *testing.T) { testHoldOpen(t, newStore(t)) })
-	t.Run("FailedHandlers", func(t *testing.T) { testFailedHandlers(t, newStore(t)) })
-	t.Run("ClientGone", func(t *testing.T) { testClientGone(t, newStore(t)) })
-	t.Run("Refund", func(t *testing.T) { testEngineRefund(t, newStore(t)) })
+// InFlightEngine says how RunInFlightEngine serves its policies.
+type InFlightEngine struct {
+	// Strategy is the in-flight strategy as its package registers it
+	// (inflight.Strategy): the suite's policy file names it. Required.
+	Strategy *policy.Strategy
+	// Handler puts an engine in front of a handler, as an adapter does
+	// (a closure over middleware.Handler). Required.
+	Handler func(e *edgelimit.Engine, next http.Handler) http.Handler
 }
 
-// enginePolicies: a generous store_timeout, for real servers under load
-// (slow, never wrong).
+// RunInFlightEngine runs an in-flight policy through the root Engine and
+// an adapter, over real HTTP, with limiters from backend: a handler that
+// holds its request open holds a slot, a third concurrent request of one
+// client with limit 2 gets a 429, and the slot comes back when the handler
+// returns, however it ends (200, 500, a panic, a client that went away),
+// or when another policy of the route denies the request (a refund). The
+// route's other policy is the suite's own (the first request of a key is
+// admitted, the rest denied), so the suite needs no second strategy.
+func RunInFlightEngine(t *testing.T, backend Backend, cfg InFlightEngine) {
+	t.Helper()
+	if cfg.Strategy == nil || cfg.Handler == nil {
+		t.Fatal("limitertest: RunInFlightEngine needs InFlightEngine.Strategy and Handler")
+	}
+	newServer := func(t *testing.T) *server { return newFlightServer(t, backend(t), cfg) }
+	t.Run("HoldOpen", func(t *testing.T) { testHoldOpen(t, newServer(t)) })
+	t.Run("FailedHandlers", func(t *testing.T) { testFailedHandlers(t, newServer(t)) })
+	t.Run("ClientGone", func(t *testing.T) { testClientGone(t, newServer(t)) })
+	t.Run("Refund", func(t *testing.T) { testEngineRefund(t, newServer(t)) })
+}
+
+// enginePolicies: speech is the in-flight policy under test; daily is the
+// suite's quota of one request a key, which the engine asks on /both. A
+// generous store_timeout, for real servers under load (slow, never wrong).
 const enginePolicies = `version: 1
 policies:
-  - {name: speech, routes: ["POST /tts", "POST /both"], key: header:X-Api-Key, strategy: inflight, limit: 2, window: 15m, store_timeout: 20s}
-  - {name: daily, routes: ["POST /both"], key: header:X-Api-Key, strategy: durable, limit: 1, window: 1d}
+  - {name: speech, routes: ["POST /tts", "POST /both"], key: header:X-Api-Key, strategy: %[1]s, limit: 2, window: 15m, store_timeout: 20s}
+  - {name: daily, routes: ["POST /both"], key: header:X-Api-Key, strategy: %[1]s, limit: 1, window: 1d}
 `
 
-// server is an httptest server of an engine on store, whose handler does
-// what each request's X-Do header says, once its gate (X-Gate) opens.
+// quotaPerKey admits the first Limit requests of each key and denies the
+// rest, until the end of the test: the daily policy.
+type quotaPerKey struct {
+	name   string
+	limit  int64
+	window time.Duration
+	mu     sync.Mutex
+	n      map[string]int64
+}
+
+func (q *quotaPerKey) Allow(_ context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d := edgelimit.Decision{Policy: q.name, Limit: q.limit, Window: q.window, Reset: q.window}
+	if q.n[req.Key] < q.limit {
+		q.n[req.Key]++
+		d.Allowed, d.Remaining = true, q.limit-q.n[req.Key]
+		return d, nil
+	}
+	d.RetryAfter = q.window
+	return d, nil
+}
+
+// server is an httptest server of an engine and the adapter, whose handler
+// does what each request's X-Do header says, once its gate (X-Gate)
+// opens.
 type server struct {
 	t   *testing.T
 	url string
@@ -62,12 +99,12 @@ type server struct {
 // finishSignal wraps the in-flight limiter so the test learns when the
 // engine has released a slot (the response may reach the client first).
 type finishSignal struct {
-	*inflight.Limiter
+	flightLimiter
 	done chan<- error
 }
 
 func (f finishSignal) Finish(ctx context.Context, req edgelimit.Request, d edgelimit.Decision, status int, cost int64) error {
-	err := f.Limiter.Finish(ctx, req, d, status, cost)
+	err := f.flightLimiter.Finish(ctx, req, d, status, cost)
 	select {
 	case f.done <- err:
 	default: // a test that stopped listening
@@ -75,28 +112,30 @@ func (f finishSignal) Finish(ctx context.Context, req edgelimit.Request, d edgel
 	return err
 }
 
-func newServer(t *testing.T, store inflight.Store) *server {
+func newFlightServer(t *testing.T, newL NewLimiter, cfg InFlightEngine) *server {
 	t.Helper()
-	file, err := policy.Parse("policies.yaml", []byte(enginePolicies))
+	file, err := policy.Parse("policies.yaml", []byte(fmt.Sprintf(enginePolicies, cfg.Strategy.Name)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &server{t: t, gates: map[string]chan struct{}{}, entered: make(chan string, 64), finished: make(chan error, 64)}
-	daily := fmt.Sprintf("daily-%d-%d", time.Now().UnixNano(), policies.Add(1))
 	e, err := edgelimit.New(edgelimit.Config{
 		Policies:   file,
 		HashSecret: []byte(strings.Repeat("k", 32)),
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
-			if p.Strategy == inflight.Strategy {
-				l, err := inflight.New(inflight.Config{Policy: p, Store: store})
-				return finishSignal{l, s.finished}, err
+			if p.Name == "daily" {
+				return &quotaPerKey{name: p.Name, limit: p.Limit, window: p.Window, n: map[string]int64{}}, nil
 			}
-			// A policy name of its own: durable counts live in the
-			// process's default store.
-			q := *p
-			q.Name = daily
-			return durablecounter.New(durablecounter.Config{Policy: &q})
+			l, err := newL(Spec{Policy: p}) // on the backend's fresh state
+			if err != nil {
+				return nil, err
+			}
+			fl, ok := l.(flightLimiter)
+			if !ok {
+				return nil, fmt.Errorf("%T is not an in-flight limiter: it must be a Finisher, a Refunder and a Peeker", l)
+			}
+			return finishSignal{fl, s.finished}, nil
 		},
 	})
 	if err != nil {
@@ -123,7 +162,7 @@ func newServer(t *testing.T, store inflight.Store) *server {
 		}
 		_, _ = io.WriteString(w, "done")
 	})
-	srv := httptest.NewUnstartedServer(middleware.Handler(e, h))
+	srv := httptest.NewUnstartedServer(cfg.Handler(e, h))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panics are the test's
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -236,7 +275,7 @@ func (s *server) want429(path, key string, violated ...string) reply {
 	if r.err != nil || r.status != http.StatusTooManyRequests {
 		s.t.Fatalf("%s for %s: %d %v %s, want 429", path, key, r.status, r.err, r.body)
 	}
-	var p limitertest.Problem
+	var p Problem
 	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
 		s.t.Fatalf("429 body %q: %v", r.body, err)
 	}
@@ -246,8 +285,7 @@ func (s *server) want429(path, key string, violated ...string) reply {
 	return r
 }
 
-func testHoldOpen(t *testing.T, store inflight.Store) {
-	s := newServer(t, store)
+func testHoldOpen(t *testing.T, s *server) {
 	ctx := context.Background()
 	a := s.send(ctx, "/tts", "alice", "a", "")
 	s.waitEntered("a")
@@ -292,8 +330,7 @@ func testHoldOpen(t *testing.T, store inflight.Store) {
 
 // testFailedHandlers: a handler that answers 500 or panics still releases
 // its slot (the middleware calls Verdict.Finish).
-func testFailedHandlers(t *testing.T, store inflight.Store) {
-	s := newServer(t, store)
+func testFailedHandlers(t *testing.T, s *server) {
 	ctx := context.Background()
 	for i, do := range []string{"500", "panic", "500", "panic"} {
 		gate := fmt.Sprint("f", i)
@@ -331,8 +368,7 @@ func testFailedHandlers(t *testing.T, store inflight.Store) {
 
 // testClientGone: a client that goes away mid-request does not keep its
 // slot: the release runs after the request's context was cancelled.
-func testClientGone(t *testing.T, store inflight.Store) {
-	s := newServer(t, store)
+func testClientGone(t *testing.T, s *server) {
 	for i := range 3 {
 		ctx, cancel := context.WithCancel(context.Background())
 		c := s.send(ctx, "/tts", "alice", fmt.Sprint("g", i), "wait-for-client")
@@ -356,8 +392,7 @@ func testClientGone(t *testing.T, store inflight.Store) {
 
 // testEngineRefund: on a route with an in-flight policy and a durable one,
 // a request the durable policy denies gives its slot back.
-func testEngineRefund(t *testing.T, store inflight.Store) {
-	s := newServer(t, store)
+func testEngineRefund(t *testing.T, s *server) {
 	ctx := context.Background()
 	// The one request of the day on /both, and a slot on /tts.
 	r := get(t, s.send(ctx, "/both", "alice", "", ""))

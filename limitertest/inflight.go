@@ -1,22 +1,4 @@
-// Package storetest is the conformance suite of inflight.Store: every store
-// (the MemoryStore, the DynamoDB store against dynalite and moto) runs the
-// same tests, through an inflight.Limiter with an injected clock, so that
-// both answer every request alike.
-//
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) inflight.Store {
-//			s, _ := inflight.NewMemoryStore(inflight.MemoryConfig{})
-//			return s
-//		}, storetest.Options{})
-//	}
-//
-// The step tests decide at fixed instants from T0; the concurrency tests
-// run Options.Goroutines goroutines (64 by default) at once against one key
-// and check the two claims of the package: at no instant do more than the
-// limit hold a slot, and a take is never denied while a slot is free (every
-// round of simultaneous takes admits exactly the free slots, whether they
-// were released or their leases ended).
-package storetest
+package limitertest
 
 import (
 	"context"
@@ -28,38 +10,55 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
-	"github.com/edgelimit/edgelimit/inflight"
-	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/policy"
 )
 
-// T0 is the instant every test starts at.
-var T0 = time.Unix(1_700_000_000, 0)
-
-// NewStore returns a fresh store for one test. Stores of one test may share
-// a backend (a table), but not items: the suite uses a policy name of its
-// own in every test.
-type NewStore func(t *testing.T) inflight.Store
-
-// Options tune Run.
-type Options struct {
+// InFlightOptions tune RunInFlight and RunInFlightEngine.
+type InFlightOptions struct {
+	// RetryAfter is the retry hint the limiters give when their Spec sets
+	// none (strategy inflight's DefaultRetryAfter); default 1s.
+	RetryAfter time.Duration
 	// Goroutines is how many clients the concurrency tests run at once;
-	// default 64.
+	// default Workers (64).
 	Goroutines int
 	// Churn is how many takes each client makes in the churn test; default
 	// 20.
 	Churn int
 }
 
-// Run runs the suite.
-func Run(t *testing.T, newStore NewStore, opts Options) {
-	if opts.Goroutines == 0 {
-		opts.Goroutines = 64
+func (o *InFlightOptions) defaults() {
+	if o.RetryAfter == 0 {
+		o.RetryAfter = time.Second
 	}
-	if opts.Churn == 0 {
-		opts.Churn = 20
+	if o.Goroutines == 0 {
+		o.Goroutines = Workers
 	}
-	s := &suite{newStore: newStore, opts: opts}
+	if o.Churn == 0 {
+		o.Churn = 20
+	}
+}
+
+// RunInFlight runs the conformance suite of concurrency limits (strategy
+// inflight) as subtests of t: at most Limit requests of a key hold a slot,
+// Window being the lease of a slot whose holder never releases it, through
+// limiters that are edgelimit.Finishers (Finish releases the slot an
+// admission took), Refunders (so does Refund) and Peekers. Every backend of
+// the strategy runs it (the memory store, the DynamoDB store against
+// dynalite and moto), so that each answers every request alike.
+//
+// The step tests decide at fixed instants from T0; the concurrency tests
+// run Options.Goroutines clients at once against one key and check the
+// strategy's two claims: at no instant do more than the limit hold a slot,
+// and a take is never denied while a slot is free (every round of
+// simultaneous takes admits exactly the free slots, whether they were
+// released or their leases ended). A backend's NewLimiter must honour
+// Spec.Now (nil: decide at Request.At) and Spec.RetryAfter; its Spec.Policy
+// has no Strategy set, and a name of its own in every test, so limiters of
+// one test may share a table with others.
+func RunInFlight(t *testing.T, backend Backend, opts InFlightOptions) {
+	t.Helper()
+	opts.defaults()
+	s := &flightSuite{backend: backend, opts: opts}
 	t.Run("TakeRelease", s.testTakeRelease)
 	t.Run("ExactRelease", s.testExactRelease)
 	t.Run("DoubleRelease", s.testDoubleRelease)
@@ -72,69 +71,89 @@ func Run(t *testing.T, newStore NewStore, opts Options) {
 	t.Run("Limits", s.testLimits)
 	t.Run("LimitZero", s.testLimitZero)
 	t.Run("RequestAt", s.testRequestAt)
+	t.Run("ReleaseAfterCancel", s.testReleaseAfterCancel)
 	t.Run("Rounds", s.testRounds)
 	t.Run("Churn", s.testChurn)
 }
 
-type suite struct {
-	newStore NewStore
-	opts     Options
+type flightSuite struct {
+	backend Backend
+	opts    InFlightOptions
 }
 
-// env is one test's limiter, store and clock.
-type env struct {
+// flightLimiter is what an in-flight limiter must be.
+type flightLimiter interface {
+	edgelimit.Limiter
+	edgelimit.Finisher
+	edgelimit.Refunder
+	edgelimit.Peeker
+}
+
+// flightEnv is one test's limiter, backend and clock.
+type flightEnv struct {
 	t     *testing.T
-	store inflight.Store
-	clock *limitertest.Clock
-	lim   *inflight.Limiter
+	s     *flightSuite
+	newL  NewLimiter
+	clock *Clock
+	lim   flightLimiter
 	ctx   context.Context
 }
 
-var policies atomic.Int64
+// flightPolicies numbers the suite's policies, so that no two tests share
+// items of a table.
+var flightPolicies atomic.Int64
 
 // newEnv builds a limiter of limit slots with the given lease on a fresh
-// store, at T0.
-func (s *suite) newEnv(t *testing.T, limit int64, lease time.Duration) *env {
+// backend, at T0.
+func (s *flightSuite) newEnv(t *testing.T, limit int64, lease time.Duration) *flightEnv {
 	t.Helper()
-	// A generous deadline for every call (a release without one has
-	// inflight.ReleaseTimeout): a real server under 64 clients may be slow,
-	// never wrong.
+	// A generous deadline for every call (a release without one has the
+	// strategy's own): a real server under 64 clients may be slow, never
+	// wrong.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	e := &env{t: t, store: s.newStore(t), clock: limitertest.NewClock(T0), ctx: ctx}
-	e.lim = e.limiter(limit, lease, e.clock.Now)
+	e := &flightEnv{t: t, s: s, newL: s.backend(t), clock: NewClock(T0), ctx: ctx}
+	e.lim = e.limiter(limit, lease, e.clock.Now, 0)
 	return e
 }
 
-func (e *env) limiter(limit int64, lease time.Duration, now func() time.Time) *inflight.Limiter {
+// limiter builds another limiter on the test's backend, with a policy of
+// its own.
+func (e *flightEnv) limiter(limit int64, lease time.Duration, now func() time.Time, retryAfter time.Duration) flightLimiter {
 	e.t.Helper()
-	name := fmt.Sprintf("jobs-%d-%d", time.Now().UnixNano(), policies.Add(1))
-	l, err := inflight.New(inflight.Config{
-		Policy: &policy.Policy{Name: name, Strategy: inflight.Strategy, Limit: limit, Window: lease, Cost: 1},
-		Store:  e.store, Now: now,
+	name := fmt.Sprintf("jobs-%d-%d", time.Now().UnixNano(), flightPolicies.Add(1))
+	l, err := e.newL(Spec{
+		Policy: &policy.Policy{Name: name, Limit: limit, Window: lease, Cost: 1, OnStoreError: policy.FailClosed,
+			StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64},
+		Now:        now,
+		RetryAfter: retryAfter,
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return l
+	fl, ok := l.(flightLimiter)
+	if !ok {
+		e.t.Fatalf("%T is not an in-flight limiter: it must be a Finisher, a Refunder and a Peeker", l)
+	}
+	return fl
 }
 
 func req(key string) edgelimit.Request { return edgelimit.Request{Key: key, Cost: 1} }
 
 // allow takes a slot and checks the decision's invariants.
-func (e *env) allow(r edgelimit.Request) edgelimit.Decision {
+func (e *flightEnv) allow(r edgelimit.Request) edgelimit.Decision {
 	e.t.Helper()
 	d, err := e.lim.Allow(e.ctx, r)
 	if err != nil {
 		e.t.Fatalf("Allow(%q): %v", r.Key, err)
 	}
-	if msg := Check(d, true); msg != "" {
+	if msg := checkInFlight(d, true); msg != "" {
 		e.t.Fatalf("Allow(%q) = %+v: %s", r.Key, d, msg)
 	}
 	return d
 }
 
-func (e *env) want(r edgelimit.Request, allowed bool, remaining int64) edgelimit.Decision {
+func (e *flightEnv) want(r edgelimit.Request, allowed bool, remaining int64) edgelimit.Decision {
 	e.t.Helper()
 	d := e.allow(r)
 	if d.Allowed != allowed || d.Remaining != remaining {
@@ -144,30 +163,30 @@ func (e *env) want(r edgelimit.Request, allowed bool, remaining int64) edgelimit
 	return d
 }
 
-func (e *env) finish(r edgelimit.Request, d edgelimit.Decision) {
+func (e *flightEnv) finish(r edgelimit.Request, d edgelimit.Decision) {
 	e.t.Helper()
 	if err := e.lim.Finish(e.ctx, r, d, 200, 0); err != nil {
 		e.t.Fatalf("Finish: %v", err)
 	}
 }
 
-func (e *env) peek(r edgelimit.Request) edgelimit.Decision {
+func (e *flightEnv) peek(r edgelimit.Request) edgelimit.Decision {
 	e.t.Helper()
 	d, err := e.lim.Peek(e.ctx, r)
 	if err != nil {
 		e.t.Fatalf("Peek(%q): %v", r.Key, err)
 	}
-	if msg := Check(d, false); msg != "" {
+	if msg := checkInFlight(d, false); msg != "" {
 		e.t.Fatalf("Peek(%q) = %+v: %s", r.Key, d, msg)
 	}
 	return d
 }
 
-// Check returns what is wrong with an in-flight decision, or "": the
-// invariants the engine and draft-11 need. took says whether the decision
-// came from Allow (an allowed one must carry a Receipt naming its slot) or
-// from Peek (none).
-func Check(d edgelimit.Decision, took bool) string {
+// checkInFlight returns what is wrong with an in-flight decision, or "":
+// the invariants the engine and draft-11 need. took says whether the
+// decision came from Allow (an allowed one must carry a Receipt naming its
+// slot) or from Peek (none).
+func checkInFlight(d edgelimit.Decision, took bool) string {
 	switch {
 	case d.Remaining < 0:
 		return "Remaining is negative"
@@ -195,7 +214,7 @@ func Check(d edgelimit.Decision, took bool) string {
 	return ""
 }
 
-func (s *suite) testTakeRelease(t *testing.T) {
+func (s *flightSuite) testTakeRelease(t *testing.T) {
 	e := s.newEnv(t, 2, time.Minute)
 	a := e.want(req("k"), true, 1)
 	b := e.want(req("k"), true, 0)
@@ -220,7 +239,7 @@ func (s *suite) testTakeRelease(t *testing.T) {
 
 // testExactRelease: a release gives back the slot its decision took, not
 // another holder's.
-func (s *suite) testExactRelease(t *testing.T) {
+func (s *flightSuite) testExactRelease(t *testing.T) {
 	e := s.newEnv(t, 3, time.Minute)
 	a := e.want(req("k"), true, 2)
 	e.want(req("k"), true, 1)
@@ -235,7 +254,7 @@ func (s *suite) testExactRelease(t *testing.T) {
 	e.want(req("k"), false, 0)
 }
 
-func (s *suite) testDoubleRelease(t *testing.T) {
+func (s *flightSuite) testDoubleRelease(t *testing.T) {
 	e := s.newEnv(t, 2, time.Minute)
 	a := e.want(req("k"), true, 1)
 	b := e.want(req("k"), true, 0)
@@ -251,7 +270,7 @@ func (s *suite) testDoubleRelease(t *testing.T) {
 	e.want(req("k"), true, 0)
 }
 
-func (s *suite) testRefund(t *testing.T) {
+func (s *flightSuite) testRefund(t *testing.T) {
 	e := s.newEnv(t, 1, time.Minute)
 	a := e.want(req("k"), true, 0)
 	e.want(req("k"), false, 0)
@@ -269,7 +288,7 @@ func (s *suite) testRefund(t *testing.T) {
 	e.want(req("k"), true, 0)
 }
 
-func (s *suite) testPeek(t *testing.T) {
+func (s *flightSuite) testPeek(t *testing.T) {
 	e := s.newEnv(t, 2, time.Minute)
 	if d := e.peek(req("k")); !d.Allowed || d.Remaining != 2 {
 		t.Fatalf("peek of an empty key = %+v, want allowed, 2 free", d)
@@ -295,7 +314,7 @@ func (s *suite) testPeek(t *testing.T) {
 // testLeaseBoundary: a slot whose holder never releases it (an instance
 // that died mid-request) is held until its lease ends, and free from that
 // instant on.
-func (s *suite) testLeaseBoundary(t *testing.T) {
+func (s *flightSuite) testLeaseBoundary(t *testing.T) {
 	const lease = 10 * time.Second
 	e := s.newEnv(t, 1, lease)
 	e.want(req("k"), true, 0) // never released
@@ -319,7 +338,7 @@ func (s *suite) testLeaseBoundary(t *testing.T) {
 
 // testLateRelease: the holder whose slot was reclaimed after its lease
 // releases it late; that gives back nothing of the slot's new holder.
-func (s *suite) testLateRelease(t *testing.T) {
+func (s *flightSuite) testLateRelease(t *testing.T) {
 	const lease = 10 * time.Second
 	e := s.newEnv(t, 2, lease)
 	old := e.want(req("k"), true, 1)
@@ -332,15 +351,16 @@ func (s *suite) testLateRelease(t *testing.T) {
 	e.want(req("k"), false, 0)
 }
 
-func (s *suite) testRetryAfter(t *testing.T) {
+func (s *flightSuite) testRetryAfter(t *testing.T) {
 	e := s.newEnv(t, 1, time.Minute)
+	hint := s.opts.RetryAfter
 	a := e.want(req("k"), true, 0)
-	if a.Reset != inflight.DefaultRetryAfter {
-		t.Errorf("allowed: Reset = %s, want the retry hint %s", a.Reset, inflight.DefaultRetryAfter)
+	if a.Reset != hint {
+		t.Errorf("allowed: Reset = %s, want the retry hint %s", a.Reset, hint)
 	}
 	d := e.want(req("k"), false, 0)
-	if d.RetryAfter != inflight.DefaultRetryAfter || d.Reset != d.RetryAfter {
-		t.Errorf("denied with the lease a minute away: Reset, RetryAfter = %s, %s; want %s", d.Reset, d.RetryAfter, inflight.DefaultRetryAfter)
+	if d.RetryAfter != hint || d.Reset != d.RetryAfter {
+		t.Errorf("denied with the lease a minute away: Reset, RetryAfter = %s, %s; want %s", d.Reset, d.RetryAfter, hint)
 	}
 	e.clock.Set(T0.Add(time.Minute - 300*time.Millisecond))
 	d = e.want(req("k"), false, 0)
@@ -348,24 +368,18 @@ func (s *suite) testRetryAfter(t *testing.T) {
 		t.Errorf("denied 300ms before the lease ends: Reset, RetryAfter = %s, %s; want 300ms", d.Reset, d.RetryAfter)
 	}
 	// A configured hint.
-	l, err := inflight.New(inflight.Config{
-		Policy:  &policy.Policy{Name: fmt.Sprintf("hint-%d", policies.Add(1)), Limit: 1, Window: time.Minute},
-		Options: &inflight.Options{RetryAfter: 5 * time.Second}, Store: e.store, Now: e.clock.Now,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := e.limiter(1, time.Minute, e.clock.Now, 5*time.Second)
 	e.clock.Set(T0)
 	if _, err := l.Allow(e.ctx, req("k")); err != nil {
 		t.Fatal(err)
 	}
-	d, err = l.Allow(e.ctx, req("k"))
+	d, err := l.Allow(e.ctx, req("k"))
 	if err != nil || d.Allowed || d.RetryAfter != 5*time.Second {
 		t.Errorf("with retry_after 5s: %+v, %v; want denied, RetryAfter 5s", d, err)
 	}
 }
 
-func (s *suite) testKeys(t *testing.T) {
+func (s *flightSuite) testKeys(t *testing.T) {
 	e := s.newEnv(t, 1, time.Minute)
 	a := e.want(req("a"), true, 0)
 	e.want(req("b"), true, 0)
@@ -375,7 +389,7 @@ func (s *suite) testKeys(t *testing.T) {
 	e.finish(req("a"), a)
 	e.want(req("a"), true, 0)
 	// Another policy on the same store: its own slots.
-	other := e.limiter(1, time.Minute, e.clock.Now)
+	other := e.limiter(1, time.Minute, e.clock.Now, 0)
 	if d, err := other.Allow(e.ctx, req("a")); err != nil || !d.Allowed {
 		t.Fatalf("another policy, same key: %+v, %v; want allowed", d, err)
 	}
@@ -383,7 +397,7 @@ func (s *suite) testKeys(t *testing.T) {
 
 // testLimits: a tier's or an override's limit and lease (Request.Limits)
 // replace the policy's.
-func (s *suite) testLimits(t *testing.T) {
+func (s *flightSuite) testLimits(t *testing.T) {
 	e := s.newEnv(t, 1, time.Minute)
 	r := req("k")
 	r.Limits = policy.Limits{Limit: 3, Window: 2 * time.Minute}
@@ -401,7 +415,7 @@ func (s *suite) testLimits(t *testing.T) {
 	e.want(r, true, 2)
 }
 
-func (s *suite) testLimitZero(t *testing.T) {
+func (s *flightSuite) testLimitZero(t *testing.T) {
 	e := s.newEnv(t, 0, time.Minute)
 	for range 2 {
 		e.want(req("k"), false, 0)
@@ -413,9 +427,9 @@ func (s *suite) testLimitZero(t *testing.T) {
 
 // testRequestAt: without a clock of its own, the limiter decides at the
 // request's instant.
-func (s *suite) testRequestAt(t *testing.T) {
+func (s *flightSuite) testRequestAt(t *testing.T) {
 	e := s.newEnv(t, 1, 10*time.Second)
-	e.lim = e.limiter(1, 10*time.Second, nil)
+	e.lim = e.limiter(1, 10*time.Second, nil, 0)
 	r := req("k")
 	r.At = T0
 	d := e.want(r, true, 0)
@@ -428,9 +442,22 @@ func (s *suite) testRequestAt(t *testing.T) {
 	e.want(r, true, 0)
 }
 
+// testReleaseAfterCancel: a release whose context was cancelled (the
+// client went away mid-request) still gives the slot back.
+func (s *flightSuite) testReleaseAfterCancel(t *testing.T) {
+	e := s.newEnv(t, 1, time.Minute)
+	a := e.want(req("k"), true, 0)
+	ctx, cancel := context.WithCancel(e.ctx)
+	cancel()
+	if err := e.lim.Finish(ctx, req("k"), a, 499, 0); err != nil {
+		t.Fatalf("Finish with a cancelled context: %v", err)
+	}
+	e.want(req("k"), true, 0)
+}
+
 // round has n clients take a slot of key at once and returns the allowed
 // decisions, checking every decision and that the denials are real.
-func (e *env) round(n int, key string) []edgelimit.Decision {
+func (e *flightEnv) round(n int, key string) []edgelimit.Decision {
 	e.t.Helper()
 	var (
 		wg      sync.WaitGroup
@@ -448,8 +475,8 @@ func (e *env) round(n int, key string) []edgelimit.Decision {
 			switch {
 			case err != nil:
 				errs = append(errs, err)
-			case Check(d, true) != "":
-				errs = append(errs, fmt.Errorf("%+v: %s", d, Check(d, true)))
+			case checkInFlight(d, true) != "":
+				errs = append(errs, fmt.Errorf("%+v: %s", d, checkInFlight(d, true)))
 			case d.Allowed:
 				allowed = append(allowed, d)
 			}
@@ -470,7 +497,7 @@ func (e *env) round(n int, key string) []edgelimit.Decision {
 // exactly the slots that are free: none released, some released, all
 // released, all expired (reclaimed by contending clients), and half
 // expired.
-func (s *suite) testRounds(t *testing.T) {
+func (s *flightSuite) testRounds(t *testing.T) {
 	const limit, lease = 8, time.Minute
 	n := s.opts.Goroutines
 	e := s.newEnv(t, limit, lease)
@@ -521,7 +548,7 @@ func (s *suite) testRounds(t *testing.T) {
 // testChurn: clients take, hold and release slots as fast as they can; a
 // counter incremented between each admission and its release never exceeds
 // the limit.
-func (s *suite) testChurn(t *testing.T) {
+func (s *flightSuite) testChurn(t *testing.T) {
 	const limit = 5
 	e := s.newEnv(t, limit, time.Hour)
 	var (

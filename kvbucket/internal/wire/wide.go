@@ -1,4 +1,4 @@
-package kvbucket
+package wire
 
 import (
 	"fmt"
@@ -18,17 +18,17 @@ type Wide struct {
 	lo uint64
 }
 
-// negInf stands for "no state yet" (a full bucket) in comparisons: far
+// NegInf stands for "no state yet" (a full bucket) in comparisons: far
 // below any real value, and adding any real value leaves it far below.
-var negInf = Wide{hi: -1 << 60}
+var NegInf = Wide{hi: -1 << 60}
 
 // WideOf returns v as a Wide.
 func WideOf(v int64) Wide {
 	return Wide{hi: v >> 63, lo: uint64(v)}
 }
 
-// mulWide returns a×b.
-func mulWide(a, b int64) Wide {
+// Mul returns a×b.
+func Mul(a, b int64) Wide {
 	neg := (a < 0) != (b < 0)
 	ua, ub := uint64(a), uint64(b)
 	if a < 0 {
@@ -40,7 +40,7 @@ func mulWide(a, b int64) Wide {
 	hi, lo := bits.Mul64(ua, ub)
 	w := Wide{hi: int64(hi), lo: lo}
 	if neg {
-		w = w.neg()
+		w = w.Neg()
 	}
 	return w
 }
@@ -57,7 +57,8 @@ func (w Wide) Sub(v Wide) Wide {
 	return Wide{hi: w.hi - v.hi - int64(b), lo: lo}
 }
 
-func (w Wide) neg() Wide { return Wide{}.Sub(w) }
+// Neg returns −w.
+func (w Wide) Neg() Wide { return Wide{}.Sub(w) }
 
 // Cmp returns -1, 0 or +1 as w is less than, equal to or greater than v.
 func (w Wide) Cmp(v Wide) int {
@@ -88,33 +89,27 @@ func (w Wide) Sign() int {
 	return 1
 }
 
-func maxWide(a, b Wide) Wide {
+// Max returns the larger of a and b.
+func Max(a, b Wide) Wide {
 	if a.Less(b) {
 		return b
 	}
 	return a
 }
 
-func minWide(a, b Wide) Wide {
-	if b.Less(a) {
-		return b
-	}
-	return a
-}
-
-// mulSmall returns w×k for w ≥ 0 and k ≥ 0 (no overflow in our ranges).
-func (w Wide) mulSmall(k int64) Wide {
+// MulSmall returns w×k for w ≥ 0 and k ≥ 0 (no overflow in our ranges).
+func (w Wide) MulSmall(k int64) Wide {
 	hi, lo := bits.Mul64(w.lo, uint64(k))
 	return Wide{hi: w.hi*k + int64(hi), lo: lo}
 }
 
-// div returns w/d rounded down (or up), for d > 0, saturated to
+// Div returns w/d rounded down (or up), for d > 0, saturated to
 // [MinInt64, MaxInt64]. A negative w rounds towards minus infinity (down)
 // or plus infinity (up) as well.
-func (w Wide) div(d int64, up bool) int64 {
+func (w Wide) Div(d int64, up bool) int64 {
 	if w.Sign() < 0 {
 		// ⌊−x/d⌋ = −⌈x/d⌉, ⌈−x/d⌉ = −⌊x/d⌋.
-		q := w.neg().div(d, !up)
+		q := w.Neg().Div(d, !up)
 		if q == math.MaxInt64 {
 			return math.MinInt64
 		}
@@ -138,9 +133,10 @@ func (w Wide) div(d int64, up bool) int64 {
 var wideLimit = new(big.Int).Lsh(big.NewInt(1), 126)
 
 // String returns w in decimal.
-func (w Wide) String() string { return w.big().String() }
+func (w Wide) String() string { return w.Big().String() }
 
-func (w Wide) big() *big.Int {
+// Big returns w as a big.Int.
+func (w Wide) Big() *big.Int {
 	v := new(big.Int).Lsh(big.NewInt(w.hi), 64)
 	return v.Add(v, new(big.Int).SetUint64(w.lo))
 }
