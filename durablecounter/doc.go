@@ -243,7 +243,12 @@
 // prove that something fits, so a peek that finds room answers from the read
 // it made for PeekFreshness (1 s) and then reads again: a flood that another
 // policy denies costs at most one read per key per second per instance, and
-// the room a 429 shows may be up to a second old (TestDynamoCallsPerPeek).
+// the room a 429 shows may miss up to a second of other instances' spending
+// (TestDynamoCallsPerPeek). This instance's own spending, refunds and resets
+// always show, in peeks and in the deny cache: a read that one of them
+// overtook (it landed after the read, before its answer was remembered) is
+// not remembered (TestPeekShowsAnAdmissionDuringItsRead,
+// TestDenialShowsARefundDuringItsCall).
 //
 // # Hot keys: shards
 //

@@ -319,6 +319,7 @@ func (c *Counter) fromGrant(ctx context.Context, req edgelimit.Request, cost, t 
 		}
 	}
 	var r result
+	gen := c.denyGen(&o)
 	if peek {
 		st, err := c.store.get(ctx, o)
 		if err != nil {
@@ -334,7 +335,7 @@ func (c *Counter) fromGrant(ctx context.Context, req edgelimit.Request, cost, t 
 	}
 	switch {
 	case !r.ok || r.d.Remaining == 0:
-		c.remember(&o, &r, 0)
+		c.remember(&o, &r, 0, gen)
 	case c.deny != nil:
 		c.deny.del(o.id)
 	}
@@ -393,8 +394,6 @@ func (c *Counter) Grant(ctx context.Context, req edgelimit.Request, units int64,
 		return err
 	}
 	c.marker.raised(end)
-	if c.deny != nil {
-		c.deny.del(o.id)
-	}
+	c.invalidate(o.id)
 	return nil
 }

@@ -62,24 +62,14 @@ func (c *Counter) Reset(ctx context.Context, req edgelimit.Request) error {
 			}
 		}
 	}
-	// Forget first and after: a request of this instance that read the
-	// store before the delete must not leave its old state behind.
-	c.forget(ops)
-	if err := c.store.reset(ctx, ops); err != nil {
-		return err
-	}
-	c.forget(ops)
-	return nil
-}
-
-// forget drops what this instance's caches hold of the items of ops.
-func (c *Counter) forget(ops []op) {
+	err := c.store.reset(ctx, ops)
+	// Once the deletes landed (or some may have), nothing this instance
+	// holds of the items may answer, nor a state a request of this
+	// instance read before them (see invalidate).
 	for i := range ops {
-		if c.deny != nil {
-			c.deny.del(ops[i].id)
-		}
-		c.unpeek(ops[i].id)
+		c.invalidate(ops[i].id)
 	}
+	return err
 }
 
 // Charge spends req's units whether or not they fit: a cost known only
@@ -129,6 +119,7 @@ func (c *Counter) Charge(ctx context.Context, req edgelimit.Request) (edgelimit.
 		shard = rand.IntN(c.shards)
 	}
 	o := c.op(v, shard, req.Key, cost, t)
+	gen := c.denyGen(&o)
 	r, err := c.store.charge(ctx, o)
 	if err != nil {
 		return edgelimit.Decision{}, err
@@ -136,7 +127,7 @@ func (c *Counter) Charge(ctx context.Context, req edgelimit.Request) (edgelimit.
 	c.unpeek(o.id)
 	switch {
 	case r.d.Remaining == 0 || !r.d.Allowed:
-		c.remember(&o, &r, 0)
+		c.remember(&o, &r, 0, gen)
 	case c.deny != nil:
 		c.deny.del(o.id)
 	}
