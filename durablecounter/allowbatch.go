@@ -211,7 +211,7 @@ func fromCaches(members []*Counter, vs []*variant, ops []op, pooled []bool) ([]e
 			return nil, false
 		}
 		sts[i] = st
-		if !o.alg.fits(st, o.t, o.cost) {
+		if !o.rule.fits(st, o.t, o.cost) {
 			if !pooled[i] && !m.grantsKnownAbsent(o.t) {
 				return nil, false
 			}
@@ -225,7 +225,7 @@ func fromCaches(members []*Counter, vs []*variant, ops []op, pooled []bool) ([]e
 	for i, m := range members {
 		o := &ops[i]
 		zero := vs[i].lim.Limit == 0 && !pooled[i]
-		out[i] = o.alg.decision(sts[i], o.t, o.cost, !zero && o.alg.fits(sts[i], o.t, o.cost))
+		out[i] = o.rule.decision(sts[i], o.t, o.cost, !zero && o.rule.fits(sts[i], o.t, o.cost))
 		vs[i].told(m.name, &out[i])
 	}
 	return out, true

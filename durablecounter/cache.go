@@ -7,7 +7,7 @@ import (
 )
 
 // stateCache is a bounded, sharded map from items to states with an
-// expiry, for the deny cache of a Counter and the views of the remote store.
+// expiry, for the deny cache of a Counter and the views of the DynamoDB store.
 // It holds hints, never truth: a lost or evicted entry costs a store call,
 // nothing else.
 //

@@ -23,10 +23,10 @@ func (c *Counter) cached(o *op) (d edgelimit.Decision, denied, held, expired boo
 	if !ok {
 		return edgelimit.Decision{}, false, false, expired
 	}
-	if o.alg.fits(st, o.t, o.cost) {
+	if o.rule.fits(st, o.t, o.cost) {
 		return edgelimit.Decision{}, false, true, false
 	}
-	return o.alg.decision(st, o.t, o.cost, false), true, true, false
+	return o.rule.decision(st, o.t, o.cost, false), true, true, false
 }
 
 // denyGen returns the deny cache's generation of o's item, to take before
@@ -49,10 +49,10 @@ func (c *Counter) remember(o *op, r *result, until int64, gen uint64) {
 	if c.deny == nil || !r.known {
 		return
 	}
-	st := o.alg.compact(r.st, o.t)
+	st := o.rule.compact(r.st, o.t)
 	switch {
-	case !o.alg.fits(st, o.t, 1):
-		until = o.t + int64(o.alg.decision(st, o.t, 1, false).RetryAfter)
+	case !o.rule.fits(st, o.t, 1):
+		until = o.t + int64(o.rule.decision(st, o.t, 1, false).RetryAfter)
 	case !r.ok:
 		until = o.t + int64(r.d.RetryAfter)
 	}
@@ -206,7 +206,7 @@ func (c *Counter) wholePolicy(ctx context.Context, v *variant, key string, shard
 	}
 	for k := range ops {
 		o := &ops[k]
-		od := o.alg.decision(sts[k], t, 1, true)
+		od := o.rule.decision(sts[k], t, 1, true)
 		d.Remaining += od.Remaining
 		d.Reset = min(d.Reset, od.Reset)
 		c.remember(o, &result{ok: true, known: true, st: sts[k]}, 0, gens[k])
@@ -245,8 +245,8 @@ func (c *Counter) Refund(ctx context.Context, req edgelimit.Request, d edgelimit
 		if v.lim.Limit == 0 {
 			return nil
 		}
-		o = op{alg: v.algs[shard], cost: req.Units(), t: max(c.instant(req), rc.At)}
-		o.id = o.alg.itemFor(req.Key, c.shardID(shard), rc.At)
+		alg := v.algs[shard]
+		o = newOp(alg, alg.itemFor(req.Key, c.shardID(shard), rc.At), req.Units(), max(c.instant(req), rc.At))
 	}
 	_, err := c.store.refund(ctx, o, rc)
 	// Whether or not it gave anything back (or landed: a failed call may

@@ -62,14 +62,17 @@
 // Store can be decided together, all or nothing (Counter.AllowBatch); the
 // engine does that for the durable policies of a route.
 //
-// This package links no AWS SDK: the algorithms describe their DynamoDB
-// conditional updates as expression strings, attribute names and numbers,
-// and read items back through an accessor; the DynamoDB protocol (one
-// write, retries on an out-of-date view, transactions, the sequential
-// fallback, views, refunds, peeks) is here too, in those terms. Only
-// dynamostore converts them to the SDK's types and sends them, so a program
-// that keeps its counts in memory (or uses only middleware, pow or
-// signedwindow) does not link the SDK.
+// Each algorithm is a rule, pure arithmetic on an item's state at an
+// instant, which decides on both stores and in the caches, and an
+// encoding, how the DynamoDB store keeps that state in an item and makes
+// one conditional write enforce the rule. This package links no AWS SDK:
+// the encodings describe their conditional updates as expression strings,
+// attribute names and numbers, and read items back through an accessor;
+// the DynamoDB protocol (one write, retries on an out-of-date view,
+// transactions, the sequential fallback, views, refunds, peeks) is here
+// too, in those terms. Only dynamostore converts them to the SDK's types
+// and sends them, so a program that keeps its counts in memory (or uses
+// only middleware, pow or signedwindow) does not link the SDK.
 //
 // # Data model and the one write
 //

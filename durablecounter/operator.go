@@ -50,14 +50,17 @@ func (c *Counter) Reset(ctx context.Context, req edgelimit.Request) error {
 		}
 	}
 	c.variants.mu.RUnlock()
+	// The key's item at t, and at t one window earlier: for a fixed
+	// window the previous window's item too (for a clock a little behind);
+	// the others have one item per key.
 	var ops []op
 	seen := map[itemID]bool{}
 	for _, v := range vs {
 		for i, alg := range v.algs {
-			for _, id := range alg.resetItems(req.Key, c.shardID(i), t) {
-				if !seen[id] {
+			for _, at := range [...]int64{t, t - int64(v.lim.Window)} {
+				if id := alg.itemFor(req.Key, c.shardID(i), at); !seen[id] {
 					seen[id] = true
-					ops = append(ops, op{alg: alg, id: id, cost: 1, t: t})
+					ops = append(ops, newOp(alg, id, 1, t))
 				}
 			}
 		}

@@ -56,12 +56,12 @@ func (c *Counter) peek(ctx context.Context, v *variant, req edgelimit.Request, t
 					return edgelimit.Decision{}, err
 				}
 				c.peeked(&o, st, pgen)
-				fits := o.alg.fits(st, t, cost)
-				d = o.alg.decision(st, t, cost, fits)
+				fits := o.rule.fits(st, t, cost)
+				d = o.rule.decision(st, t, cost, fits)
 				c.remember(&o, &result{ok: fits, known: true, st: st, d: d}, 0, dgen)
 				return d, nil
 			}
-			d = o.alg.decision(st, t, cost, o.alg.fits(st, t, cost))
+			d = o.rule.decision(st, t, cost, o.rule.fits(st, t, cost))
 		}
 		return d, nil
 	}
@@ -85,12 +85,12 @@ func (c *Counter) peek(ctx context.Context, v *variant, req edgelimit.Request, t
 		}
 		for i := range ops {
 			o := &ops[i]
-			fits := o.alg.fits(sts[i], t, cost)
-			ds[i] = o.alg.decision(sts[i], t, cost, fits)
+			fits := o.rule.fits(sts[i], t, cost)
+			ds[i] = o.rule.decision(sts[i], t, cost, fits)
 			c.remember(o, &result{ok: fits, known: true, st: sts[i], d: ds[i]}, 0, gens[i])
 			if fits {
 				// What the shard has left, for the policy's sum.
-				ds[i] = o.alg.decision(sts[i], t, cost, true)
+				ds[i] = o.rule.decision(sts[i], t, cost, true)
 			}
 		}
 	}
@@ -123,7 +123,7 @@ func (c *Counter) peekGen(o *op) uint64 {
 // read).
 func (c *Counter) peeked(o *op, st state, gen uint64) {
 	if c.peeks != nil {
-		c.peeks.putSince(o.id, o.alg.compact(st, o.t), o.t, o.t+int64(PeekFreshness), gen)
+		c.peeks.putSince(o.id, o.rule.compact(st, o.t), o.t, o.t+int64(PeekFreshness), gen)
 	}
 }
 
