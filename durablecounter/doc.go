@@ -297,7 +297,8 @@
 //
 //   - fixed-window: each instance counts in the window of its own clock;
 //     each window's item holds at most the limit, whoever wrote it. Around a
-//     boundary a lagging instance adds to the window the others left.
+//     boundary a lagging instance adds to the window the others left (see
+//     below for what that lets pass at once).
 //   - sliding-window: the item records its newest window and the instant
 //     of its latest writer, and no instance writes an older window: a
 //     lagging instance is decided at that instant.
@@ -312,9 +313,20 @@
 //     the tolerance ahead of the latest clock.
 //
 // Measured in real time, instances s apart count time from different
-// origins: up to (s / window) * limit units more may pass in a real-time
-// window (gcra: s / T), never more per the stored state. The table's TTL
-// tolerates skew up to ExpiryMargin.
+// origins: for the sliding window, the sliding log and gcra, up to
+// (s / window) * limit units more may pass in a real-time window (gcra:
+// s / T), never more per the stored state. The fixed window's bound is its
+// boundary effect, which skew makes reachable at once: for the s after each
+// window boundary of the leading clock, an instance s behind still counts
+// in the previous window, a separate item, so concurrent requests then may
+// pass up to the limit in each of the two windows, twice the limit at once
+// and in a window of any instance's clock (TestClockSkewBurst: clocks 2 s
+// apart, 12 per 4 s, 32 requests at once 300 ms into a window: at most 24
+// admitted, and at most 18 for the others; on one clock exactly 12). A
+// lagging writer cannot adopt the leader's window within its one write: it
+// never sees that window's item. Where clocks may differ by a noticeable
+// part of the window, use the sliding window. The table's TTL tolerates
+// skew up to ExpiryMargin.
 //
 // # Expiry
 //

@@ -21,6 +21,19 @@ import (
 // A client can spend its whole limit at the end of one window and again at
 // the start of the next: up to twice the limit within a short time around a
 // boundary. That is the algorithm, not a bug; sliding-window avoids it.
+//
+// Under clock skew the boundary is where the instances' clocks disagree:
+// for the s after each window boundary of the leading clock, an instance s
+// behind still counts in the previous window, whose item the others have
+// left, so a burst of concurrent requests then passes up to the limit in
+// each of the two windows: twice the limit at once, where one clock admits
+// the limit (TestClockSkewBurst). So in a window of any instance's clock up
+// to twice the limit can pass, not the limit plus (s / window) * limit of
+// the other algorithms, which decide at the latest writer's instant that
+// their one item records. The lagging instance cannot adopt the leader's
+// window within its one write: that window is another item, which its
+// write never sees. Each window's item still holds at most the limit,
+// whoever wrote it (TestClockSkew).
 type fixedWindow struct {
 	prefix string
 	limit  int64
