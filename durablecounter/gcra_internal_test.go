@@ -39,6 +39,7 @@ func TestGCRARule(t *testing.T) {
 // never before the one the admissions that stand give when replayed alone.
 // A refund right after its admission gives back the whole cost.
 func TestGCRARefundNeverOverGives(t *testing.T) {
+	t.Parallel()
 	T := int64(time.Second)
 	for seed := range uint64(3000) {
 		rng := rand.New(rand.NewPCG(seed, 7))
