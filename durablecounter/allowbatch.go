@@ -95,6 +95,10 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 		if out, ok := fromCaches(members, vs, ops, pooled); ok {
 			return out, nil
 		}
+		gens := make([]uint64, n)
+		for i, m := range members {
+			gens[i] = m.denyGen(&ops[i])
+		}
 		committed, err := c.store.applyAll(ctx, ops, res)
 		if err != nil {
 			return nil, err
@@ -128,7 +132,7 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 				switch {
 				case m.deny == nil:
 				case res[i].d.Remaining == 0:
-					m.remember(&ops[i], &res[i], 0)
+					m.remember(&ops[i], &res[i], 0, gens[i])
 				default:
 					m.deny.del(ops[i].id)
 				}
@@ -143,7 +147,7 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 			return nil, fmt.Errorf("durablecounter: batch of %d was not committed, yet no member was denied", n)
 		}
 		for i, m := range members {
-			m.remember(&ops[i], &res[i], until)
+			m.remember(&ops[i], &res[i], until, gens[i])
 		}
 		// Try again if every denied member has somewhere else to go: a
 		// shard it has not tried, or its grant.
@@ -207,7 +211,7 @@ func fromCaches(members []*Counter, vs []*variant, ops []op, pooled []bool) ([]e
 			return nil, false
 		}
 		sts[i] = st
-		if !o.alg.fits(st, o.t, o.cost) {
+		if !o.rule.fits(st, o.t, o.cost) {
 			if !pooled[i] && !m.grantsKnownAbsent(o.t) {
 				return nil, false
 			}
@@ -221,7 +225,7 @@ func fromCaches(members []*Counter, vs []*variant, ops []op, pooled []bool) ([]e
 	for i, m := range members {
 		o := &ops[i]
 		zero := vs[i].lim.Limit == 0 && !pooled[i]
-		out[i] = o.alg.decision(sts[i], o.t, o.cost, !zero && o.alg.fits(sts[i], o.t, o.cost))
+		out[i] = o.rule.decision(sts[i], o.t, o.cost, !zero && o.rule.fits(sts[i], o.t, o.cost))
 		vs[i].told(m.name, &out[i])
 	}
 	return out, true

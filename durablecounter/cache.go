@@ -4,21 +4,37 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // stateCache is a bounded, sharded map from items to states with an
-// expiry, for the deny cache of a Counter and the views of the remote store.
+// expiry, for the deny cache of a Counter and the views of the DynamoDB store.
 // It holds hints, never truth: a lost or evicted entry costs a store call,
 // nothing else.
+//
+// A state read from the store may be out of date by the time it is put:
+// this instance may have refunded, reset or spent on the item while the
+// read was on its way. Such a put must not outlive the change, so a write
+// that makes entries of an item wrong invalidates it once it has landed
+// (invalidate), and a caller that reads the store to fill the cache takes
+// the item's generation before the read (since) and puts with it
+// (putSince): a put whose item was invalidated in between is dropped.
 type stateCache struct {
 	seed   maphash.Seed
 	shards [cacheShards]cacheShard
 	// perShard bounds each shard's weight (entries, plus one per sliding
 	// log bucket they hold).
 	perShard int
+	// gens counts the invalidations of the items hashing to each stripe
+	// (by key: items of one key share one). A stripe shared by two keys
+	// only drops a put now and then; it never keeps a stale one.
+	gens [genStripes]atomic.Uint64
 }
 
-const cacheShards = 16
+const (
+	cacheShards = 16
+	genStripes  = 1024
+)
 
 type cacheShard struct {
 	mu     sync.Mutex
@@ -50,6 +66,30 @@ func weightOf(s *state) int {
 
 func (c *stateCache) shard(id *itemID) *cacheShard {
 	return &c.shards[maphash.String(c.seed, id.key)%cacheShards]
+}
+
+func (c *stateCache) gen(id *itemID) *atomic.Uint64 {
+	return &c.gens[maphash.String(c.seed, id.key)/cacheShards%genStripes]
+}
+
+// since returns id's generation, to take before a store call whose answer
+// will be put with putSince.
+func (c *stateCache) since(id itemID) uint64 { return c.gen(&id).Load() }
+
+// putSince is put, unless id was invalidated after since returned gen: the
+// state was read before a change this instance made, and would hide it.
+func (c *stateCache) putSince(id itemID, st state, now, until int64, gen uint64) {
+	c.put1(id, st, now, until, c.gen(&id), gen)
+}
+
+// invalidate drops id's entry and any put of a state read before now: to
+// call once a write that changes the item in a way its entries must show
+// has landed. (The generation moves before the entry is dropped under
+// the shard's lock, and putSince checks it under that lock: a put either
+// sees the new generation or is dropped after it.)
+func (c *stateCache) invalidate(id itemID) {
+	c.gen(&id).Add(1)
+	c.del(id)
 }
 
 // get returns the entry of id if it is still useful at now.
@@ -90,6 +130,11 @@ func (c *stateCache) lookup(id itemID, now int64) (st state, ok, expired bool) {
 // put stores st for id until until, making room by dropping entries that
 // are no longer useful and, if that is not enough, arbitrary ones.
 func (c *stateCache) put(id itemID, st state, now, until int64) {
+	c.put1(id, st, now, until, nil, 0)
+}
+
+// put1 is put, and with gen set, putSince.
+func (c *stateCache) put1(id itemID, st state, now, until int64, gen *atomic.Uint64, since uint64) {
 	if until <= now {
 		return
 	}
@@ -100,6 +145,9 @@ func (c *stateCache) put(id itemID, st state, now, until int64) {
 	sh := c.shard(&id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if gen != nil && gen.Load() != since {
+		return // invalidated since the state was read
+	}
 	if old, ok := sh.m[id]; ok {
 		sh.weight -= weightOf(&old.st)
 		delete(sh.m, id)

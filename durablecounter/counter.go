@@ -2,7 +2,6 @@ package durablecounter
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,10 +72,6 @@ const MaxShards = 1000
 // DefaultDenyCacheMaxAge is Config.DenyCacheMaxAge's default.
 const DefaultDenyCacheMaxAge = time.Second
 
-// maxVariants bounds the limits (tiers, overrides) a Counter keeps the
-// algorithms of; beyond it, a request's algorithms are built for it alone.
-const maxVariants = 1024
-
 // Counter is an exact rate limiter for one policy: however many instances
 // and goroutines ask at once, it admits at most what its algorithm allows
 // and denies nothing that fits. Every decision is one conditional write to
@@ -121,22 +116,6 @@ type Counter struct {
 	cfg Config
 }
 
-// variant is a Counter's algorithms for one set of limits in force.
-type variant struct {
-	// lim is the whole policy's limit, window and burst (gcra), before the
-	// shards' shares.
-	lim policy.Limits
-	// qLimit and qWindow are what decisions tell the client (Limit and
-	// Window): the limit and window, or for gcra with a burst other than
-	// the limit, the burst over the time the bucket takes to fill.
-	qLimit  int64
-	qWindow time.Duration
-	// algs has one algorithm per shard, each with its share of the limit.
-	algs []algorithm
-	// err: these limits cannot be enforced (a cached refusal).
-	err error
-}
-
 var (
 	_ edgelimit.Limiter      = (*Counter)(nil)
 	_ edgelimit.BatchLimiter = (*Counter)(nil)
@@ -149,36 +128,7 @@ var (
 	_ edgelimit.Granter      = (*Counter)(nil)
 )
 
-// algorithms maps a policy's algorithm to its constructor.
-var algorithms = map[Algorithm]func(p params) algorithm{
-	FixedWindow:   newFixedWindow,
-	SlidingWindow: newSlidingWindow,
-	SlidingLog:    newSlidingLog,
-	GCRA:          newGCRA,
-}
-
-// params are the policy fields an algorithm uses, for one shard.
-type params struct {
-	name   string
-	limit  int64
-	window time.Duration
-	burst  int64
-	// tag names a window other than the policy's in the items of the
-	// algorithms whose state is per window ("" for the policy's own), so
-	// that counts of different windows never share an item.
-	tag string
-}
-
 var defaultStore = sync.OnceValue(func() *Memory { return NewMemory(MemoryConfig{}) })
-
-// share returns shard i's part of total split over n shards.
-func share(total int64, n, i int) int64 {
-	s := total / int64(n)
-	if int64(i) < total%int64(n) {
-		s++
-	}
-	return s
-}
 
 // New validates cfg and returns a Counter.
 func New(cfg Config) (*Counter, error) {
@@ -257,118 +207,6 @@ func New(cfg Config) (*Counter, error) {
 	return c, nil
 }
 
-// build returns the algorithms of the whole policy's limits l (which New
-// or effective completed), or the reason they cannot be enforced.
-func (c *Counter) build(l policy.Limits) (*variant, error) {
-	name := c.name
-	switch {
-	case l.Limit < 0 || l.Burst < 0:
-		return nil, fmt.Errorf("%w: policy %q: limit %d and burst %d must not be negative", ErrLimits, name, l.Limit, l.Burst)
-	case l.Window < time.Millisecond || l.Window%time.Millisecond != 0:
-		return nil, fmt.Errorf("%w: policy %q: window %s must be a whole number of milliseconds, at least 1ms", ErrLimits, name, l.Window)
-	}
-	v := &variant{lim: l, qLimit: l.Limit, qWindow: l.Window}
-	if c.alg == GCRA && l.Limit > 0 && l.Burst != l.Limit {
-		// As the engine's RateLimit-Policy has always announced a bucket:
-		// 10/s with burst 20 is q=20, w=2s, so Remaining never exceeds q.
-		v.qLimit = l.Burst
-		v.qWindow = time.Duration(float64(l.Window) * float64(l.Burst) / float64(l.Limit))
-	}
-	tag := ""
-	if c.base != nil && l.Window != c.base.lim.Window {
-		tag = "/" + strconv.FormatInt(l.Window.Milliseconds(), 10)
-	}
-	newAlg := algorithms[c.alg]
-	for i := range c.shards {
-		sp := params{name: name, limit: share(l.Limit, c.shards, i), window: l.Window, burst: share(l.Burst, c.shards, i), tag: tag}
-		switch c.alg {
-		case SlidingLog:
-			if sp.limit > MaxSlidingLogLimit {
-				return nil, fmt.Errorf("%w: policy %q: sliding-log keeps one attribute per admitted millisecond in one item, so its limit is at most %d per shard; use shards: %d or more, or sliding-window",
-					limitsErr(c.base), name, MaxSlidingLogLimit, (l.Limit+MaxSlidingLogLimit-1)/MaxSlidingLogLimit)
-			}
-		case GCRA:
-			if sp.limit > 0 {
-				T := (int64(l.Window) + sp.limit - 1) / sp.limit
-				if sp.burst > maxTolerance/T {
-					return nil, fmt.Errorf("%w: policy %q: burst %d at %d per %s is a tolerance of more than 36 years", limitsErr(c.base), name, l.Burst, l.Limit, l.Window)
-				}
-			}
-		}
-		v.algs = append(v.algs, newAlg(sp))
-	}
-	return v, nil
-}
-
-// limitsErr is the sentinel of a refusal by build: ErrConfig for the
-// policy's own limits (New), ErrLimits for a request's.
-func limitsErr(base *variant) error {
-	if base == nil {
-		return ErrConfig
-	}
-	return ErrLimits
-}
-
-// effective completes a request's limits with the policy's: a zero field
-// keeps the policy's, and gcra's burst follows the limit in force when the
-// policy's burst is its limit (the default). The other algorithms have no
-// burst.
-func (c *Counter) effective(l policy.Limits) policy.Limits {
-	b := c.base.lim
-	out := policy.Limits{Limit: l.Limit, Window: l.Window, Burst: l.Burst}
-	if out.Limit == 0 {
-		out.Limit = b.Limit
-	}
-	if out.Window == 0 {
-		out.Window = b.Window
-	}
-	switch {
-	case c.alg != GCRA:
-		out.Burst = out.Limit
-	case out.Burst != 0:
-	case c.burstFollows:
-		out.Burst = out.Limit
-	default:
-		out.Burst = b.Burst
-	}
-	return out
-}
-
-// variantFor returns the algorithms of the limits in force for req: the
-// policy's, unless req.Limits (a tier, an override) changes them. A policy
-// that no request changes pays one comparison for it.
-func (c *Counter) variantFor(req edgelimit.Request) (*variant, error) {
-	if req.Limits.IsZero() {
-		return c.base, nil
-	}
-	return c.variantOf(c.effective(req.Limits))
-}
-
-func (c *Counter) variantOf(l policy.Limits) (*variant, error) {
-	if l == c.base.lim {
-		return c.base, nil
-	}
-	c.variants.mu.RLock()
-	v, ok := c.variants.m[l]
-	c.variants.mu.RUnlock()
-	if !ok {
-		var err error
-		if v, err = c.build(l); err != nil {
-			v = &variant{lim: l, err: err}
-		}
-		c.variants.mu.Lock()
-		if len(c.variants.m) < maxVariants {
-			if old, ok := c.variants.m[l]; ok {
-				v = old
-			} else {
-				c.variants.m[l] = v
-			}
-		}
-		c.variants.mu.Unlock()
-	}
-	return v, v.err
-}
-
 // Local returns the Counter's in-process twin: the same policy and clock on
 // a Memory store of its own. The engine uses it for a policy with
 // on_store_error: local while the store fails, so that each instance still
@@ -389,7 +227,7 @@ func (c *Counter) shardID(i int) int32 {
 
 func (c *Counter) op(v *variant, shard int, key string, cost, t int64) op {
 	alg := v.algs[shard]
-	return op{alg: alg, id: alg.itemFor(key, c.shardID(shard), t), cost: cost, t: t}
+	return newOp(alg, alg.itemFor(key, c.shardID(shard), t), cost, t)
 }
 
 // instant returns when req is decided (Unix nanoseconds): by the Counter's
@@ -417,20 +255,6 @@ func (c *Counter) later(req edgelimit.Request, t int64) int64 {
 	}
 	return max(t, time.Now().UnixNano())
 }
-
-// told fills in what every decision tells the client: the policy's name
-// and the quota in force (RateLimit-Policy's q and w), which Remaining
-// never exceeds.
-func (v *variant) told(name string, d *edgelimit.Decision) {
-	d.Policy, d.Limit, d.Window = name, v.qLimit, v.qWindow
-	d.Remaining = min(d.Remaining, max(v.qLimit, 0))
-}
-
-// Quota returns what the Counter's decisions tell the client in
-// RateLimit-Policy for the policy's own limits: the limit and window, or
-// for gcra with a burst other than the limit, the burst over the time the
-// bucket takes to fill. A tier or an override announces its own.
-func (c *Counter) Quota() (limit int64, window time.Duration) { return c.base.qLimit, c.base.qWindow }
 
 // receiptOf returns the receipt of an admission r on shard.
 func receiptOf(r *result, shard int) edgelimit.Receipt {

@@ -23,32 +23,43 @@ func (c *Counter) cached(o *op) (d edgelimit.Decision, denied, held, expired boo
 	if !ok {
 		return edgelimit.Decision{}, false, false, expired
 	}
-	if o.alg.fits(st, o.t, o.cost) {
+	if o.rule.fits(st, o.t, o.cost) {
 		return edgelimit.Decision{}, false, true, false
 	}
-	return o.alg.decision(st, o.t, o.cost, false), true, true, false
+	return o.rule.decision(st, o.t, o.cost, false), true, true, false
+}
+
+// denyGen returns the deny cache's generation of o's item, to take before
+// the store call whose answer remember will put (see stateCache.since).
+func (c *Counter) denyGen(o *op) uint64 {
+	if c.deny == nil {
+		return 0
+	}
+	return c.deny.since(o.id)
 }
 
 // remember puts a state the store returned into the deny cache, a lower
 // bound of the stored state from then on: until a request of one unit
 // would fit it (a denial, or an admission that left nothing), else until
 // the denied request would fit, or (a batch member that fit, companion of
-// a denial) until the batch's denial expires.
-func (c *Counter) remember(o *op, r *result, until int64) {
+// a denial) until the batch's denial expires. gen is denyGen's before the
+// store call: a state read before this instance's refund or reset of the
+// item landed is not a lower bound after it, and is dropped.
+func (c *Counter) remember(o *op, r *result, until int64, gen uint64) {
 	if c.deny == nil || !r.known {
 		return
 	}
-	st := o.alg.compact(r.st, o.t)
+	st := o.rule.compact(r.st, o.t)
 	switch {
-	case !o.alg.fits(st, o.t, 1):
-		until = o.t + int64(o.alg.decision(st, o.t, 1, false).RetryAfter)
+	case !o.rule.fits(st, o.t, 1):
+		until = o.t + int64(o.rule.decision(st, o.t, 1, false).RetryAfter)
 	case !r.ok:
 		until = o.t + int64(r.d.RetryAfter)
 	}
 	// Another instance's reset or grant is not seen here: answer from the
 	// entry at most DenyCacheMaxAge.
 	until = min(until, o.t+c.denyAge)
-	c.deny.put(o.id, st, o.t, until)
+	c.deny.putSince(o.id, st, o.t, until, gen)
 }
 
 // Allow decides req: it spends req.Units() of the key's quota if they fit
@@ -113,6 +124,7 @@ func (c *Counter) decide(ctx context.Context, v *variant, req edgelimit.Request,
 			}
 		}
 	}
+	gen := c.denyGen(&o)
 	r, err := c.store.apply(ctx, o)
 	if err != nil {
 		return edgelimit.Decision{}, err
@@ -124,7 +136,7 @@ func (c *Counter) decide(ctx context.Context, v *variant, req edgelimit.Request,
 	case !r.ok, r.d.Remaining == 0:
 		// A denial, or an admission that left nothing: the next request
 		// of this instance is answered from the cache.
-		c.remember(&o, &r, 0)
+		c.remember(&o, &r, 0, gen)
 	case held, expired:
 		// The entry is out of date now that this instance spent units.
 		c.deny.del(o.id)
@@ -185,16 +197,19 @@ func (c *Counter) wholePolicy(ctx context.Context, v *variant, key string, shard
 			ops = append(ops, c.op(v, i, key, 1, t))
 		}
 	}
-	sts := make([]state, len(ops))
+	sts, gens := make([]state, len(ops)), make([]uint64, len(ops))
+	for k := range ops {
+		gens[k] = c.denyGen(&ops[k])
+	}
 	if err := c.store.read(ctx, ops, sts); err != nil {
 		return
 	}
 	for k := range ops {
 		o := &ops[k]
-		od := o.alg.decision(sts[k], t, 1, true)
+		od := o.rule.decision(sts[k], t, 1, true)
 		d.Remaining += od.Remaining
 		d.Reset = min(d.Reset, od.Reset)
-		c.remember(o, &result{ok: true, known: true, st: sts[k]}, 0)
+		c.remember(o, &result{ok: true, known: true, st: sts[k]}, 0, gens[k])
 	}
 }
 
@@ -230,13 +245,24 @@ func (c *Counter) Refund(ctx context.Context, req edgelimit.Request, d edgelimit
 		if v.lim.Limit == 0 {
 			return nil
 		}
-		o = op{alg: v.algs[shard], cost: req.Units(), t: max(c.instant(req), rc.At)}
-		o.id = o.alg.itemFor(req.Key, c.shardID(shard), rc.At)
+		alg := v.algs[shard]
+		o = newOp(alg, alg.itemFor(req.Key, c.shardID(shard), rc.At), req.Units(), max(c.instant(req), rc.At))
 	}
-	if c.deny != nil {
-		c.deny.del(o.id)
-	}
-	c.unpeek(o.id)
 	_, err := c.store.refund(ctx, o, rc)
+	// Whether or not it gave anything back (or landed: a failed call may
+	// have), what this instance holds of the item from before it is out of
+	// date: a cached denial may now fit.
+	c.invalidate(o.id)
 	return err
+}
+
+// invalidate drops what this instance's caches hold of an item, and any
+// put of a state read before now, once a write that changes the item
+// (this instance's refund, reset, grant) has landed: a cached denial or
+// peek from before it must not answer after it.
+func (c *Counter) invalidate(id itemID) {
+	if c.deny != nil {
+		c.deny.invalidate(id)
+	}
+	c.unpeek(id)
 }

@@ -62,14 +62,17 @@
 // Store can be decided together, all or nothing (Counter.AllowBatch); the
 // engine does that for the durable policies of a route.
 //
-// This package links no AWS SDK: the algorithms describe their DynamoDB
-// conditional updates as expression strings, attribute names and numbers,
-// and read items back through an accessor; the DynamoDB protocol (one
-// write, retries on an out-of-date view, transactions, the sequential
-// fallback, views, refunds, peeks) is here too, in those terms. Only
-// dynamostore converts them to the SDK's types and sends them, so a program
-// that keeps its counts in memory (or uses only middleware, pow or
-// signedwindow) does not link the SDK.
+// Each algorithm is a rule, pure arithmetic on an item's state at an
+// instant, which decides on both stores and in the caches, and an
+// encoding, how the DynamoDB store keeps that state in an item and makes
+// one conditional write enforce the rule. This package links no AWS SDK:
+// the encodings describe their conditional updates as expression strings,
+// attribute names and numbers, and read items back through an accessor;
+// the DynamoDB protocol (one write, retries on an out-of-date view,
+// transactions, the sequential fallback, views, refunds, peeks) is here
+// too, in those terms. Only dynamostore converts them to the SDK's types
+// and sends them, so a program that keeps its counts in memory (or uses
+// only middleware, pow or signedwindow) does not link the SDK.
 //
 // # Data model and the one write
 //
@@ -243,7 +246,12 @@
 // prove that something fits, so a peek that finds room answers from the read
 // it made for PeekFreshness (1 s) and then reads again: a flood that another
 // policy denies costs at most one read per key per second per instance, and
-// the room a 429 shows may be up to a second old (TestDynamoCallsPerPeek).
+// the room a 429 shows may miss up to a second of other instances' spending
+// (TestDynamoCallsPerPeek). This instance's own spending, refunds and resets
+// always show, in peeks and in the deny cache: a read that one of them
+// overtook (it landed after the read, before its answer was remembered) is
+// not remembered (TestPeekShowsAnAdmissionDuringItsRead,
+// TestDenialShowsARefundDuringItsCall).
 //
 // # Hot keys: shards
 //
@@ -289,7 +297,8 @@
 //
 //   - fixed-window: each instance counts in the window of its own clock;
 //     each window's item holds at most the limit, whoever wrote it. Around a
-//     boundary a lagging instance adds to the window the others left.
+//     boundary a lagging instance adds to the window the others left (see
+//     below for what that lets pass at once).
 //   - sliding-window: the item records its newest window and the instant
 //     of its latest writer, and no instance writes an older window: a
 //     lagging instance is decided at that instant.
@@ -304,9 +313,20 @@
 //     the tolerance ahead of the latest clock.
 //
 // Measured in real time, instances s apart count time from different
-// origins: up to (s / window) * limit units more may pass in a real-time
-// window (gcra: s / T), never more per the stored state. The table's TTL
-// tolerates skew up to ExpiryMargin.
+// origins: for the sliding window, the sliding log and gcra, up to
+// (s / window) * limit units more may pass in a real-time window (gcra:
+// s / T), never more per the stored state. The fixed window's bound is its
+// boundary effect, which skew makes reachable at once: for the s after each
+// window boundary of the leading clock, an instance s behind still counts
+// in the previous window, a separate item, so concurrent requests then may
+// pass up to the limit in each of the two windows, twice the limit at once
+// and in a window of any instance's clock (TestClockSkewBurst: clocks 2 s
+// apart, 12 per 4 s, 32 requests at once 300 ms into a window: at most 24
+// admitted, and at most 18 for the others; on one clock exactly 12). A
+// lagging writer cannot adopt the leader's window within its one write: it
+// never sees that window's item. Where clocks may differ by a noticeable
+// part of the window, use the sliding window. The table's TTL tolerates
+// skew up to ExpiryMargin.
 //
 // # Expiry
 //

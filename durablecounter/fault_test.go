@@ -307,6 +307,7 @@ func hungServer(t *testing.T) string {
 // engine's budget (the error is the context's deadline), fail-open routes
 // answer allowed and degraded, fail-closed ones 503.
 func TestFaultHungServer(t *testing.T) {
+	t.Parallel()
 	client, err := ddb.NewClient(context.Background(), ddb.ClientOptions{Endpoint: hungServer(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -343,6 +344,7 @@ func TestFaultHungServer(t *testing.T) {
 // up after its attempts, no retries of ours; the error is classified
 // durablecounter.ErrThrottled; fail-open answers allowed, fail-closed 503.
 func TestFaultThrottled(t *testing.T) {
+	t.Parallel()
 	var requests atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)

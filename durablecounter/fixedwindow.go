@@ -3,24 +3,37 @@ package durablecounter
 import (
 	"time"
 
-	"github.com/edgelimit/edgelimit/durablecounter/internal/wire"
-
 	"github.com/edgelimit/edgelimit"
 )
 
 // fixedWindow counts cost units per key in windows of a fixed length
-// aligned to the Unix epoch: [k*window, (k+1)*window). Each window has its
-// own item, fw#<policy>#<keyhash>#<window start>, so a new window starts
-// from zero without any reset write, and an item is only ever written
-// during its own window. A window other than the policy's (a tier's, an
-// override's) counts in items of its own, fw#<policy>/<window ms>#...: a
-// count means nothing under another window. The item also holds g, its
-// incarnation, so that a refund after a reset gives nothing back to the
-// count that started afresh.
+// aligned to the Unix epoch: [k*window, (k+1)*window). A request of cost c
+// at t fits if
+//
+//	count(window of t) + c <= limit
+//
+// Each window is an item of its own (itemFor depends on t), so a new window
+// starts from zero, and the state is the window's count (n) and the item's
+// incarnation (w), which keeps a refund after a reset from giving anything
+// back to the count that started afresh. Its item and conditional update
+// are in fixedwindow_item.go.
 //
 // A client can spend its whole limit at the end of one window and again at
 // the start of the next: up to twice the limit within a short time around a
 // boundary. That is the algorithm, not a bug; sliding-window avoids it.
+//
+// Under clock skew the boundary is where the instances' clocks disagree:
+// for the s after each window boundary of the leading clock, an instance s
+// behind still counts in the previous window, whose item the others have
+// left, so a burst of concurrent requests then passes up to the limit in
+// each of the two windows: twice the limit at once, where one clock admits
+// the limit (TestClockSkewBurst). So in a window of any instance's clock up
+// to twice the limit can pass, not the limit plus (s / window) * limit of
+// the other algorithms, which decide at the latest writer's instant that
+// their one item records. The lagging instance cannot adopt the leader's
+// window within its one write: that window is another item, which its
+// write never sees. Each window's item still holds at most the limit,
+// whoever wrote it (TestClockSkew).
 type fixedWindow struct {
 	prefix string
 	limit  int64
@@ -46,7 +59,11 @@ func (f *fixedWindow) itemFor(key string, shard int32, t int64) itemID {
 	return itemID{prefix: f.prefix, key: key, slot: f.start(t) / f.slotUnit, shard: shard}
 }
 
-func (f *fixedWindow) capacity() int64 { return f.limit }
+func (f *fixedWindow) windowEnd(t int64) int64 { return f.start(t) + f.window }
+
+// instant is t: each instance counts in the window of its own clock (see
+// the type's documentation).
+func (f *fixedWindow) instant(_ state, t int64) int64 { return t }
 
 func (f *fixedWindow) fits(s state, _, cost int64) bool {
 	return cost <= f.limit && s.n <= f.limit-cost
@@ -60,8 +77,7 @@ func (f *fixedWindow) commit(s state, _, cost int64) state {
 	return s
 }
 
-func (f *fixedWindow) instant(_ state, t int64) int64 { return t }
-
+// receipt names the item's incarnation; At names the window.
 func (f *fixedWindow) receipt(s state, te, _ int64) edgelimit.Receipt {
 	rc := edgelimit.Receipt{At: te}
 	putInt64(rc.ID[:8], s.w)
@@ -99,117 +115,6 @@ func (f *fixedWindow) decision(s state, t, cost int64, allowed bool) edgelimit.D
 	return d
 }
 
-func (f *fixedWindow) unknown(t, _ int64, allowed bool) edgelimit.Decision {
-	// Remaining 0: an allowed batch whose counts could not be read reports
-	// none, conservatively; so does a denial whose count is unknown.
-	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration(f.start(t) + f.window - t)}
-	if !allowed {
-		d.RetryAfter = d.Reset
-	}
-	return d
-}
-
 func (f *fixedWindow) expiry(_ state, t int64) int64 { return f.start(t) + f.window }
 
 func (f *fixedWindow) compact(s state, _ int64) state { return state{exists: s.exists, n: s.n, w: s.w} }
-
-// Attribute names and expressions of the fixed window's one write.
-const (
-	attrCount = "n"
-	// exprAdd spends :d and keeps the item until :e; a new item gets its
-	// incarnation.
-	exprAdd = "ADD n :d SET expires_at = :e, #g = if_not_exists(#g, :g)"
-	// condFits admits while the count leaves room for :d (:m = limit - d).
-	condFits = "attribute_not_exists(n) OR n <= :m"
-	// condNever is used when :d exceeds the limit (:m < 0): it fails whether
-	// or not the item exists, so the reply still carries the count.
-	condNever = "n <= :m"
-	// exprRefund gives back :d (as :r = -d) only if that leaves n >= 0.
-	exprRefund = "ADD n :r"
-	condRefund = "n >= :d"
-)
-
-func (f *fixedWindow) update(_ state, t, cost int64, margin time.Duration, u *condUpdate) {
-	u.Expr = exprAdd
-	u.Cond = condFits
-	if cost > f.limit {
-		u.Cond = condNever
-	}
-	u.Value(":d", cost)
-	u.Value(":m", f.limit-cost)
-	u.Value(":e", expSec(f.start(t)+f.window+int64(margin)))
-	u.Name("#g", "g")
-	u.Value(":g", newIncarnation())
-	u.Return = wire.ReturnAllNew // n after the write (Remaining = limit - n), and g
-	u.at, u.rc = t, f.receipt(state{}, t, cost)
-}
-
-// charge spends without a condition: ADD commutes with every other write.
-func (f *fixedWindow) charge(_ state, t, cost int64, margin time.Duration, u *condUpdate) {
-	u.Expr = exprAdd
-	u.Value(":d", cost)
-	u.Value(":e", expSec(f.start(t)+f.window+int64(margin)))
-	u.Name("#g", "g")
-	u.Value(":g", newIncarnation())
-	u.Return = wire.ReturnAllNew
-	u.at = t
-}
-
-func (f *fixedWindow) windowEnd(t int64) int64 { return f.start(t) + f.window }
-
-func (f *fixedWindow) resetItems(key string, shard int32, t int64) []itemID {
-	return []itemID{f.itemFor(key, shard, t), f.itemFor(key, shard, t-f.window)}
-}
-
-func (f *fixedWindow) decode(item wire.Item, now int64) (state, error) {
-	if item == nil || item.Len() == 0 {
-		return state{}, nil
-	}
-	if e, ok, _ := attrInt(item, "expires_at"); ok && e <= floorDiv(now, int64(time.Second)) {
-		return state{}, nil // expired: TTL deletion is lazy
-	}
-	n, ok, err := attrInt(item, attrCount)
-	if err != nil || !ok {
-		return state{}, err
-	}
-	g, _, err := attrInt(item, "g")
-	if err != nil {
-		return state{}, err
-	}
-	return state{exists: true, n: n, w: g}, nil
-}
-
-// refundUpdate gives back to the item of rc's window (the caller names it by
-// rc.At), never to a later window: a refund after the window ended has
-// nothing left to do. A failed guard means the item holds less than the
-// cost (it expired): nothing to give back.
-func (f *fixedWindow) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, tr, cost int64, u *condUpdate) bool {
-	if seen != nil || tr >= f.start(rc.At)+f.window {
-		return false
-	}
-	u.Expr = exprRefund
-	u.Cond = condRefund
-	if g := getInt64(rc.ID[:8]); g != 0 {
-		u.Cond += " AND #g = :g"
-		u.Name("#g", "g")
-		u.Value(":g", g)
-	}
-	u.Value(":r", -cost)
-	u.Value(":d", cost)
-	return true
-}
-
-func (f *fixedWindow) blind(_, cost int64) (state, bool) {
-	if cost != 1 {
-		return state{}, false
-	}
-	// With cost 1 a denial means nothing is left: the count is at least
-	// the limit.
-	return state{exists: true, n: f.limit}, true
-}
-
-func (f *fixedWindow) exact() bool { return true }
-
-func (f *fixedWindow) refundRetries() bool { return false }
-
-func (f *fixedWindow) needsView() bool { return false }

@@ -8,6 +8,29 @@ import (
 	"github.com/edgelimit/edgelimit"
 )
 
+// TestGCRARule: 5 per 10 s (T = 2 s), burst 5 (tolerance 10 s): a
+// request of cost c at t fits while max(TAT, t) + c*T - t <= 10 s.
+func TestGCRARule(t *testing.T) {
+	t.Parallel()
+	runSteps(t, ruleOf(GCRA, 5, 5, 10*time.Second), []step{
+		{at: 0, cost: 5, wantAllowed: true, wantRemaining: 0}, // TAT 10 s
+		{at: time.Second, cost: 1, wantAllowed: false, wantRemaining: 0, wantRetry: time.Second},
+		{at: 2 * time.Second, cost: 1, wantAllowed: true, wantRemaining: 0}, // TAT 12 s
+		{at: 6 * time.Second, cost: 1, wantAllowed: true, wantRemaining: 1}, // TAT 14 s
+		{at: 6 * time.Second, cost: 2, wantAllowed: false, wantRemaining: 1, wantRetry: 2 * time.Second},
+		{at: 8 * time.Second, cost: 2, wantAllowed: true, wantRemaining: 0},                                // TAT 18 s
+		{at: 30 * time.Second, cost: 3, wantAllowed: true, wantRemaining: 2},                               // idle: full, TAT 36 s
+		{at: 30 * time.Second, cost: 6, wantAllowed: false, wantRemaining: 2, wantRetry: 10 * time.Second}, // above the burst
+	})
+	// A burst other than the limit: 5 per 10 s with burst 2.
+	runSteps(t, ruleOf(GCRA, 5, 2, 10*time.Second), []step{
+		{at: 0, cost: 2, wantAllowed: true, wantRemaining: 0},
+		{at: time.Second, cost: 1, wantAllowed: false, wantRemaining: 0, wantRetry: time.Second},
+		{at: 2 * time.Second, cost: 1, wantAllowed: true, wantRemaining: 0},
+		{at: 10 * time.Second, cost: 2, wantAllowed: true, wantRemaining: 0},
+	})
+}
+
 // TestGCRARefundNeverOverGives drives one gcra bucket with random spends
 // and refunds: some right after their admission, as of its instant (the
 // engine's case), the others later, of any earlier admission, in any order,
@@ -16,6 +39,7 @@ import (
 // never before the one the admissions that stand give when replayed alone.
 // A refund right after its admission gives back the whole cost.
 func TestGCRARefundNeverOverGives(t *testing.T) {
+	t.Parallel()
 	T := int64(time.Second)
 	for seed := range uint64(3000) {
 		rng := rand.New(rand.NewPCG(seed, 7))

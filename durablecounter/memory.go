@@ -145,8 +145,8 @@ func (s *Memory) apply(_ context.Context, o op) (result, error) {
 	if found && e.expires > o.t {
 		st = e.st // else absent or expired
 	}
-	if !o.alg.fits(st, o.t, o.cost) {
-		return result{known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, false)}, nil
+	if !o.rule.fits(st, o.t, o.cost) {
+		return result{known: true, st: o.rule.compact(st, o.t), d: o.rule.decision(st, o.t, o.cost, false)}, nil
 	}
 	if !found {
 		if err := sh.makeRoom(o.t); err != nil {
@@ -160,9 +160,9 @@ func (s *Memory) apply(_ context.Context, o op) (result, error) {
 // commitOp spends o on its item, whose current state st admits it, and
 // reports the admission.
 func (sh *memShard) commitOp(o *op, st state, margin time.Duration) result {
-	te := o.alg.instant(st, o.t)
-	st = o.alg.commit(st, o.t, o.cost)
-	e := memEntry{st: st, expires: o.alg.expiry(st, o.t) + int64(margin)}
+	te := o.rule.instant(st, o.t)
+	st = o.rule.commit(st, o.t, o.cost)
+	e := memEntry{st: st, expires: o.rule.expiry(st, o.t) + int64(margin)}
 	sh.m[o.id] = e
 	sh.nextExpiry = min(sh.nextExpiry, e.expires)
 	return admitted(o, st, te)
@@ -172,9 +172,9 @@ func (sh *memShard) commitOp(o *op, st state, margin time.Duration) result {
 // (owned by the store): the state itself only when nothing is left, for
 // the deny cache.
 func admitted(o *op, st state, te int64) result {
-	r := result{ok: true, known: true, d: o.alg.decision(st, o.t, o.cost, true), rc: o.alg.receipt(st, te, o.cost)}
+	r := result{ok: true, known: true, d: o.rule.decision(st, o.t, o.cost, true), rc: o.rule.receipt(st, te, o.cost)}
 	if r.d.Remaining == 0 {
-		r.st = o.alg.compact(st, o.t)
+		r.st = o.rule.compact(st, o.t)
 	}
 	return r
 }
@@ -200,8 +200,8 @@ func (s *Memory) applyAll(_ context.Context, ops []op, res []result) (bool, erro
 	for i := range ops {
 		o, sh := &ops[i], &s.shards[idx[i]]
 		st := sh.get(o)
-		if !o.alg.fits(st, o.t, o.cost) {
-			res[i] = result{known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, false)}
+		if !o.rule.fits(st, o.t, o.cost) {
+			res[i] = result{known: true, st: o.rule.compact(st, o.t), d: o.rule.decision(st, o.t, o.cost, false)}
 			all = false
 			continue
 		}
@@ -211,7 +211,7 @@ func (s *Memory) applyAll(_ context.Context, ops []op, res []result) (bool, erro
 			}
 		}
 		// Fits: reported without the batch, unless it commits.
-		res[i] = result{ok: true, known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, true)}
+		res[i] = result{ok: true, known: true, st: o.rule.compact(st, o.t), d: o.rule.decision(st, o.t, o.cost, true)}
 	}
 	if !all {
 		return false, nil
@@ -231,7 +231,7 @@ func (s *Memory) refund(_ context.Context, o op, rc edgelimit.Receipt) (bool, er
 	if !found || e.expires <= o.t {
 		return false, nil // the item stopped mattering: what it held came back
 	}
-	st, ok := o.alg.giveBack(e.st, rc, o.t, o.cost)
+	st, ok := o.rule.giveBack(e.st, rc, o.t, o.cost)
 	if ok {
 		e.st = st
 		sh.m[o.id] = e
@@ -248,8 +248,8 @@ func (s *Memory) charge(_ context.Context, o op) (result, error) {
 			return result{}, err
 		}
 	}
-	st := o.alg.commit(sh.get(&o), o.t, o.cost)
-	e := memEntry{st: st, expires: o.alg.expiry(st, o.t) + int64(s.margin)}
+	st := o.rule.commit(sh.get(&o), o.t, o.cost)
+	e := memEntry{st: st, expires: o.rule.expiry(st, o.t) + int64(s.margin)}
 	sh.m[o.id] = e
 	sh.nextExpiry = min(sh.nextExpiry, e.expires)
 	return charged(&o, st), nil
@@ -258,14 +258,14 @@ func (s *Memory) charge(_ context.Context, o op) (result, error) {
 // charged reports the state st after a charge, as a decision for one more
 // unit: allowed while one fits.
 func charged(o *op, st state) result {
-	fits := o.alg.fits(st, o.t, 1)
-	return result{ok: true, known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, 1, fits)}
+	fits := o.rule.fits(st, o.t, 1)
+	return result{ok: true, known: true, st: o.rule.compact(st, o.t), d: o.rule.decision(st, o.t, 1, fits)}
 }
 
 func (s *Memory) grant(_ context.Context, o op, units, end int64) error {
-	g, ok := o.alg.(*grantPool)
+	g, ok := o.rule.(*grantPool)
 	if !ok {
-		return fmt.Errorf("durablecounter: grant on a %T item", o.alg)
+		return fmt.Errorf("durablecounter: grant on a %T item", o.rule)
 	}
 	sh := &s.shards[s.shardIndex(o.id.key)]
 	sh.mu.Lock()

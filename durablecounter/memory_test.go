@@ -17,6 +17,7 @@ import (
 // not leave 60,000 items behind; expired windows are swept as the store
 // grows, so it holds at most about twice the live items.
 func TestMemorySweepBoundsMemory(t *testing.T) {
+	t.Parallel()
 	for _, shards := range []int{1, 64} {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
 			store := durablecounter.NewMemory(durablecounter.MemoryConfig{Shards: shards})

@@ -50,36 +50,29 @@ func (c *Counter) Reset(ctx context.Context, req edgelimit.Request) error {
 		}
 	}
 	c.variants.mu.RUnlock()
+	// The key's item at t, and at t one window earlier: for a fixed
+	// window the previous window's item too (for a clock a little behind);
+	// the others have one item per key.
 	var ops []op
 	seen := map[itemID]bool{}
 	for _, v := range vs {
 		for i, alg := range v.algs {
-			for _, id := range alg.resetItems(req.Key, c.shardID(i), t) {
-				if !seen[id] {
+			for _, at := range [...]int64{t, t - int64(v.lim.Window)} {
+				if id := alg.itemFor(req.Key, c.shardID(i), at); !seen[id] {
 					seen[id] = true
-					ops = append(ops, op{alg: alg, id: id, cost: 1, t: t})
+					ops = append(ops, newOp(alg, id, 1, t))
 				}
 			}
 		}
 	}
-	// Forget first and after: a request of this instance that read the
-	// store before the delete must not leave its old state behind.
-	c.forget(ops)
-	if err := c.store.reset(ctx, ops); err != nil {
-		return err
-	}
-	c.forget(ops)
-	return nil
-}
-
-// forget drops what this instance's caches hold of the items of ops.
-func (c *Counter) forget(ops []op) {
+	err := c.store.reset(ctx, ops)
+	// Once the deletes landed (or some may have), nothing this instance
+	// holds of the items may answer, nor a state a request of this
+	// instance read before them (see invalidate).
 	for i := range ops {
-		if c.deny != nil {
-			c.deny.del(ops[i].id)
-		}
-		c.unpeek(ops[i].id)
+		c.invalidate(ops[i].id)
 	}
+	return err
 }
 
 // Charge spends req's units whether or not they fit: a cost known only
@@ -129,6 +122,7 @@ func (c *Counter) Charge(ctx context.Context, req edgelimit.Request) (edgelimit.
 		shard = rand.IntN(c.shards)
 	}
 	o := c.op(v, shard, req.Key, cost, t)
+	gen := c.denyGen(&o)
 	r, err := c.store.charge(ctx, o)
 	if err != nil {
 		return edgelimit.Decision{}, err
@@ -136,7 +130,7 @@ func (c *Counter) Charge(ctx context.Context, req edgelimit.Request) (edgelimit.
 	c.unpeek(o.id)
 	switch {
 	case r.d.Remaining == 0 || !r.d.Allowed:
-		c.remember(&o, &r, 0)
+		c.remember(&o, &r, 0, gen)
 	case c.deny != nil:
 		c.deny.del(o.id)
 	}

@@ -13,8 +13,12 @@ import (
 // reads the item (one consistent GetItem; a sharded policy reads its
 // shards with one BatchGetItem) and remembers what the read showed in the
 // deny cache, so that repeat peeks, and requests, of a key the read showed
-// denied cost no call until it could fit. A peek that finds room costs one
-// read every time: the cache cannot prove that anything fits.
+// denied cost no call until it could fit. No cache can prove that anything
+// fits: a peek that finds room answers from that read for PeekFreshness,
+// then reads again. Whatever it answers shows every spending, refund and
+// reset of this instance that landed before the peek began (a read that
+// one overtook is not remembered); other instances' show within
+// PeekFreshness.
 func (c *Counter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
 	if req.Key == "" {
 		return edgelimit.Decision{}, ErrNoKey
@@ -46,17 +50,18 @@ func (c *Counter) peek(ctx context.Context, v *variant, req edgelimit.Request, t
 		if !denied {
 			st, fresh := c.peekView(&o)
 			if !fresh {
+				pgen, dgen := c.peekGen(&o), c.denyGen(&o)
 				var err error
 				if st, err = c.store.get(ctx, o); err != nil {
 					return edgelimit.Decision{}, err
 				}
-				c.peeked(&o, st)
+				c.peeked(&o, st, pgen)
+				fits := o.rule.fits(st, t, cost)
+				d = o.rule.decision(st, t, cost, fits)
+				c.remember(&o, &result{ok: fits, known: true, st: st, d: d}, 0, dgen)
+				return d, nil
 			}
-			fits := o.alg.fits(st, t, cost)
-			d = o.alg.decision(st, t, cost, fits)
-			if !fresh {
-				c.remember(&o, &result{ok: fits, known: true, st: st, d: d}, 0)
-			}
+			d = o.rule.decision(st, t, cost, o.rule.fits(st, t, cost))
 		}
 		return d, nil
 	}
@@ -71,18 +76,21 @@ func (c *Counter) peek(ctx context.Context, v *variant, req edgelimit.Request, t
 		}
 	}
 	if proven < n { // something may fit: read every shard
-		sts := make([]state, n)
+		sts, gens := make([]state, n), make([]uint64, n)
+		for i := range ops {
+			gens[i] = c.denyGen(&ops[i])
+		}
 		if err := c.store.read(ctx, ops, sts); err != nil {
 			return edgelimit.Decision{}, err
 		}
 		for i := range ops {
 			o := &ops[i]
-			fits := o.alg.fits(sts[i], t, cost)
-			ds[i] = o.alg.decision(sts[i], t, cost, fits)
-			c.remember(o, &result{ok: fits, known: true, st: sts[i], d: ds[i]}, 0)
+			fits := o.rule.fits(sts[i], t, cost)
+			ds[i] = o.rule.decision(sts[i], t, cost, fits)
+			c.remember(o, &result{ok: fits, known: true, st: sts[i], d: ds[i]}, 0, gens[i])
 			if fits {
 				// What the shard has left, for the policy's sum.
-				ds[i] = o.alg.decision(sts[i], t, cost, true)
+				ds[i] = o.rule.decision(sts[i], t, cost, true)
 			}
 		}
 	}
@@ -97,20 +105,35 @@ func (c *Counter) peekView(o *op) (state, bool) {
 	return c.peeks.get(o.id, o.t)
 }
 
-// peeked remembers what Peek read of o's item, for PeekFreshness.
-func (c *Counter) peeked(o *op, st state) {
+// peekGen returns the peek cache's generation of o's item, to take before
+// the read that peeked will remember. It marks the cache in use first, so
+// that every spending that lands after the read began invalidates it
+// (unpeek): a read that an admission of this instance overtook is never
+// remembered (TestPeekShowsAnAdmissionDuringItsRead).
+func (c *Counter) peekGen(o *op) uint64 {
+	if c.peeks == nil {
+		return 0
+	}
+	c.peekUsed.Store(true)
+	return c.peeks.since(o.id)
+}
+
+// peeked remembers what Peek read of o's item, for PeekFreshness, unless
+// this instance spent on it or refunded since gen (peekGen before the
+// read).
+func (c *Counter) peeked(o *op, st state, gen uint64) {
 	if c.peeks != nil {
-		c.peekUsed.Store(true)
-		c.peeks.put(o.id, o.alg.compact(st, o.t), o.t, o.t+int64(PeekFreshness))
+		c.peeks.putSince(o.id, o.rule.compact(st, o.t), o.t, o.t+int64(PeekFreshness), gen)
 	}
 }
 
-// unpeek forgets what Peek read of an item this instance just spent on or
-// refunded, so that its own spending always shows; until a peek has been
-// remembered, it costs one atomic load.
+// unpeek forgets what Peek read of an item this instance spent on or
+// refunded, once the write has landed, and any read of it still on its
+// way, so that its own spending always shows; until a peek has begun, it
+// costs one atomic load.
 func (c *Counter) unpeek(id itemID) {
 	if c.peekUsed.Load() {
-		c.peeks.del(id)
+		c.peeks.invalidate(id)
 	}
 }
 

@@ -76,9 +76,18 @@ func firstRequestBackends(t *testing.T) []firstRequestBackend {
 	var servers []ddbtest.Server
 	t.Run("servers", func(t *testing.T) { servers = ddbtest.Servers(t) })
 	for _, s := range servers {
-		keys := [2]int{1000, 200}
+		// On a server, about half the fresh keys meet the adversarial
+		// order (measured with the bug of issue #10 put back, gcra deciding
+		// at the request's own instant: 516 of 1,000 and 96 of 200 keys
+		// failed on dynalite, 50 of 100 and 6 of 10 on moto): fifty keys
+		// of two requests miss such a bug with a probability of about
+		// 2^-50, twenty keys of twenty about 2e-6 (on moto, which answers
+		// one call at a time, ten keys: 1e-4; and both servers must miss
+		// it). The memory store, where the order is rarer (25 of 1,000, 2
+		// of 200), keeps the large sizes.
+		keys := [2]int{50, 20}
 		if s.Name == "moto" {
-			keys = [2]int{100, 10} // moto answers one call at a time
+			keys = [2]int{50, 10}
 		}
 		out = append(out, firstRequestBackend{name: s.Name, keys: keys, parallel: true, store: func(t *testing.T) func() durablecounter.Store {
 			client, table, _ := ddbtest.Table(t, s)
@@ -99,9 +108,9 @@ func firstRequestBackends(t *testing.T) []firstRequestBackend {
 // burst 2) at once admitted only one on 23–32 of 1,000 keys on dynalite,
 // and 20 requests (10/s, burst 20) admitted 19 on 2 of 200 keys. Here 64
 // instances (their own Counter, clock and views) whose clocks are 1 µs
-// apart and fixed send every key's requests at once, so that on most keys a
-// request with an earlier clock reaches the item after one with a later
-// clock. Every request fits (at most the limit, or the burst, per fresh
+// apart and fixed send every key's requests at once, so that on many keys
+// a request with an earlier clock reaches the item after one with a later
+// clock (about half of them on a server, see firstRequestBackends). Every request fits (at most the limit, or the burst, per fresh
 // key): none may be denied, for any algorithm, on any store. No timing
 // enters the assertion: whatever the interleaving, the requests fit.
 func TestNoSpuriousDenialOfFirstRequests(t *testing.T) {

@@ -29,7 +29,7 @@ func skewBackends(t *testing.T) []skewBackend {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		if e, ok := sh.m[o.id]; ok {
-			return o.alg.compact(e.st, o.t) // a copy
+			return o.rule.compact(e.st, o.t) // a copy
 		}
 		return state{}
 	}}}
@@ -146,20 +146,20 @@ func checkStored(t *testing.T, b skewBackend, alg algorithm, at, lead int64) str
 	switch a := alg.(type) {
 	case *fixedWindow:
 		for _, tt := range []int64{at, lead} {
-			st := b.read(t, op{alg: a, id: a.itemFor("k", noShard, tt), t: tt})
+			st := b.read(t, newOp(a, a.itemFor("k", noShard, tt), 0, tt))
 			if st.n > a.limit {
 				return fmt.Sprintf("the window of %d counts %d, above the limit %d", tt, st.n, a.limit)
 			}
 		}
 	case *slidingWindow:
-		st := b.read(t, op{alg: a, id: a.itemFor("k", noShard, lead), t: lead})
+		st := b.read(t, newOp(a, a.itemFor("k", noShard, lead), 0, lead))
 		i, te := a.at(&st, lead)
 		c, p := a.counts(&st, i)
 		if used := c + a.share(p, i, te); used > a.limit {
 			return fmt.Sprintf("estimate %d (%d + weighted %d) at the leading clock, above the limit %d", used, c, p, a.limit)
 		}
 	case *slidingLog:
-		st := b.read(t, op{alg: a, id: a.itemFor("k", noShard, lead), t: lead})
+		st := b.read(t, newOp(a, a.itemFor("k", noShard, lead), 0, lead))
 		bs := buckets(&st)
 		for _, end := range bs {
 			var n int64
@@ -176,7 +176,7 @@ func checkStored(t *testing.T, b skewBackend, alg algorithm, at, lead int64) str
 			return fmt.Sprintf("%d units in the window at the leading clock, above the limit %d", used, a.limit)
 		}
 	case *gcra:
-		st := b.read(t, op{alg: a, id: a.itemFor("k", noShard, lead), t: lead})
+		st := b.read(t, newOp(a, a.itemFor("k", noShard, lead), 0, lead))
 		if ahead := st.n - lead; ahead > a.tau {
 			return fmt.Sprintf("TAT %s ahead of the leading clock, above the tolerance %s", time.Duration(ahead), time.Duration(a.tau))
 		}

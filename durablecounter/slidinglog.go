@@ -17,41 +17,15 @@ const MaxSlidingLogLimit = 20_000
 // slidingLog is an exact rolling window: a request at time t is admitted if
 // the units admitted in (t - window, t], plus its cost, are at most the
 // limit. It is what Redis users build with a sorted set of timestamps, here
-// in one DynamoDB item per key, sl#<policy>#<keyhash>, at millisecond
-// resolution:
-//
-//	b<ms>  units admitted in that millisecond (ms in base 36), one attribute
-//	       per millisecond with admissions still in the window, plus expired
-//	       ones not yet pruned
-//	n      units ever appended; x  units pruned (removed with their b<ms>)
-//	g      the item's incarnation (random, set when it is created)
-//	r      refunds made
-//
-// The units in the window are n - x - (expired units still in the item).
-// DynamoDB conditions cannot sum, so the decision is
-//
-//	ADD n :cost, #b :cost SET g = if_not_exists(g, :g), expires_at = :e
-//	condition attribute_not_exists(n) OR (n <= :m AND g = :g0 AND r = :r0)
-//
-// with :m = limit - cost + E, where E counts the expired units this
-// instance knows of (its last view of the item: x plus the expired b<ms>).
-// A view only misses units, never invents them: units expire and are never
-// un-expired, except that a refund lowers a bucket (it bumps r) and a
-// recreated item starts from nothing (a new g); the condition checks g when
-// E > 0 and r when E counts buckets, so E never exceeds the real expired
-// count and the condition never admits what the window does not hold. Concurrent
-// admissions do not conflict (ADD commutes), so one write decides as long
-// as the instance's view is recent: ALL_NEW returns the item after every
-// write. A view older than the window, or none, can make the condition
-// fail spuriously; ALL_OLD then returns the item and the decision is made
-// again (two calls). Appended units carry the writer's clock: a unit
-// stamped in another instance's future counts as in the window for every
-// instance until it expires, so a lagging clock can only be stricter.
-//
-// Expired buckets are pruned by the write that sees at least pruneAt of
-// them: REMOVE them, ADD their units to x, under the condition that x is
-// still what the view says (two instances pruning at once: one fails and
-// decides again).
+// at millisecond resolution: the state is the units admitted in each
+// millisecond (buckets, oldest first), with the item's incarnation (w) and,
+// on DynamoDB, what the encoding needs (n, the units ever appended; p, the
+// units pruned; r, the refunds made). Units carry the instant they were
+// decided at: a unit stamped in another instance's future counts as in the
+// window for every instance until it expires, so a lagging clock can only
+// be stricter, and a request is decided at the later of its instant and
+// the newest millisecond (instant). Its item and conditional update are in
+// slidinglog_item.go.
 type slidingLog struct {
 	prefix string
 	limit  int64
@@ -59,14 +33,8 @@ type slidingLog struct {
 	wms    int64 // window in milliseconds
 }
 
-const (
-	// pruneAt is how many expired buckets a write must see to prune them;
-	// prunePer bounds the buckets one write removes.
-	pruneAt  = 16
-	prunePer = 64
-	// compactBuckets bounds the buckets a cached denial keeps.
-	compactBuckets = 32
-)
+// compactBuckets bounds the buckets a cached denial keeps.
+const compactBuckets = 32
 
 func newSlidingLog(p params) algorithm {
 	return &slidingLog{prefix: "sl#" + p.name + p.tag + "#", limit: p.limit, window: int64(p.window),
@@ -78,8 +46,6 @@ func msOf(t int64) int64 { return floorDiv(t, int64(time.Millisecond)) }
 func (a *slidingLog) itemFor(key string, shard int32, _ int64) itemID {
 	return itemID{prefix: a.prefix, key: key, slot: noSlot, shard: shard}
 }
-
-func (a *slidingLog) capacity() int64 { return a.limit }
 
 func buckets(s *state) []bucket {
 	if s.ext == nil {
@@ -94,7 +60,7 @@ func buckets(s *state) []bucket {
 func (a *slidingLog) live(b bucket, tm int64) bool { return b.ms > tm-a.wms }
 
 // instant is t, or the start of the item's newest millisecond if that is
-// later (algorithm.instant): units only leave the window as time passes, so
+// later (rule.instant): units only leave the window as time passes, so
 // a request a little behind the item's latest writer is decided there, and
 // its units are stamped there too, which keeps every window-long interval
 // of the log within the limit.
@@ -232,14 +198,6 @@ func (a *slidingLog) decision(s state, t, cost int64, allowed bool) edgelimit.De
 	return d
 }
 
-func (a *slidingLog) unknown(_, _ int64, allowed bool) edgelimit.Decision {
-	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration(a.window)}
-	if !allowed {
-		d.RetryAfter = d.Reset
-	}
-	return d
-}
-
 func (a *slidingLog) expiry(s state, t int64) int64 {
 	bs := buckets(&s)
 	if len(bs) == 0 {
@@ -274,15 +232,3 @@ func (a *slidingLog) compact(s state, t int64) state {
 }
 
 func (a *slidingLog) windowEnd(t int64) int64 { return t + a.window }
-
-func (a *slidingLog) resetItems(key string, shard int32, t int64) []itemID {
-	return []itemID{a.itemFor(key, shard, t)}
-}
-
-func (a *slidingLog) blind(_, _ int64) (state, bool) { return state{}, false }
-
-func (a *slidingLog) exact() bool { return false }
-
-func (a *slidingLog) refundRetries() bool { return false }
-
-func (a *slidingLog) needsView() bool { return true }

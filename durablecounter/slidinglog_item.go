@@ -12,7 +12,45 @@ import (
 )
 
 // The sliding log's item and its conditional updates (the rule is in
-// slidinglog.go): b<ms> per admitted millisecond, n, x, g, r.
+// slidinglog.go). One item per key, sl#<policy>#<keyhash>:
+//
+//	b<ms>  units admitted in that millisecond (ms in base 36), one attribute
+//	       per millisecond with admissions still in the window, plus expired
+//	       ones not yet pruned
+//	n      units ever appended; x  units pruned (removed with their b<ms>)
+//	g      the item's incarnation (random, set when it is created)
+//	r      refunds made
+//
+// The units in the window are n - x - (expired units still in the item).
+// DynamoDB conditions cannot sum, so the decision is
+//
+//	ADD n :cost, #b :cost SET g = if_not_exists(g, :g), expires_at = :e
+//	condition attribute_not_exists(n) OR (n <= :m AND g = :g0 AND r = :r0)
+//
+// with :m = limit - cost + E, where E counts the expired units this
+// instance knows of (its last view of the item: x plus the expired b<ms>).
+// A view only misses units, never invents them: units expire and are never
+// un-expired, except that a refund lowers a bucket (it bumps r) and a
+// recreated item starts from nothing (a new g); the condition checks g when
+// E > 0 and r when E counts buckets, so E never exceeds the real expired
+// count and the condition never admits what the window does not hold. Concurrent
+// admissions do not conflict (ADD commutes), so one write decides as long
+// as the instance's view is recent: ALL_NEW returns the item after every
+// write. A view older than the window, or none, can make the condition
+// fail spuriously; ALL_OLD then returns the item and the decision is made
+// again (two calls).
+//
+// Expired buckets are pruned by the write that sees at least pruneAt of
+// them: REMOVE them, ADD their units to x, under the condition that x is
+// still what the view says (two instances pruning at once: one fails and
+// decides again).
+
+const (
+	// pruneAt is how many expired buckets a write must see to prune them;
+	// prunePer bounds the buckets one write removes.
+	pruneAt  = 16
+	prunePer = 64
+)
 
 // bucketName is the attribute of millisecond ms: "b" and ms in base 36
 // (8 digits until 2059), to keep the item small.
@@ -111,9 +149,9 @@ func (a *slidingLog) update(view state, t, cost int64, margin time.Duration, u *
 	u.Return = wire.ReturnAllNew
 }
 
-// charge appends cost units at the decision's millisecond without a
+// chargeUpdate appends cost units at the decision's millisecond without a
 // condition: ADD commutes with every other write, and it prunes nothing.
-func (a *slidingLog) charge(view state, t, cost int64, margin time.Duration, u *condUpdate) {
+func (a *slidingLog) chargeUpdate(view state, t, cost int64, margin time.Duration, u *condUpdate) {
 	te := a.instant(view, t)
 	tm := msOf(te)
 	newest := tm
@@ -189,3 +227,15 @@ func (a *slidingLog) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, tr, 
 	u.Value(":one", 1)
 	return true
 }
+
+func (a *slidingLog) unknown(_, _ int64, allowed bool) edgelimit.Decision {
+	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration(a.window)}
+	if !allowed {
+		d.RetryAfter = d.Reset
+	}
+	return d
+}
+
+func (a *slidingLog) blind(_, _ int64) (state, bool) { return state{}, false }
+
+func (a *slidingLog) conditions() conditions { return conditions{usesView: true} }

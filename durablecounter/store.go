@@ -48,7 +48,7 @@ type Store interface {
 	// as a decision for one more unit.
 	charge(ctx context.Context, o op) (result, error)
 	// grant adds units, until end (Unix nanoseconds), to the grant item of
-	// o (o.alg is the grant pool): a grant in force keeps its units and
+	// o (o.rule is the grant pool): a grant in force keeps its units and
 	// lasts until the later end; an ended one is replaced. With units 0
 	// (the policy's marker) it only raises the end.
 	grant(ctx context.Context, o op, units, end int64) error
@@ -100,11 +100,19 @@ func (id itemID) pk() string {
 
 // op is one request against one item.
 type op struct {
-	alg  algorithm
+	// rule decides it; enc is how the DynamoDB store writes it (the same
+	// algorithm: the Memory store uses only rule).
+	rule rule
+	enc  encoding
 	id   itemID
 	cost int64
 	// t is the decision time, Unix nanoseconds.
 	t int64
+}
+
+// newOp returns the op of cost units on alg's item id at t.
+func newOp(alg algorithm, id itemID, cost, t int64) op {
+	return op{rule: alg, enc: alg, id: id, cost: cost, t: t}
 }
 
 // result is the outcome of one op.
@@ -114,7 +122,7 @@ type result struct {
 	ok bool
 	// known: st is valid. It is the state after the op when it was spent,
 	// else the state that decided it. A denial's st may be a lower bound of
-	// the stored state (see algorithm.blind).
+	// the stored state (see encoding.blind).
 	known bool
 	st    state
 	// d is the decision, filled by the store.

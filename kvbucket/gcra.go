@@ -22,6 +22,15 @@ import (
 // avail(n) ≥ c·W. A TAT in the past is a full bucket: refill is computed,
 // never written, and concurrent spends commute (they only add).
 //
+// This is one of the project's two GCRAs; they differ on purpose. Here a
+// TAT changes only by commutative updates (adds and raises that compose
+// many instances' spends, written without seeing the stored state), so no
+// write can correct a rounding and the arithmetic itself must be exact:
+// hence bucket units and the 128-bit [Wide]. durablecounter's
+// (durablecounter/gcra.go) decides every spend with a conditional write
+// against the stored TAT, in int64 nanoseconds with the emission interval
+// rounded up, and its condition keeps the count exact.
+//
 // The scale is the policy's: an instant is n×Limit units whatever limits
 // a request carries. A request whose limits are not the policy's (a tier,
 // an override: edgelimit.Request.Limits) reads the same TAT with its own

@@ -4,9 +4,9 @@
 // strings, attribute names, int64 values) and what comes back (items read
 // through an accessor, and typed failures).
 //
-// durablecounter decides (the algorithms build the updates and decode the
-// items; its remote store retries, batches and falls back); a Conn only
-// converts and sends. durablecounter/dynamostore implements Conn on the AWS
+// durablecounter decides (each algorithm's encoding builds the updates and
+// decodes the items; its DynamoDB store retries, batches and falls back); a
+// Conn only converts and sends. durablecounter/dynamostore implements Conn on the AWS
 // SDK, so that programs that never talk to DynamoDB link no SDK. The package
 // is internal: its types are durablecounter's storage protocol, which
 // changes as algorithms are added.

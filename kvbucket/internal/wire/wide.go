@@ -13,6 +13,9 @@ import (
 // Limit of up to a billion: more than 64 bits, far less than 127. The zero
 // value is 0. KV implementations store it as a decimal number (DynamoDB's
 // numbers hold 38 digits) and need only Add, Cmp, String and ParseWide.
+// durablecounter's GCRA needs no Wide: its conditional writes see the
+// stored TAT, so int64 nanoseconds suffice (see units, in gcra.go, for why
+// the two GCRAs differ).
 type Wide struct {
 	hi int64
 	lo uint64

@@ -10,11 +10,11 @@ import (
 	"github.com/edgelimit/edgelimit/durablecounter/internal/wire"
 )
 
-// This file is the remote store's batches: one transaction (TransactWriteItems)
+// This file is the DynamoDB store's batches: one transaction (TransactWriteItems)
 // of the members' conditional updates, or, on a server without
 // transactions, the sequential fallback.
 
-func (s *remoteStore) applyAll(ctx context.Context, ops []op, res []result) (bool, error) {
+func (s *dynamoStore) applyAll(ctx context.Context, ops []op, res []result) (bool, error) {
 	if len(ops) == 1 { // one conditional update is atomic already
 		r, err := s.apply(ctx, ops[0])
 		res[0] = r
@@ -53,7 +53,7 @@ const (
 // member by member (judgeCancel); the batch is denied when a member does
 // not fit, else it is sent again, with the views the cancellation
 // corrected, while the context lasts and at most maxAttempts times.
-func (s *remoteStore) applyTransaction(ctx context.Context, ops []op, res []result) (bool, error) {
+func (s *dynamoStore) applyTransaction(ctx context.Context, ops []op, res []result) (bool, error) {
 	n := len(ops)
 	pks := make([]string, n)
 	views := make([]state, n)
@@ -128,7 +128,7 @@ func (s *remoteStore) applyTransaction(ctx context.Context, ops []op, res []resu
 // condition returned. A failure without the state (its read failed) denies
 // the batch if the member's condition is exact, and is an error otherwise,
 // unless another member denies it anyway.
-func (s *remoteStore) judgeCancel(ops []op, pks []string, tc *wire.Canceled, verdicts []memberVerdict, states map[int]state) (bool, error) {
+func (s *dynamoStore) judgeCancel(ops []op, pks []string, tc *wire.Canceled, verdicts []memberVerdict, states map[int]state) (bool, error) {
 	if len(tc.Reasons) != len(ops) {
 		return false, fmt.Errorf("durablecounter: transact %q: %d cancellation reasons for %d items: %w", pks[0], len(tc.Reasons), len(ops), tc)
 	}
@@ -150,7 +150,7 @@ func (s *remoteStore) judgeCancel(ops []op, pks []string, tc *wire.Canceled, ver
 				failErr = cmp.Or(failErr, err)
 			case !known:
 				verdicts[i], denied = violated, true
-			case o.alg.exact() || !o.alg.fits(st, o.t, o.cost):
+			case o.enc.conditions().exact || !o.rule.fits(st, o.t, o.cost):
 				verdicts[i], denied, states[i] = violated, true, st
 			default:
 				verdicts[i], states[i] = stale, st
@@ -170,14 +170,14 @@ func (s *remoteStore) judgeCancel(ops []op, pks []string, tc *wire.Canceled, ver
 // committed fills the results of a committed transaction. A transaction
 // returns no values: read the states (one BatchGetItem). Should that fail,
 // the decisions stand with their quotas unknown.
-func (s *remoteStore) committed(ctx context.Context, ops []op, pks []string, rcs []edgelimit.Receipt, res []result) {
+func (s *dynamoStore) committed(ctx context.Context, ops []op, pks []string, rcs []edgelimit.Receipt, res []result) {
 	read, _ := s.readAll(ctx, ops, pks, indexes(len(ops)))
 	for i := range ops {
 		o := &ops[i]
 		if st, ok := read[i]; ok && st.exists {
-			res[i] = result{ok: true, known: true, st: st, d: o.alg.decision(st, o.t, o.cost, true)}
+			res[i] = result{ok: true, known: true, st: st, d: o.rule.decision(st, o.t, o.cost, true)}
 		} else {
-			res[i] = result{ok: true, d: o.alg.unknown(o.t, o.cost, true)}
+			res[i] = result{ok: true, d: o.enc.unknown(o.t, o.cost, true)}
 		}
 		res[i].rc = rcs[i]
 	}
@@ -197,7 +197,7 @@ func indexes(n int) []int {
 // others report their state without the batch. A member whose state is
 // not known reports no violation and an unknown quota, unless its verdict
 // already is one.
-func (s *remoteStore) judge(ops []op, verdicts []memberVerdict, states map[int]state, res []result) {
+func (s *dynamoStore) judge(ops []op, verdicts []memberVerdict, states map[int]state, res []result) {
 	for i := range ops {
 		o := &ops[i]
 		st, ok := states[i]
@@ -205,26 +205,26 @@ func (s *remoteStore) judge(ops []op, verdicts []memberVerdict, states map[int]s
 		case verdicts[i] == violated && ok:
 			res[i] = s.denied(o, st)
 		case verdicts[i] == violated:
-			res[i] = result{d: o.alg.unknown(o.t, o.cost, false)}
+			res[i] = result{d: o.enc.unknown(o.t, o.cost, false)}
 		case !ok:
-			res[i] = result{ok: true, d: o.alg.unknown(o.t, o.cost, true)}
-		case verdicts[i] == held && !o.alg.exact():
+			res[i] = result{ok: true, d: o.enc.unknown(o.t, o.cost, true)}
+		case verdicts[i] == held && !o.enc.conditions().exact:
 			// Its condition held, so it fit when the transaction ran; the
 			// read may show a later state.
-			res[i] = result{ok: true, known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, true)}
+			res[i] = result{ok: true, known: true, st: o.rule.compact(st, o.t), d: o.rule.decision(st, o.t, o.cost, true)}
 		case verdicts[i] == held:
-			res[i] = result{ok: true, known: true, st: st, d: o.alg.decision(st, o.t, o.cost, true)}
-		case verdicts[i] == conflict && !o.alg.fits(st, o.t, o.cost):
+			res[i] = result{ok: true, known: true, st: st, d: o.rule.decision(st, o.t, o.cost, true)}
+		case verdicts[i] == conflict && !o.rule.fits(st, o.t, o.cost):
 			res[i] = s.denied(o, st)
 		default:
-			res[i] = result{ok: true, known: true, st: o.alg.compact(st, o.t), d: o.alg.decision(st, o.t, o.cost, true)}
+			res[i] = result{ok: true, known: true, st: o.rule.compact(st, o.t), d: o.rule.decision(st, o.t, o.cost, true)}
 		}
 	}
 }
 
 // applySequential is the batch fallback for servers without transactions
 // (see dynamostore.TransactionsOff).
-func (s *remoteStore) applySequential(ctx context.Context, ops []op, res []result) (bool, error) {
+func (s *dynamoStore) applySequential(ctx context.Context, ops []op, res []result) (bool, error) {
 	for i := range ops {
 		r, err := s.apply(ctx, ops[i])
 		if err != nil {
@@ -260,7 +260,7 @@ func (s *remoteStore) applySequential(ctx context.Context, ops []op, res []resul
 // refund that does not land (Store.refund retries until its context ends)
 // is an error: its units would stay spent until they leave the window, and
 // the caller must know.
-func (s *remoteStore) compensate(ctx context.Context, ops []op, res []result) error {
+func (s *dynamoStore) compensate(ctx context.Context, ops []op, res []result) error {
 	var errs []error
 	for j := range ops {
 		o := &ops[j]
@@ -272,9 +272,9 @@ func (s *remoteStore) compensate(ctx context.Context, ops []op, res []result) er
 		if !res[j].known {
 			continue
 		}
-		st, _ := o.alg.giveBack(o.alg.compact(res[j].st, o.t), rc, o.t, o.cost)
+		st, _ := o.rule.giveBack(o.rule.compact(res[j].st, o.t), rc, o.t, o.cost)
 		res[j].st = st
-		res[j].d = o.alg.decision(st, o.t, o.cost, true)
+		res[j].d = o.rule.decision(st, o.t, o.cost, true)
 	}
 	return errors.Join(errs...)
 }
