@@ -358,7 +358,9 @@ policies:
 		t.Fatal(err)
 	}
 	_, err = edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("k", 32)),
-		Limiters: func(*policy.Policy) (edgelimit.Limiter, error) { return &storeLimiter{s: &store{}, batchKey: "one"}, nil }})
+		Limiters: func(*policy.Policy) (edgelimit.Limiter, error) {
+			return &storeLimiter{s: &store{}, batchKey: "one"}, nil
+		}})
 	want := `edgelimit: policies "a" and "b" share a store, but their store_breaker differ ({failures: 3, cool_down: 1s, probes: 1} and {failures: 5, cool_down: 1s, probes: 1}): set the same on both`
 	if err == nil || err.Error() != want {
 		t.Errorf("New: %v\nwant %s", err, want)

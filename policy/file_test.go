@@ -60,7 +60,7 @@ policies:
 	want := policy.Policy{Name: "a", Strategy: durablecounter.Strategy, Limit: 3, Window: 24 * time.Hour,
 		Cost: 1, OnStoreError: policy.FailClosed, StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64, Line: 3, OverrideStaleness: time.Minute,
 		StoreBreaker: policy.Breaker{Failures: 5, CoolDown: time.Second, Probes: 1},
-		Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 1, DenyCache: true}}
+		Options:      &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 1, DenyCache: true}}
 	p.Routes, p.Key = nil, policy.KeySource{}
 	if !reflect.DeepEqual(*p, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", *p, want)
