@@ -223,7 +223,7 @@ func New(cfg Config) (*Engine, error) {
 			if c.local, err = lz.Local(); err != nil {
 				return nil, fmt.Errorf("edgelimit: policy %q: in-process twin: %w", p.Name, err)
 			}
-			c.follower, _ = c.local.(Follower)
+			c.follower, _ = ability[Follower](c.local)
 		}
 		if p.Overrides {
 			if cfg.Overrides == nil {
