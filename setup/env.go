@@ -195,6 +195,7 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		}
 		env.Metrics = m
 		ecfg.Observe = m.Observe
+		ecfg.ObserveBreaker = m.ObserveBreaker
 	}
 	engine, err := edgelimit.New(ecfg)
 	if err != nil {
