@@ -110,8 +110,8 @@ type EMF struct {
 	// breakerDirective is directive for the breaker lines.
 	breakerDirective []byte
 	function         []byte // `"Function":"name",` or empty
-	mu        sync.Mutex
-	buf       []byte
+	mu               sync.Mutex
+	buf              []byte
 }
 
 // NewEMF validates cfg and returns an EMF.
