@@ -189,7 +189,8 @@ func (e *Engine) allowOne(ctx context.Context, start time.Time, rs *routeSet, c 
 	cctx := e.slotBudget(s, ctx, start, tk.budget(c.StoreTimeout))
 	d, err := c.limiter.Allow(cctx, s.req)
 	cctx.stop()
-	c.breaker.done(ctx, tk, resultOf(cctx, ctx, err), err)
+	res := resultOf(cctx, ctx, err)
+	c.breaker.done(ctx, tk, res, err)
 	s.lat = e.latency(t0, start, err)
 	if err != nil {
 		e.storeFailed(ctx, rs, c, s, err, tk == refused)
@@ -197,13 +198,17 @@ func (e *Engine) allowOne(ctx context.Context, start time.Time, rs *routeSet, c 
 	}
 	d.Policy = c.Name
 	s.d, s.o = d, outcomeOf(d)
-	c.follow(s.req, d)
+	c.follow(res, s.req, d)
 }
 
-// follow tells the policy's in-process twin what the limiter decided, so
-// that it decides from there when the store fails.
-func (c *compiled) follow(req Request, d Decision) {
-	if c.follower != nil {
+// follow tells the policy's in-process twin what the limiter decided with
+// the store (res answered), so that it decides from there when the store
+// fails. An answer from memory is not passed on: the twin shares what the
+// limiter remembers (a deny cache), and a cached denial at a later instant
+// would tell it less than the store's answer it came from (a bucket still
+// empty now, where it has been refilling since).
+func (c *compiled) follow(res callResult, req Request, d Decision) {
+	if c.follower != nil && res == answered {
 		c.follower.Follow(req, d)
 	}
 }
@@ -219,7 +224,8 @@ func (e *Engine) admitDeferred(ctx context.Context, start time.Time, rs *routeSe
 	one.Cost = 1
 	d, err := c.peek.Peek(cctx, one)
 	cctx.stop()
-	c.breaker.done(ctx, tk, resultOf(cctx, ctx, err), err)
+	res := resultOf(cctx, ctx, err)
+	c.breaker.done(ctx, tk, res, err)
 	s.lat = e.latency(t0, start, err)
 	if err != nil {
 		e.storeFailed(ctx, rs, c, s, err, tk == refused)
@@ -230,7 +236,7 @@ func (e *Engine) admitDeferred(ctx context.Context, start time.Time, rs *routeSe
 	}
 	d.Policy = c.Name
 	s.d, s.o = d, known
-	c.follow(one, d)
+	c.follow(res, one, d)
 	if !d.Allowed {
 		s.o = denied
 	}
@@ -247,7 +253,8 @@ func (e *Engine) peekOne(ctx context.Context, start time.Time, rs *routeSet, c *
 	cctx := e.slotBudget(s, ctx, start, tk.budget(c.StoreTimeout))
 	d, err := c.peek.Peek(cctx, s.req)
 	cctx.stop()
-	c.breaker.done(ctx, tk, resultOf(cctx, ctx, err), err)
+	res := resultOf(cctx, ctx, err)
+	c.breaker.done(ctx, tk, res, err)
 	s.lat = e.latency(t0, start, err)
 	s.peeked = true
 	if err != nil {
@@ -264,7 +271,7 @@ func (e *Engine) peekOne(ctx context.Context, start time.Time, rs *routeSet, c *
 	}
 	d.Policy = c.Name
 	s.d = d
-	c.follow(s.req, d)
+	c.follow(res, s.req, d)
 	s.o = known
 	if !d.Allowed {
 		s.o = denied
@@ -292,7 +299,8 @@ func (e *Engine) allowGroup(ctx context.Context, start time.Time, rs *routeSet, 
 	if err == nil && len(got) != len(g) {
 		err = fmt.Errorf("edgelimit: AllowBatch returned %d decisions for %d requests", len(got), len(g))
 	}
-	br.done(ctx, tk, resultOf(cctx, ctx, err), err)
+	res := resultOf(cctx, ctx, err)
+	br.done(ctx, tk, res, err)
 	lat := e.latency(t0, start, err)
 	for i, c := range g {
 		s := &slots[c.slot]
@@ -303,7 +311,7 @@ func (e *Engine) allowGroup(ctx context.Context, start time.Time, rs *routeSet, 
 			d := got[i]
 			d.Policy = c.Name
 			s.d, s.o = d, outcomeOf(d)
-			c.follow(s.req, d)
+			c.follow(res, s.req, d)
 		}
 		if s.o != allowed {
 			blocked = true

@@ -14,10 +14,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,6 +155,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case Fail:
 		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		// As DynamoDB does: the SDK checks it.
+		w.Header().Set("X-Amz-Crc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10))
 		w.WriteHeader(status)
 		_, _ = w.Write(body)
 		return
