@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/edgelimit/edgelimit/internal/faultproxy"
 )
 
 // readmePrograms returns the Go code blocks of README.md; each must be a
@@ -124,6 +126,7 @@ func TestREADMEPrograms(t *testing.T) {
 		switch {
 		case strings.Contains(src, "lambda.Start("):
 			t.Run("lambda", func(t *testing.T) { runREADMEFunction(t, bin) })
+			t.Run("lambda/cold-start", func(t *testing.T) { runREADMEColdStart(t, bin) })
 			ran["lambda"] = true
 		case strings.Contains(src, "http.ListenAndServe("):
 			t.Run("net/http", func(t *testing.T) { runREADMEServer(t, bin) })
@@ -139,12 +142,21 @@ func TestREADMEPrograms(t *testing.T) {
 	}
 }
 
+// readmeBudgets gives the README function's durable policies a store
+// budget that a loaded machine cannot miss: the test checks what the
+// program answers, not how fast dynalite is (under load it missed the
+// default 100 ms, and the fail-closed policy answered 503).
+func readmeBudgets(budget string) string {
+	return "paid-daily.store_timeout=" + budget + ",paid-burst.store_timeout=" + budget
+}
+
 func runREADMEFunction(t *testing.T, bin string) {
 	endpoint, table := dynalite(t)
 	e := startEmulatorOf(t, "readme", bin, map[string]string{
 		"EDGELIMIT_TABLE":             table,
 		"EDGELIMIT_DYNAMODB_ENDPOINT": endpoint,
 		"EDGELIMIT_SECRETS":           "k1:" + randomKey(),
+		"EDGELIMIT_OVERRIDES":         readmeBudgets(testBudget),
 	})
 	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "GET /paid/{resource}", RawPath: "/paid/report",
 		Headers: map[string]string{"x-api-key": "readme-" + randomID(t)}}
@@ -160,6 +172,51 @@ func runREADMEFunction(t *testing.T, bin string) {
 	delete(ev.Headers, "x-api-key")
 	if resp, _ := e.invoke(t, ev); resp.StatusCode != 400 {
 		t.Errorf("no key: status %d, want 400", resp.StatusCode)
+	}
+}
+
+// runREADMEColdStart (issue "when the store fails, fail fast", item 3: a
+// cold start's first DynamoDB call pays DNS, TCP and TLS, missed the
+// store_timeout, and the fail-closed paid-daily answered 503): the README
+// function under the emulator, its store behind a proxy that makes every
+// new connection slower than the policies' budget. The function opens
+// its connections while it starts (setup.FromEnv's warm-up), so its first
+// request is answered 200; without the warm-up the same first request is
+// a 503. The budget is 2s and the delay 3s, not the 100 ms and 150 ms of a
+// real cold start, so that a loaded machine cannot change either answer.
+func runREADMEColdStart(t *testing.T, bin string) {
+	endpoint, table := dynalite(t)
+	for _, tc := range []struct {
+		warmUp string
+		status int
+	}{
+		{"10s", 200},
+		{"off", 503},
+	} {
+		t.Run("warm-up="+tc.warmUp, func(t *testing.T) {
+			proxy, err := faultproxy.New(endpoint)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer proxy.Close()
+			// Every new connection of the function's clients is slow to set
+			// up (DNS, TCP, TLS); the ones they keep open are not.
+			proxy.DelayConnections(-1, 3*time.Second)
+			e := startEmulatorOf(t, "readme", bin, map[string]string{
+				"EDGELIMIT_TABLE":             table,
+				"EDGELIMIT_DYNAMODB_ENDPOINT": proxy.URL(),
+				"EDGELIMIT_SECRETS":           "k1:" + randomKey(),
+				"EDGELIMIT_OVERRIDES":         readmeBudgets("2s"),
+				"EDGELIMIT_STORE_WARMUP":      tc.warmUp,
+			})
+			ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "GET /paid/{resource}", RawPath: "/paid/report",
+				Headers: map[string]string{"x-api-key": "cold-" + randomID(t)}}
+			ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path, ev.RequestContext.HTTP.SourceIP = "GET", "/paid/report", "192.0.2.11"
+			resp, _ := e.invoke(t, ev)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("first request: %d %q, want %d\n%s", resp.StatusCode, resp.Body, tc.status, e.output())
+			}
+		})
 	}
 }
 

@@ -58,8 +58,9 @@ type Proxy struct {
 	mode       Mode
 	status     int
 	body       []byte
-	firstDelay time.Duration
-	firstDone  bool
+	// slowConns connections to come wait slowDelay (-1: all of them).
+	slowConns int
+	slowDelay time.Duration
 	release    chan struct{} // closed when the proxy closes
 
 	requests, forwarded, conns atomic.Int64
@@ -111,9 +112,15 @@ func (p *Proxy) Fail(status int, body string) {
 // before its first request is read, as a cold start's connection set-up
 // does; later connections are served at once. Call it before the first
 // connection.
-func (p *Proxy) DelayFirstConnection(d time.Duration) {
+func (p *Proxy) DelayFirstConnection(d time.Duration) { p.DelayConnections(1, d) }
+
+// DelayConnections makes the next n connections the proxy accepts (every
+// one, for n < 0) wait d before their first request is read: each new
+// connection of a client is slow to set up, the ones it keeps open are
+// not.
+func (p *Proxy) DelayConnections(n int, d time.Duration) {
 	p.mu.Lock()
-	p.firstDelay = d
+	p.slowConns, p.slowDelay = n, d
 	p.mu.Unlock()
 }
 
@@ -217,8 +224,11 @@ func (l *listener) Accept() (net.Conn, error) {
 	p.seenOnce.Do(func() { close(p.seen) })
 	p.mu.Lock()
 	delay := time.Duration(0)
-	if !p.firstDone {
-		p.firstDone, delay = true, p.firstDelay
+	if p.slowConns != 0 {
+		delay = p.slowDelay
+		if p.slowConns > 0 {
+			p.slowConns--
+		}
 	}
 	p.mu.Unlock()
 	if delay > 0 {
