@@ -181,17 +181,20 @@ func runREADMEFunction(t *testing.T, bin string) {
 // function under the emulator, its store behind a proxy that makes every
 // new connection slower than the policies' budget. The function opens
 // its connections while it starts (setup.FromEnv's warm-up), so its first
-// request is answered 200; without the warm-up the same first request is
-// a 503. The budget is 2s and the delay 3s, not the 100 ms and 150 ms of a
-// real cold start, so that a loaded machine cannot change either answer.
+// request's store calls go over open connections and it is answered 200;
+// without the warm-up they open connections, and the same first request is
+// a 503. The budget is the e2e tests' 5s and the delay 6s, not the 100 ms
+// and 150 ms of a real cold start, so that a loaded machine cannot change
+// either answer.
 func runREADMEColdStart(t *testing.T, bin string) {
 	endpoint, table := dynalite(t)
 	for _, tc := range []struct {
 		warmUp string
 		status int
+		fresh  bool // the first request's calls open connections
 	}{
-		{"10s", 200},
-		{"off", 503},
+		{"10s", 200, false},
+		{"off", 503, true},
 	} {
 		t.Run("warm-up="+tc.warmUp, func(t *testing.T) {
 			proxy, err := faultproxy.New(endpoint)
@@ -201,20 +204,27 @@ func runREADMEColdStart(t *testing.T, bin string) {
 			defer proxy.Close()
 			// Every new connection of the function's clients is slow to set
 			// up (DNS, TCP, TLS); the ones they keep open are not.
-			proxy.DelayConnections(-1, 3*time.Second)
+			proxy.DelayConnections(-1, 6*time.Second)
 			e := startEmulatorOf(t, "readme", bin, map[string]string{
 				"EDGELIMIT_TABLE":             table,
 				"EDGELIMIT_DYNAMODB_ENDPOINT": proxy.URL(),
 				"EDGELIMIT_SECRETS":           "k1:" + randomKey(),
-				"EDGELIMIT_OVERRIDES":         readmeBudgets("2s"),
+				"EDGELIMIT_OVERRIDES":         readmeBudgets(testBudget),
 				"EDGELIMIT_STORE_WARMUP":      tc.warmUp,
+				"EDGELIMIT_LOG_LEVEL":         "debug", // each warm-up says it opened a connection
 			})
 			ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "GET /paid/{resource}", RawPath: "/paid/report",
 				Headers: map[string]string{"x-api-key": "cold-" + randomID(t)}}
 			ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path, ev.RequestContext.HTTP.SourceIP = "GET", "/paid/report", "192.0.2.11"
+			// The emulator starts the function with the first invocation; a
+			// warm-up's request is the first on its connection, and logs.
 			resp, _ := e.invoke(t, ev)
+			if fresh := proxy.FreshRequests() > int64(strings.Count(e.output(), "edgelimit: store warm")); fresh != tc.fresh {
+				t.Errorf("the first request's store calls opened a connection: %v, want %v (%d of %d requests first on theirs)",
+					fresh, tc.fresh, proxy.FreshRequests(), proxy.Requests())
+			}
 			if resp.StatusCode != tc.status {
-				t.Fatalf("first request: %d %q, want %d\n%s", resp.StatusCode, resp.Body, tc.status, e.output())
+				t.Fatalf("first request: %d %q, want %d (%d connections, %d requests)\n%s", resp.StatusCode, resp.Body, tc.status, proxy.Connections(), proxy.Requests(), e.output())
 			}
 		})
 	}

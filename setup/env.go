@@ -73,7 +73,7 @@ const (
 // EnvVars lists every variable FromEnv reads that the deployment sets.
 var EnvVars = []string{
 	EnvPolicyFile, EnvOverrides, EnvShadow, EnvTable, EnvEndpoint, EnvKVRegions, EnvHashKey, EnvSecrets,
-	EnvSecretID, EnvTokenSecretID, EnvLogLevel, EnvMetricsNamespace,
+	EnvSecretID, EnvTokenSecretID, EnvLogLevel, EnvMetricsNamespace, EnvStoreWarmUp,
 }
 
 // EnvConfig is what FromEnv cannot read from the environment.

@@ -63,7 +63,7 @@ type Proxy struct {
 	slowDelay time.Duration
 	release    chan struct{} // closed when the proxy closes
 
-	requests, forwarded, conns atomic.Int64
+	requests, forwarded, conns, fresh atomic.Int64
 	seen                       chan struct{} // closed at the first connection
 	seenOnce                   sync.Once
 }
@@ -85,7 +85,10 @@ func New(target string) (*Proxy, error) {
 	p := &Proxy{target: u, release: make(chan struct{}), seen: make(chan struct{}),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}}
 	p.ln = &listener{Listener: ln, p: p}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: time.Minute}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: time.Minute,
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, new(atomic.Int64))
+		}}
 	go func() { _ = p.srv.Serve(p.ln) }()
 	return p, nil
 }
@@ -133,6 +136,14 @@ func (p *Proxy) Requests() int64 { return p.requests.Load() }
 // Forwarded is how many requests the proxy passed on to the server.
 func (p *Proxy) Forwarded() int64 { return p.forwarded.Load() }
 
+// FreshRequests is how many requests came first on their connection: the
+// requests that paid for a connection's set-up (and, with
+// DelayConnections, for its delay).
+func (p *Proxy) FreshRequests() int64 { return p.fresh.Load() }
+
+// connKey finds a connection's request count in a request's context.
+type connKey struct{}
+
 // Connections is how many connections the proxy accepted.
 func (p *Proxy) Connections() int64 { return p.conns.Load() }
 
@@ -150,6 +161,9 @@ func (p *Proxy) Close() {
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.requests.Add(1)
+	if n, ok := r.Context().Value(connKey{}).(*atomic.Int64); ok && n.Add(1) == 1 {
+		p.fresh.Add(1)
+	}
 	p.mu.Lock()
 	mode, status, body := p.mode, p.status, p.body
 	p.mu.Unlock()

@@ -119,7 +119,7 @@ func TestDelayFirstConnection(t *testing.T) {
 	default:
 		t.Error("FirstConnection not closed")
 	}
-	if p.Connections() != 2 {
-		t.Errorf("%d connections, want 2", p.Connections())
+	if p.Connections() != 2 || p.FreshRequests() != 2 || p.Requests() != 3 {
+		t.Errorf("%d connections, %d of %d requests first on theirs; want 2, 2 of 3", p.Connections(), p.FreshRequests(), p.Requests())
 	}
 }
