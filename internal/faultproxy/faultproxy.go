@@ -54,18 +54,18 @@ type Proxy struct {
 	srv    *http.Server
 	client *http.Client
 
-	mu         sync.Mutex
-	mode       Mode
-	status     int
-	body       []byte
+	mu     sync.Mutex
+	mode   Mode
+	status int
+	body   []byte
 	// slowConns connections to come wait slowDelay (-1: all of them).
 	slowConns int
 	slowDelay time.Duration
-	release    chan struct{} // closed when the proxy closes
+	release   chan struct{} // closed when the proxy closes
 
 	requests, forwarded, conns, fresh atomic.Int64
-	seen                       chan struct{} // closed at the first connection
-	seenOnce                   sync.Once
+	seen                              chan struct{} // closed at the first connection
+	seenOnce                          sync.Once
 }
 
 // New starts a proxy in front of target (http://host:port), passing
