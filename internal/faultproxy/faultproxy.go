@@ -62,6 +62,7 @@ type Proxy struct {
 	slowConns int
 	slowDelay time.Duration
 	release   chan struct{} // closed when the proxy closes
+	inspect   func(Seen)
 
 	requests, forwarded, conns, fresh atomic.Int64
 	seen                              chan struct{} // closed at the first connection
@@ -127,6 +128,27 @@ func (p *Proxy) DelayConnections(n int, d time.Duration) {
 	p.mu.Unlock()
 }
 
+// Seen is one request as the proxy saw it, for Inspect.
+type Seen struct {
+	// At is when it arrived; Mode what the proxy did with it.
+	At   time.Time
+	Mode Mode
+	// Body is the request's body.
+	Body []byte
+	// Status is the server's answer to a forwarded request (0: none), or
+	// the failure's status.
+	Status int
+}
+
+// Inspect has f called once for every request, when the proxy is done with
+// it (a hanging one once its client gave up), from the request's
+// goroutine. Call it before the first request.
+func (p *Proxy) Inspect(f func(Seen)) {
+	p.mu.Lock()
+	p.inspect = f
+	p.mu.Unlock()
+}
+
 // FirstConnection is closed once the proxy has accepted a connection.
 func (p *Proxy) FirstConnection() <-chan struct{} { return p.seen }
 
@@ -164,17 +186,29 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if n, ok := r.Context().Value(connKey{}).(*atomic.Int64); ok && n.Add(1) == 1 {
 		p.fresh.Add(1)
 	}
+	at := time.Now()
 	p.mu.Lock()
-	mode, status, body := p.mode, p.status, p.body
+	mode, status, body, inspect := p.mode, p.status, p.body, p.inspect
 	p.mu.Unlock()
+	seen := Seen{At: at, Mode: mode}
+	if inspect != nil {
+		defer func() { inspect(seen) }()
+	}
 	switch mode {
 	case Hang:
+		// Read first: only then does the server notice a client that gives
+		// up (and end r's context).
+		seen.Body, _ = io.ReadAll(r.Body)
 		select {
 		case <-r.Context().Done():
 		case <-p.release:
 		}
 		return
 	case Fail:
+		seen.Status = status
+		if inspect != nil {
+			seen.Body, _ = io.ReadAll(r.Body)
+		}
 		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 		// As DynamoDB does: the SDK checks it.
 		w.Header().Set("X-Amz-Crc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10))
@@ -182,35 +216,36 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(body)
 		return
 	}
-	p.forward(w, r)
+	seen.Body, seen.Status = p.forward(w, r)
 }
 
-// forward passes r on and copies the answer back. The upstream request
-// does not end with the client's: the server always sees it through.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
+// forward passes r on and copies the answer back, and returns r's body and
+// the server's status. The upstream request does not end with the
+// client's: the server always sees it through.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) (body []byte, status int) {
 	in, err := io.ReadAll(r.Body)
 	if err != nil {
-		return // the client went away before it finished sending
+		return nil, 0 // the client went away before it finished sending
 	}
 	u := *p.target
 	u.Path, u.RawQuery = r.URL.Path, r.URL.RawQuery
 	out, err := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, u.String(), bytes.NewReader(in))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
+		return in, 0
 	}
 	out.Header = r.Header.Clone()
 	p.forwarded.Add(1)
 	resp, err := p.client.Do(out)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
+		return in, 0
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
+		return in, 0
 	}
 	for k, vs := range resp.Header {
 		if k == "Content-Length" {
@@ -220,6 +255,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(b)
+	return in, resp.StatusCode
 }
 
 // listener counts connections and delays the first.

@@ -3,10 +3,13 @@ package faultproxy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +46,13 @@ func TestModes(t *testing.T) {
 		w.WriteHeader(201)
 		_, _ = w.Write(append([]byte("echo "), b...))
 	})
+	var mu sync.Mutex
+	var seen []string
+	p.Inspect(func(s faultproxy.Seen) {
+		mu.Lock()
+		seen = append(seen, fmt.Sprintf("%d:%s:%d", s.Mode, s.Body, s.Status))
+		mu.Unlock()
+	})
 	ctx := context.Background()
 	if code, body, err := post(ctx, p.URL()); err != nil || code != 201 || body != "echo body" {
 		t.Fatalf("pass: %d %q %v", code, body, err)
@@ -63,6 +73,24 @@ func TestModes(t *testing.T) {
 	}
 	if p.Requests() != 4 || p.Forwarded() != 2 {
 		t.Errorf("requests %d, forwarded %d; want 4 and 2", p.Requests(), p.Forwarded())
+	}
+	// The hanging request's end is seen once the server notices its client
+	// gave up: wait for it.
+	for deadline := time.Now().Add(time.Minute); ; {
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n == 4 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	slices.Sort(seen)
+	got := strings.Join(seen, " ")
+	mu.Unlock()
+	if want := "0:body:201 0:body:201 1:body:0 2:body:400"; got != want {
+		t.Errorf("inspected %s, want %s", got, want)
 	}
 }
 
