@@ -11,14 +11,16 @@ import "github.com/edgelimit/edgelimit"
 
 var _ edgelimit.Follower = (*Counter)(nil)
 
-// Follow sets the key's state in a Counter on a Memory store (the twin
+// Follow raises the key's state in a Counter on a Memory store (the twin
 // Local returns) to what d, a decision of the Counter it stands in for,
 // had left at req's instant: the policy's quota less d.Remaining, as if
 // spent at that instant. That is never less spent than the store was (a
 // window's count, a bucket's level; a sliding window's or log's units
-// counted as of now, which leave later than they would), so what the twin
-// admits from there the store would have admitted too, but for what other
-// instances spent since. A sharded policy's units are spread over its
+// counted as of now, which leave later than they would). Where the twin's
+// own state has less left (it admitted requests the store never heard
+// of), it is kept: the twin never forgets what it admitted, so that
+// however often the instance falls back, the twin admits no more than the
+// policy allows on its own. A sharded policy's units are spread over its
 // shards. On a Counter on another store Follow does nothing.
 func (c *Counter) Follow(req edgelimit.Request, d edgelimit.Decision) {
 	m, ok := c.store.(*Memory)
@@ -36,22 +38,22 @@ func (c *Counter) Follow(req edgelimit.Request, d edgelimit.Decision) {
 		if c.shards > 1 {
 			units = share(spent, c.shards, i)
 		}
-		o := c.op(v, i, req.Key, units, t)
-		st := state{}
-		if units > 0 {
-			st = o.alg.commit(state{}, t, units)
+		if units == 0 {
+			continue // the twin's state has at least as much left
 		}
-		m.set(&o, st)
+		o := c.op(v, i, req.Key, units, t)
+		m.raise(&o, o.alg.commit(state{}, t, units))
 	}
 }
 
-// set replaces o's item with st (removes it for the zero state).
-func (s *Memory) set(o *op, st state) {
+// raise replaces o's item with st when st has less left at o.t than the
+// item has.
+func (s *Memory) raise(o *op, st state) {
+	left := func(st state) int64 { return o.alg.decision(st, o.t, 1, o.alg.fits(st, o.t, 1)).Remaining }
 	sh := &s.shards[s.shardIndex(o.id.key)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if !st.exists {
-		delete(sh.m, o.id)
+	if cur := sh.get(o); left(st) >= left(cur) {
 		return
 	}
 	if _, found := sh.m[o.id]; !found && sh.makeRoom(o.t) != nil {
