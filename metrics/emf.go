@@ -48,8 +48,8 @@ const (
 	PropertyStrategy = "Strategy"
 	// PropertyReason says why a decision was not made by counting at
 	// request time (edgelimit.Event.Reason): allow-list, deny-list,
-	// after-response, degraded, soft-threshold, proof-of-work. Absent
-	// otherwise.
+	// after-response, degraded, breaker-open, soft-threshold,
+	// proof-of-work. Absent otherwise.
 	PropertyReason = "Reason"
 	// PropertyRequestID is the Lambda request id of the decision's request
 	// (from lambdacontext in edgelimit.Event.Context), under the key the
