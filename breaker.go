@@ -329,6 +329,19 @@ func (e *Engine) breakers() error {
 			c.breaker = b
 		}
 	}
+	// The override store (Config.Overrides) is a store of its own, with the
+	// breaker the first policy reading it configures.
+	for _, c := range e.policies {
+		if c.overrides == nil {
+			continue
+		}
+		if e.overrideBreaker == nil && !c.StoreBreaker.Off {
+			e.overrideBreaker = &breaker{label: "overrides", cfg: c.StoreBreaker.OrDefault(), e: e}
+		}
+		if e.overrideBreaker != nil {
+			e.overrideBreaker.policies = append(e.overrideBreaker.policies, c.Name)
+		}
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -456,5 +457,58 @@ policies:
 	}
 	if s.calls.Load() != 2 {
 		t.Errorf("%d store calls, want 2 (one batch each, until it opened)", s.calls.Load())
+	}
+}
+
+// failingOverrides is an override store whose every read reaches for the
+// store and fails.
+type failingOverrides struct{ s *store }
+
+func (o failingOverrides) Override(ctx context.Context, _, _ string) (policy.Limits, bool, error) {
+	if err := o.s.call(ctx); err != nil {
+		return policy.Limits{}, false, err
+	}
+	return policy.Limits{}, false, nil
+}
+
+func (failingOverrides) SetOverride(context.Context, string, string, policy.Limits, time.Time) error {
+	return nil
+}
+
+func (failingOverrides) DeleteOverride(context.Context, string, string) error { return nil }
+
+// TestBreakerOverrideStore: the override lookups of new keys go through a
+// breaker of their own, so that a dead override store stops taxing every
+// new client's first request.
+func TestBreakerOverrideStore(t *testing.T) {
+	f, err := policy.Parse("test.yaml", []byte(`version: 1
+policies:
+  - {name: p, routes: ["GET /p"], key: header:X-Key, strategy: durable, limit: 10, window: 1m, overrides: true,
+     store_breaker: {failures: 2}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov := &store{mode: "fail"}
+	var states []string
+	e, err := edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("k", 32)),
+		Logger:         slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)),
+		Overrides:      failingOverrides{ov},
+		ObserveBreaker: func(ev edgelimit.BreakerEvent) { states = append(states, ev.Store+":"+ev.State.String()) },
+		Limiters: func(*policy.Policy) (edgelimit.Limiter, error) {
+			return &storeLimiter{s: &store{mode: "ok"}, batchKey: "t"}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		v := e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/p", SourceIP: "192.0.2.1",
+			Header: limitertest.Headers(map[string]string{"X-Key": fmt.Sprint("client-", i)})})
+		if !v.Allowed {
+			t.Fatalf("request %d: status %d; a broken override store must not block", i, v.Status)
+		}
+	}
+	if ov.calls.Load() != 2 || strings.Join(states, " ") != "overrides:open" {
+		t.Errorf("%d override reads, breaker changes %v; want 2 and the override store's open", ov.calls.Load(), states)
 	}
 }

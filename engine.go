@@ -100,9 +100,11 @@ type Engine struct {
 	hasher   *keyhash.Hasher
 	log      *slog.Logger
 	observe  func(Event)
-	// observeBreaker is Config.ObserveBreaker.
-	observeBreaker func(BreakerEvent)
-	now            func() time.Time
+	// observeBreaker is Config.ObserveBreaker; overrideBreaker is the
+	// breaker of the override store (nil without one).
+	observeBreaker  func(BreakerEvent)
+	overrideBreaker *breaker
+	now             func() time.Time
 	// realClock: now is time.Now, so the request's time budget can start
 	// from the reading that times it.
 	realClock bool
