@@ -363,4 +363,3 @@ func pct(d []time.Duration, p float64) float64 {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
