@@ -48,7 +48,7 @@ func TestLocalModeKeepsTheLimit(t *testing.T) {
 		rate  = 10 // per second
 		burst = 20
 		run   = 12 * time.Second
-		step  = 50 * time.Millisecond
+		step  = 100 * time.Millisecond
 		flood = 64
 	)
 	file, err := policy.Parse("local.yaml", []byte(`version: 1
