@@ -267,7 +267,7 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 	fx := newBreakerFixture(t, `version: 1
 policies:
   - {name: soft, routes: ["GET /soft"], key: ip, strategy: kv, limit: 10, window: 1m, on_store_error: allow, store_timeout: 10s,
-     store_breaker: {failures: 1}}
+     store_breaker: {failures: 1, probes: 1}}
 `, map[string]*store{"soft": s}, nil)
 	fx.get("/soft") // opens it
 	fx.advance(time.Second)
@@ -362,7 +362,7 @@ policies:
 		Limiters: func(*policy.Policy) (edgelimit.Limiter, error) {
 			return &storeLimiter{s: &store{}, batchKey: "one"}, nil
 		}})
-	want := `edgelimit: policies "a" and "b" share a store, but their store_breaker differ ({failures: 3, cool_down: 1s, probes: 1} and {failures: 5, cool_down: 1s, probes: 1}): set the same on both`
+	want := `edgelimit: policies "a" and "b" share a store, but their store_breaker differ ({failures: 3, cool_down: 1s, probes: 3} and {failures: 5, cool_down: 1s, probes: 3}): set the same on both`
 	if err == nil || err.Error() != want {
 		t.Errorf("New: %v\nwant %s", err, want)
 	}

@@ -97,7 +97,7 @@ bench-storefail: bench-deps
 		git worktree remove --force "$$tmp/src"; rm -rf "$$tmp"; exit $$rc
 	$(GO) build -o bench/out/edgelimit-storefail-new ./cmd/edgelimit
 	cd bench && $(GO) build -o out/storefail ./storefail
-	$(GO) run ./internal/tools/testservers -only dynalite -- bench/out/storefail \
+	bench/out/storefail -dynalite-bin node_modules/.bin/dynalite \
 		-old bench/out/edgelimit-storefail-old -old-label "before ($(STOREFAIL_OLD_COMMIT))" \
 		-new bench/out/edgelimit-storefail-new -new-label "after" $(STOREFAIL_FLAGS)
 

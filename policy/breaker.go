@@ -28,7 +28,7 @@ type Breaker struct {
 	// store; default 1s.
 	CoolDown time.Duration
 	// Probes is how many calls may probe the store at once while the
-	// breaker is half-open; default 1.
+	// breaker is half-open; default 3.
 	Probes int
 }
 
@@ -36,9 +36,10 @@ type Breaker struct {
 // failures in a row open it (one failure is a blip the next call survives;
 // five in a row with no success between is a store that is not answering),
 // for a second (so that the store, once back, counts again within about a
-// second, and a dead store costs one probe's budget a second), one probe
-// at a time.
-var DefaultBreaker = Breaker{Failures: 5, CoolDown: time.Second, Probes: 1}
+// second, and a dead store costs a few probes' budgets a second), three
+// probes at a time (one slow answer of a store that is back does not keep
+// it open another second).
+var DefaultBreaker = Breaker{Failures: 5, CoolDown: time.Second, Probes: 3}
 
 // Bounds of the store_breaker fields.
 const (

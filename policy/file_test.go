@@ -59,7 +59,7 @@ policies:
 	p := f.Policies[0]
 	want := policy.Policy{Name: "a", Strategy: durablecounter.Strategy, Limit: 3, Window: 24 * time.Hour,
 		Cost: 1, OnStoreError: policy.FailClosed, StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64, Line: 3, OverrideStaleness: time.Minute,
-		StoreBreaker: policy.Breaker{Failures: 5, CoolDown: time.Second, Probes: 1},
+		StoreBreaker: policy.Breaker{Failures: 5, CoolDown: time.Second, Probes: 3},
 		Options:      &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 1, DenyCache: true}}
 	p.Routes, p.Key = nil, policy.KeySource{}
 	if !reflect.DeepEqual(*p, want) {
@@ -161,7 +161,7 @@ func TestStoreBreaker(t *testing.T) {
 		want  policy.Breaker
 	}{
 		{"", policy.DefaultBreaker},
-		{"store_breaker: {failures: 3}", policy.Breaker{Failures: 3, CoolDown: time.Second, Probes: 1}},
+		{"store_breaker: {failures: 3}", policy.Breaker{Failures: 3, CoolDown: time.Second, Probes: 3}},
 		{"store_breaker: {cool_down: 250ms, probes: 2}", policy.Breaker{Failures: 5, CoolDown: 250 * time.Millisecond, Probes: 2}},
 		{"store_breaker: off", policy.Breaker{Off: true}},
 	} {

@@ -26,12 +26,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -61,7 +63,7 @@ var secret = bytes.Repeat([]byte("storefail-bench-"), 2)
 
 type options struct {
 	old, new, oldLabel, newLabel string
-	dynalite                     string
+	dynalite, dynaliteBin        string
 	warm, hang, after            time.Duration
 	conns, probeRate, floodRate  int
 	out                          string
@@ -80,10 +82,15 @@ type Result struct {
 	ProbeP50ms      float64
 	FloodPerSecond  float64
 	// Once the store is back.
-	AfterProbes      int
-	AfterUncounted   int
-	RecoveryMs       float64 // from the store's return to the first probe from which on every probe was counted
-	FirstCountedMs   float64
+	AfterProbes    int
+	AfterUncounted int
+	RecoveryMs     float64 // from the store's return to the first probe from which on every probe was counted
+	FirstCountedMs float64
+	// StoreP50ms and StoreP90ms are how long dynalite took to answer the
+	// calls passed on after it was back (the proxy's view).
+	StoreP50ms, StoreP90ms float64
+	// WarmStoreP50ms is the same before the store hung.
+	WarmStoreP50ms   float64
 	ServerErrors     int // 5xx answers over the whole run
 	DynaliteRequests int64
 	Memory           bool
@@ -95,7 +102,9 @@ func main() {
 	flag.StringVar(&o.new, "new", "", "edgelimit binary after (required)")
 	flag.StringVar(&o.oldLabel, "old-label", "before", "label of -old")
 	flag.StringVar(&o.newLabel, "new-label", "after", "label of -new")
-	flag.StringVar(&o.dynalite, "dynalite", os.Getenv("EDGELIMIT_DYNALITE_ENDPOINT"), "dynalite endpoint")
+	flag.StringVar(&o.dynalite, "dynalite", os.Getenv("EDGELIMIT_DYNALITE_ENDPOINT"), "dynalite endpoint, when -dynalite-bin is empty")
+	flag.StringVar(&o.dynaliteBin, "dynalite-bin", "node_modules/.bin/dynalite",
+		"dynalite to start afresh for each build (so that what one build left it doing cannot slow the next); empty: use -dynalite")
 	flag.DurationVar(&o.warm, "warm", 3*time.Second, "store up before it hangs")
 	flag.DurationVar(&o.hang, "hang", 8*time.Second, "how long the store hangs")
 	flag.DurationVar(&o.after, "after", 6*time.Second, "store back, measured")
@@ -105,8 +114,8 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/out/storefail.json", "JSON results")
 	flag.StringVar(&o.storeTimeout, "store-timeout", "50ms", "the policy's store_timeout")
 	flag.Parse()
-	if o.old == "" || o.new == "" || o.dynalite == "" {
-		fmt.Fprintln(os.Stderr, "usage: storefail -old BIN -new BIN [-dynalite URL] (run under internal/tools/testservers)")
+	if o.old == "" || o.new == "" || o.dynalite == "" && o.dynaliteBin == "" {
+		fmt.Fprintln(os.Stderr, "usage: storefail -old BIN -new BIN [-dynalite-bin node_modules/.bin/dynalite | -dynalite URL]")
 		os.Exit(2)
 	}
 	var results []Result
@@ -126,17 +135,22 @@ func main() {
 		_ = os.WriteFile(o.out, b, 0o644)
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("store hangs %s under a flood of one key (%d/s over %d connections) and %d probes/s of fresh keys; then back for %s; load average %s\n",
-		o.hang, o.floodRate, o.conns, o.probeRate, o.after, strings.Join(strings.Fields(string(load))[:3], " "))
-	fmt.Println("| build | store calls per request (hang, after 1 s) | flood p50 / p95 (hang) | probe p50 (hang) | probes not counted by the store after it is back | recovery: every probe counted again after |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	fmt.Printf("store_timeout %s; the store hangs %s under a flood of one key (%d/s over %d connections) and %d probes/s of fresh keys; then back for %s; load average %s\n\n",
+		o.storeTimeout, o.hang, o.floodRate, o.conns, o.probeRate, o.after, strings.Join(strings.Fields(string(load))[:3], " "))
+	fmt.Println("| build | store calls per request (hang, after 1 s) | flood p50 / p95 (hang) | probe p50 (hang) | probes not counted by the store after it is back | every probe counted again after | store's own p50 / p90 once back (before it hung) |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {
 		if r.Memory {
-			fmt.Printf("| %s | — | %.2f / %.2f ms | %.2f ms | — | — |\n", r.Label, r.FloodP50ms, r.FloodP95ms, r.ProbeP50ms)
+			fmt.Printf("| %s | — | %.2f / %.2f ms | %.2f ms | — | — | — |\n", r.Label, r.FloodP50ms, r.FloodP95ms, r.ProbeP50ms)
 			continue
 		}
-		fmt.Printf("| %s | %.3f (%d of %d) | %.2f / %.2f ms | %.2f ms | %d of %d | %.0f ms |\n", r.Label, r.CallsPerRequest,
-			r.HangStoreCalls, r.HangRequests, r.FloodP50ms, r.FloodP95ms, r.ProbeP50ms, r.AfterUncounted, r.AfterProbes, r.RecoveryMs)
+		recovery := fmt.Sprintf("%.0f ms", r.RecoveryMs)
+		if r.AfterUncounted > 0 && r.RecoveryMs >= ms(o.after) {
+			recovery = "not within " + o.after.String()
+		}
+		fmt.Printf("| %s | %.3f (%d of %d) | %.2f / %.2f ms | %.2f ms | %d of %d | %s | %.1f / %.1f ms (%.1f ms) |\n", r.Label, r.CallsPerRequest,
+			r.HangStoreCalls, r.HangRequests, r.FloodP50ms, r.FloodP95ms, r.ProbeP50ms, r.AfterUncounted, r.AfterProbes, recovery,
+			r.StoreP50ms, r.StoreP90ms, r.WarmStoreP50ms)
 	}
 }
 
@@ -147,8 +161,43 @@ type sample struct {
 	key    string // probes only
 }
 
+// startDynalite starts a fresh dynalite on a free port and returns its
+// endpoint and how to stop it.
+func startDynalite(bin string) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() }
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "http://" + addr, stop, nil
+		}
+	}
+	stop()
+	return "", nil, fmt.Errorf("dynalite did not listen on %s", addr)
+}
+
 func measure(o options, bin, label string, memory bool) (Result, error) {
-	proxy, err := faultproxy.New(o.dynalite)
+	endpoint := o.dynalite
+	if o.dynaliteBin != "" {
+		ep, stop, err := startDynalite(o.dynaliteBin)
+		if err != nil {
+			return Result{}, err
+		}
+		defer stop()
+		endpoint = ep
+	}
+	proxy, err := faultproxy.New(endpoint)
 	if err != nil {
 		return Result{}, err
 	}
@@ -252,6 +301,11 @@ func measure(o options, bin, label string, memory bool) (Result, error) {
 	time.Sleep(time.Until(backAt))
 	proxy.Set(faultproxy.Pass)
 	wg.Wait()
+	// What the proxy passed on and its clients gave up on, dynalite still
+	// answers: let it drain, so that the next build finds it idle.
+	for deadline := time.Now().Add(5 * time.Minute); proxy.InFlight() > 0 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	r := Result{Label: label, DynaliteRequests: proxy.Forwarded(), Memory: memory}
 	from, to := hangAt.Add(time.Second), backAt
@@ -292,9 +346,27 @@ func measure(o options, bin, label string, memory bool) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	var storeLat, warmLat []time.Duration
+	for _, s := range seen {
+		switch {
+		case s.Mode != faultproxy.Pass:
+		case !s.At.Before(backAt):
+			storeLat = append(storeLat, s.Took)
+		case s.At.Before(hangAt):
+			warmLat = append(warmLat, s.Took)
+		}
+	}
+	r.WarmStoreP50ms = pct(warmLat, 0.5)
+	r.StoreP50ms, r.StoreP90ms = pct(storeLat, 0.5), pct(storeLat, 0.9)
+	// Answered in time: a call the store answered after its client gave up
+	// spent the units, but the request was decided without it.
+	budget, err := time.ParseDuration(o.storeTimeout)
+	if err != nil {
+		return Result{}, err
+	}
 	counted := map[string]bool{}
 	for _, s := range seen {
-		if s.Mode == faultproxy.Pass && s.Status == 200 {
+		if s.Mode == faultproxy.Pass && s.Status == 200 && s.Took < budget {
 			counted[string(s.Body)] = true
 		}
 	}

@@ -64,9 +64,9 @@ type Proxy struct {
 	release   chan struct{} // closed when the proxy closes
 	inspect   func(Seen)
 
-	requests, forwarded, conns, fresh atomic.Int64
-	seen                              chan struct{} // closed at the first connection
-	seenOnce                          sync.Once
+	requests, forwarded, conns, fresh, inflight atomic.Int64
+	seen                                        chan struct{} // closed at the first connection
+	seenOnce                                    sync.Once
 }
 
 // New starts a proxy in front of target (http://host:port), passing
@@ -138,6 +138,9 @@ type Seen struct {
 	// Status is the server's answer to a forwarded request (0: none), or
 	// the failure's status.
 	Status int
+	// Took is how long the proxy took to answer (or the client to give
+	// up): for a forwarded request, the server's time.
+	Took time.Duration
 }
 
 // Inspect has f called once for every request, when the proxy is done with
@@ -166,6 +169,10 @@ func (p *Proxy) FreshRequests() int64 { return p.fresh.Load() }
 // connKey finds a connection's request count in a request's context.
 type connKey struct{}
 
+// InFlight is how many forwarded requests the server has not answered yet
+// (their clients may have given up: the proxy still waits for the server).
+func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
+
 // Connections is how many connections the proxy accepted.
 func (p *Proxy) Connections() int64 { return p.conns.Load() }
 
@@ -192,7 +199,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Unlock()
 	seen := Seen{At: at, Mode: mode}
 	if inspect != nil {
-		defer func() { inspect(seen) }()
+		defer func() { seen.Took = time.Since(at); inspect(seen) }()
 	}
 	switch mode {
 	case Hang:
@@ -236,6 +243,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) (body []byte, st
 	}
 	out.Header = r.Header.Clone()
 	p.forwarded.Add(1)
+	p.inflight.Add(1)
+	defer p.inflight.Add(-1)
 	resp, err := p.client.Do(out)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
