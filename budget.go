@@ -77,6 +77,15 @@ func (c *budgetCtx) started() context.Context {
 	return c.inner
 }
 
+// reached reports whether the limiter reached for the store through c:
+// started its timer (Done or Value: a store call, or a wait for one). A
+// decision from memory never does.
+func (c *budgetCtx) reached() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inner != nil
+}
+
 // stop releases the context, as the CancelFunc of WithTimeout does.
 func (c *budgetCtx) stop() {
 	c.mu.Lock()

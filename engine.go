@@ -33,6 +33,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Observe, if set, is called once per policy decision (for metrics).
 	Observe func(Event)
+	// ObserveBreaker, if set, is called when a store's circuit breaker
+	// opens, half-opens or closes (for metrics: metrics.EMF has one). The
+	// engine logs each change as well. Each policy's store_breaker says
+	// when it opens; the breaker of a store whose calls fail stops them
+	// taking their whole budget on every request.
+	ObserveBreaker func(BreakerEvent)
 	// Now is the engine's clock: read once per request, it is the instant
 	// every policy decides at (Request.At) and the start of the request's
 	// time budget; default time.Now.
@@ -74,8 +80,9 @@ type Event struct {
 	// or is "": "after-response" (charged or refunded once the response was
 	// known), "allow-list" and "deny-list" (a list decided, no limiter was
 	// asked), "degraded" (the store failed; on_store_error decided), or
-	// what the limiter said (Decision.Reason: "soft-threshold",
-	// "proof-of-work").
+	// "breaker-open" (the store's circuit breaker was open, so the store
+	// was not asked and on_store_error decided at once), or what the
+	// limiter said (Decision.Reason: "soft-threshold", "proof-of-work").
 	Reason string
 	// Context is the request's context, for what an observer reads from
 	// its values: metrics.EMF takes the Lambda request id from it, so that
@@ -95,7 +102,11 @@ type Engine struct {
 	local    *keyhash.Local
 	log      *slog.Logger
 	observe  func(Event)
-	now      func() time.Time
+	// observeBreaker is Config.ObserveBreaker; overrideBreaker is the
+	// breaker of the override store (nil without one).
+	observeBreaker  func(BreakerEvent)
+	overrideBreaker *breaker
+	now             func() time.Time
 	// realClock: now is time.Now, so the request's time budget can start
 	// from the reading that times it.
 	realClock bool
@@ -114,8 +125,13 @@ type compiled struct {
 	batch   BatchLimiter
 	refund  Refunder
 	peek    Peeker
-	// local decides while the store fails (on_store_error: local).
-	local Limiter
+	// local decides while the store fails (on_store_error: local);
+	// follower is local, when it hears what the limiter decides.
+	local    Limiter
+	follower Follower
+	// breaker is the circuit breaker of the policy's store (shared with
+	// the policies on the same store), nil for store_breaker: off.
+	breaker *breaker
 	// rItem is the start of its RateLimit member (`"name";r=`); q, w and
 	// item its default RateLimit-Policy member, for a decision whose Limit
 	// and Window are q and w (and for one the store could not make).
@@ -170,14 +186,15 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("edgelimit: HashSecret: %w", err)
 	}
 	e := &Engine{
-		file:      cfg.Policies,
-		hasher:    hasher,
-		local:     local,
-		log:       cfg.Logger,
-		observe:   cfg.Observe,
-		now:       cfg.Now,
-		legacy:    cfg.Policies.LegacyHeaders,
-		overrides: cfg.Overrides,
+		file:           cfg.Policies,
+		hasher:         hasher,
+		local:          local,
+		log:            cfg.Logger,
+		observe:        cfg.Observe,
+		observeBreaker: cfg.ObserveBreaker,
+		now:            cfg.Now,
+		legacy:         cfg.Policies.LegacyHeaders,
+		overrides:      cfg.Overrides,
 	}
 	if e.log == nil {
 		e.log = slog.Default()
@@ -224,6 +241,7 @@ func New(cfg Config) (*Engine, error) {
 			if c.local, err = lz.Local(); err != nil {
 				return nil, fmt.Errorf("edgelimit: policy %q: in-process twin: %w", p.Name, err)
 			}
+			c.follower, _ = ability[Follower](c.local)
 		}
 		if p.Overrides {
 			if cfg.Overrides == nil {
@@ -240,6 +258,9 @@ func New(cfg Config) (*Engine, error) {
 		for _, r := range p.Routes {
 			e.routes = append(e.routes, routeRef{route: r, policy: i})
 		}
+	}
+	if err := e.breakers(); err != nil {
+		return nil, err
 	}
 	return e, nil
 }

@@ -39,10 +39,13 @@ type slot struct {
 	d   Decision
 	o   outcome
 	// peeked: decided by Peek; twin: decided by the in-process twin while
-	// the store failed (on_store_error: local); lat: the limiter's latency;
-	// storeErr and refundErr: what failed.
+	// the store failed (on_store_error: local); skipped: the store's
+	// breaker was open, so the store was not asked and on_store_error
+	// decided; lat: the limiter's latency; storeErr and refundErr: what
+	// failed.
 	peeked    bool
 	twin      bool
+	skipped   bool
 	lat       time.Duration
 	storeErr  error
 	refundErr error
@@ -181,32 +184,51 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, v *Verdict, slots [
 // allowOne asks one limiter within the request's time budget and applies
 // on_store_error to a failure.
 func (e *Engine) allowOne(ctx context.Context, start time.Time, rs *routeSet, c *compiled, s *slot) {
+	tk := c.breaker.admit(ctx, s.req.At)
 	t0 := e.clockIfTimed()
-	cctx := e.slotBudget(s, ctx, start, c.StoreTimeout)
+	cctx := e.slotBudget(s, ctx, start, tk.budget(c.StoreTimeout))
 	d, err := c.limiter.Allow(cctx, s.req)
 	cctx.stop()
+	res := resultOf(cctx, ctx, err)
+	c.breaker.done(ctx, tk, res, err)
 	s.lat = e.latency(t0, start, err)
 	if err != nil {
-		e.storeFailed(ctx, rs, c, s, err)
+		e.storeFailed(ctx, rs, c, s, err, tk == refused)
 		return
 	}
 	d.Policy = c.Name
 	s.d, s.o = d, outcomeOf(d)
+	c.follow(res, s.req, d)
+}
+
+// follow tells the policy's in-process twin what the limiter decided with
+// the store (res answered), so that it decides from there when the store
+// fails. An answer from memory is not passed on: the twin shares what the
+// limiter remembers (a deny cache), and a cached denial at a later instant
+// would tell it less than the store's answer it came from (a bucket still
+// empty now, where it has been refilling since).
+func (c *compiled) follow(res callResult, req Request, d Decision) {
+	if c.follower != nil && res == answered {
+		c.follower.Follow(req, d)
+	}
 }
 
 // admitDeferred decides a policy that spends after the response: the
 // request is admitted while one unit is left (a peek of one unit), and the
 // store failing is a store failure like any other.
 func (e *Engine) admitDeferred(ctx context.Context, start time.Time, rs *routeSet, c *compiled, s *slot) {
+	tk := c.breaker.admit(ctx, s.req.At)
 	t0 := e.clockIfTimed()
-	cctx := e.slotBudget(s, ctx, start, c.StoreTimeout)
+	cctx := e.slotBudget(s, ctx, start, tk.budget(c.StoreTimeout))
 	one := s.req
 	one.Cost = 1
 	d, err := c.peek.Peek(cctx, one)
 	cctx.stop()
+	res := resultOf(cctx, ctx, err)
+	c.breaker.done(ctx, tk, res, err)
 	s.lat = e.latency(t0, start, err)
 	if err != nil {
-		e.storeFailed(ctx, rs, c, s, err)
+		e.storeFailed(ctx, rs, c, s, err, tk == refused)
 		if s.o == allowed {
 			s.o = known // nothing was spent
 		}
@@ -214,6 +236,7 @@ func (e *Engine) admitDeferred(ctx context.Context, start time.Time, rs *routeSe
 	}
 	d.Policy = c.Name
 	s.d, s.o = d, known
+	c.follow(res, one, d)
 	if !d.Allowed {
 		s.o = denied
 	}
@@ -225,13 +248,22 @@ func (e *Engine) peekOne(ctx context.Context, start time.Time, rs *routeSet, c *
 	if c.peek == nil || s.req.Key == "" {
 		return
 	}
+	tk := c.breaker.admit(ctx, s.req.At)
 	t0 := e.clockIfTimed()
-	cctx := e.slotBudget(s, ctx, start, c.StoreTimeout)
+	cctx := e.slotBudget(s, ctx, start, tk.budget(c.StoreTimeout))
 	d, err := c.peek.Peek(cctx, s.req)
 	cctx.stop()
+	res := resultOf(cctx, ctx, err)
+	c.breaker.done(ctx, tk, res, err)
 	s.lat = e.latency(t0, start, err)
 	s.peeked = true
 	if err != nil {
+		if tk == refused {
+			// The store was not asked: left out, as a policy that cannot
+			// peek is.
+			s.skipped = true
+			return
+		}
 		s.storeErr = err
 		e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: peek failed",
 			slog.String("policy", c.Name), slog.String("route", rs.label), slog.String("error", err.Error()))
@@ -239,6 +271,7 @@ func (e *Engine) peekOne(ctx context.Context, start time.Time, rs *routeSet, c *
 	}
 	d.Policy = c.Name
 	s.d = d
+	c.follow(res, s.req, d)
 	s.o = known
 	if !d.Allowed {
 		s.o = denied
@@ -256,23 +289,29 @@ func (e *Engine) allowGroup(ctx context.Context, start time.Time, rs *routeSet, 
 		items = append(items, BatchItem{Limiter: c.batch, Request: slots[c.slot].req})
 		budget = max(budget, c.StoreTimeout)
 	}
+	// The members share a store, and so its breaker.
+	br := g[0].breaker
+	tk := br.admit(ctx, slots[g[0].slot].req.At)
 	t0 := e.clockIfTimed()
-	cctx := e.budget(ctx, start, budget)
+	cctx := e.budget(ctx, start, tk.budget(budget))
 	got, err := g[0].batch.AllowBatch(cctx, items)
 	cctx.stop()
 	if err == nil && len(got) != len(g) {
 		err = fmt.Errorf("edgelimit: AllowBatch returned %d decisions for %d requests", len(got), len(g))
 	}
+	res := resultOf(cctx, ctx, err)
+	br.done(ctx, tk, res, err)
 	lat := e.latency(t0, start, err)
 	for i, c := range g {
 		s := &slots[c.slot]
 		s.lat = lat
 		if err != nil {
-			e.storeFailed(ctx, rs, c.compiled, s, err)
+			e.storeFailed(ctx, rs, c.compiled, s, err, tk == refused)
 		} else {
 			d := got[i]
 			d.Policy = c.Name
 			s.d, s.o = d, outcomeOf(d)
+			c.follow(res, s.req, d)
 		}
 		if s.o != allowed {
 			blocked = true
@@ -297,9 +336,16 @@ func outcomeOf(d Decision) outcome {
 	return denied
 }
 
-// storeFailed applies the policy's on_store_error to a failed call.
-func (e *Engine) storeFailed(ctx context.Context, rs *routeSet, c *compiled, s *slot, err error) {
-	s.storeErr = err
+// storeFailed applies the policy's on_store_error to a failed call. A call
+// the store's open breaker refused (skipped) did not ask the store: it is
+// neither logged nor counted as a store error (the breaker logged opening),
+// and its decision's Reason says why.
+func (e *Engine) storeFailed(ctx context.Context, rs *routeSet, c *compiled, s *slot, err error, skipped bool) {
+	if skipped {
+		s.skipped = true
+	} else {
+		s.storeErr = err
+	}
 	// A decision the store could not make: fail open claims the whole quota
 	// for the window; fail closed, nothing until the retry.
 	d := Decision{Policy: c.Name, Limit: c.q, Window: c.w, Degraded: true, Reset: time.Second, RetryAfter: time.Second}
@@ -316,9 +362,11 @@ func (e *Engine) storeFailed(ctx context.Context, rs *routeSet, c *compiled, s *
 			o = outcomeOf(d)
 		}
 	}
-	e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: store failed",
-		slog.String("policy", c.Name), slog.String("route", rs.label), slog.String("strategy", c.StrategyName()),
-		slog.String("on_store_error", c.OnStoreError.String()), slog.Float64("latency_ms", float64(s.lat.Microseconds())/1000), slog.String("error", err.Error()))
+	if !skipped {
+		e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: store failed",
+			slog.String("policy", c.Name), slog.String("route", rs.label), slog.String("strategy", c.StrategyName()),
+			slog.String("on_store_error", c.OnStoreError.String()), slog.Float64("latency_ms", float64(s.lat.Microseconds())/1000), slog.String("error", err.Error()))
+	}
 	s.d, s.o = d, o
 }
 
@@ -344,9 +392,19 @@ func (e *Engine) refund(ctx context.Context, start time.Time, rs *routeSet, cs [
 			s.o = refunded
 			continue
 		}
-		cctx := e.budget(ctx, start, c.StoreTimeout)
+		var tk ticket
+		if !s.twin {
+			tk = c.breaker.admit(ctx, e.now())
+		}
+		cctx := e.budget(ctx, start, tk.budget(c.StoreTimeout))
 		err := r.Refund(cctx, s.req, s.d)
 		cctx.stop()
+		if !s.twin {
+			c.breaker.done(ctx, tk, resultOf(cctx, ctx, err), err)
+		}
+		if err != nil && tk == refused {
+			err = fmt.Errorf("%w: %w", errBreakerOpen, err)
+		}
 		s.o = refunded
 		if err != nil {
 			s.refundErr = err
@@ -391,7 +449,10 @@ func (e *Engine) latency(t0, start time.Time, err error) time.Duration {
 
 // reasonOf says why a decision was not made by counting, for metrics.
 func reasonOf(s *slot) string {
-	if s.d.Degraded {
+	switch {
+	case s.skipped:
+		return "breaker-open"
+	case s.d.Degraded:
 		return "degraded"
 	}
 	return s.d.Reason

@@ -2,6 +2,7 @@ package edgelimit
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync/atomic"
@@ -101,16 +102,15 @@ func (e *Engine) finish(ctx context.Context, f *finishState, status int) {
 			}
 		case len(c.RefundStatus) > 0 && it.o == allowed && slices.Contains(c.RefundStatus, status):
 			what = "refund"
-			cctx := e.budget(ctx, start, c.StoreTimeout)
-			err = c.refund.Refund(cctx, req, it.d)
-			cctx.stop()
+			err = e.afterCall(ctx, start, c, func(cctx context.Context) error { return c.refund.Refund(cctx, req, it.d) })
 		}
 		if c.finisher != nil && it.o == allowed {
-			cctx := e.budget(ctx, start, c.StoreTimeout)
-			if ferr := c.finisher.Finish(cctx, req, it.d, status, reported); ferr != nil && err == nil {
+			ferr := e.afterCall(ctx, start, c, func(cctx context.Context) error {
+				return c.finisher.Finish(cctx, req, it.d, status, reported)
+			})
+			if ferr != nil && err == nil {
 				what, err = "finish", ferr
 			}
-			cctx.stop()
 		}
 		if err != nil {
 			e.log.LogAttrs(ctx, slog.LevelError, "edgelimit: after the response: "+what+" failed",
@@ -134,8 +134,24 @@ func (e *Engine) finish(ctx context.Context, f *finishState, status int) {
 // charge spends what req says, whether or not it fits, within the policy's
 // budget from start.
 func (e *Engine) charge(ctx context.Context, start time.Time, c *compiled, req Request) error {
-	cctx := e.budget(ctx, start, c.StoreTimeout)
-	defer cctx.stop()
-	_, err := c.charger.Charge(cctx, req)
+	return e.afterCall(ctx, start, c, func(cctx context.Context) error {
+		_, err := c.charger.Charge(cctx, req)
+		return err
+	})
+}
+
+// afterCall makes one store call of the work after the response, within
+// the policy's budget from start, through its store's breaker: while the
+// breaker is open the call gets no budget, and fails at once unless the
+// limiter needs no store for it.
+func (e *Engine) afterCall(ctx context.Context, start time.Time, c *compiled, call func(context.Context) error) error {
+	tk := c.breaker.admit(ctx, e.now())
+	cctx := e.budget(ctx, start, tk.budget(c.StoreTimeout))
+	err := call(cctx)
+	cctx.stop()
+	c.breaker.done(ctx, tk, resultOf(cctx, ctx, err), err)
+	if err != nil && tk == refused {
+		err = fmt.Errorf("%w: %w", errBreakerOpen, err)
+	}
 	return err
 }

@@ -148,6 +148,16 @@ type Localizer interface {
 	Local() (Limiter, error)
 }
 
+// Follower is an optional ability of an in-process twin (what
+// Localizer.Local returns): it hears each decision the limiter it stands in
+// for makes (req as the limiter was asked, d its answer), so that when the
+// store fails it decides from what this instance last knew of the key
+// (what d had left, as of req.At), not from a full quota. Follow is called
+// on the request's path, so it must be cheap and never block on I/O.
+type Follower interface {
+	Follow(req Request, d Decision)
+}
+
 // Resetter is an optional ability: a limiter that can forget one client
 // key's usage (an operator's reset, at the start of a billing cycle;
 // Engine.Reset). req is the key's request as the engine would make it now:

@@ -69,7 +69,8 @@ func (oc *overrideCache) forget(key string) {
 // override returns the override in force for key, reading the store when the
 // cached answer is older than staleness. A store that fails is logged and
 // counts as no override, for one staleness interval (the policy's own
-// limits apply: a broken store never blocks a request).
+// limits apply: a broken store never blocks a request); so does one whose
+// breaker is open, without the log line.
 func (e *Engine) override(ctx context.Context, c *compiled, key string, now time.Time) policy.Limits {
 	oc := c.overrides
 	sh := &oc.shards[maphash.String(oc.seed, key)&15]
@@ -98,10 +99,15 @@ func (e *Engine) override(ctx context.Context, c *compiled, key string, now time
 	ent = &overrideEntry{until: now.Add(c.OverrideStaleness), ready: make(chan struct{})}
 	sh.m[strings.Clone(key)] = ent // not the request's memory (Request.Key)
 	sh.mu.Unlock()
-	cctx := e.budget(ctx, time.Now(), c.StoreTimeout)
+	// The override store has a breaker of its own: while it is open the
+	// lookup gets no budget, and fails at once unless the store needs no
+	// call for it.
+	tk := e.overrideBreaker.admit(ctx, now)
+	cctx := e.budget(ctx, time.Now(), tk.budget(c.StoreTimeout))
 	l, ok, err := e.overrides.Override(cctx, c.Name, key)
 	cctx.stop()
-	if err != nil {
+	e.overrideBreaker.done(ctx, tk, resultOf(cctx, ctx, err), err)
+	if err != nil && tk != refused {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: override lookup failed; the policy's own limits apply",
 			slog.String("policy", c.Name), slog.String("error", err.Error()))
 	}

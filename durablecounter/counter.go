@@ -208,13 +208,25 @@ func New(cfg Config) (*Counter, error) {
 }
 
 // Local returns the Counter's in-process twin: the same policy and clock on
-// a Memory store of its own. The engine uses it for a policy with
-// on_store_error: local while the store fails, so that each instance still
-// holds the limit (at most the limit per instance, instead of everything).
+// a Memory store of its own, sharing the Counter's deny cache. The engine
+// uses it for a policy with on_store_error: local while the store fails,
+// and tells it every decision the store made (Follow), so that it decides
+// each key from what this instance last knew of it: what the store's last
+// answer had left, or a denial the deny cache holds. Its denials enter the
+// deny cache too, so that while the store is slow a denied key costs no
+// call that would miss its budget (such an entry answers for at most
+// DenyCacheMaxAge, as every entry does).
 func (c *Counter) Local() (edgelimit.Limiter, error) {
 	cfg := c.cfg
 	cfg.Store = NewMemory(MemoryConfig{})
-	return New(cfg)
+	tw, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if c.deny != nil {
+		tw.deny, tw.denyAge = c.deny, c.denyAge
+	}
+	return tw, nil
 }
 
 // shardID is the itemID shard of shard i.

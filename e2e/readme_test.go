@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/edgelimit/edgelimit/internal/faultproxy"
 )
 
 // readmePrograms returns the Go code blocks of README.md; each must be a
@@ -124,6 +126,7 @@ func TestREADMEPrograms(t *testing.T) {
 		switch {
 		case strings.Contains(src, "lambda.Start("):
 			t.Run("lambda", func(t *testing.T) { runREADMEFunction(t, bin) })
+			t.Run("lambda/cold-start", func(t *testing.T) { runREADMEColdStart(t, bin) })
 			ran["lambda"] = true
 		case strings.Contains(src, "http.ListenAndServe("):
 			t.Run("net/http", func(t *testing.T) { runREADMEServer(t, bin) })
@@ -139,6 +142,14 @@ func TestREADMEPrograms(t *testing.T) {
 	}
 }
 
+// readmeBudgets gives the README function's durable policies a store
+// budget that a loaded machine cannot miss: the test checks what the
+// program answers, not how fast dynalite is (under load it missed the
+// default 100 ms, and the fail-closed policy answered 503).
+func readmeBudgets(budget string) string {
+	return "paid-daily.store_timeout=" + budget + ",paid-burst.store_timeout=" + budget
+}
+
 func runREADMEFunction(t *testing.T, bin string) {
 	endpoint, table := dynalite(t)
 	e := startEmulatorOf(t, "readme", bin, map[string]string{
@@ -148,7 +159,7 @@ func runREADMEFunction(t *testing.T, bin string) {
 		// The store budget of the functions' tests (testBudget): the first
 		// invocation's calls to a dynalite that make test shares passed the
 		// default 100 ms, and the paid policies' 503 failed the test.
-		"EDGELIMIT_OVERRIDES": "paid-daily.store_timeout=" + testBudget + ",paid-burst.store_timeout=" + testBudget,
+		"EDGELIMIT_OVERRIDES": readmeBudgets(testBudget),
 	})
 	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "GET /paid/{resource}", RawPath: "/paid/report",
 		Headers: map[string]string{"x-api-key": "readme-" + randomID(t)}}
@@ -164,6 +175,61 @@ func runREADMEFunction(t *testing.T, bin string) {
 	delete(ev.Headers, "x-api-key")
 	if resp, _ := e.invoke(t, ev); resp.StatusCode != 400 {
 		t.Errorf("no key: status %d, want 400", resp.StatusCode)
+	}
+}
+
+// runREADMEColdStart (issue "when the store fails, fail fast", item 3: a
+// cold start's first DynamoDB call pays DNS, TCP and TLS, missed the
+// store_timeout, and the fail-closed paid-daily answered 503): the README
+// function under the emulator, its store behind a proxy that makes every
+// new connection slower than the policies' budget. The function opens
+// its connections while it starts (setup.FromEnv's warm-up), so its first
+// request's store calls go over open connections and it is answered 200;
+// without the warm-up they open connections, and the same first request is
+// a 503. The budget is the e2e tests' 5s and the delay 6s, not the 100 ms
+// and 150 ms of a real cold start, so that a loaded machine cannot change
+// either answer.
+func runREADMEColdStart(t *testing.T, bin string) {
+	endpoint, table := dynalite(t)
+	for _, tc := range []struct {
+		warmUp string
+		status int
+		fresh  bool // the first request's calls open connections
+	}{
+		{"10s", 200, false},
+		{"off", 503, true},
+	} {
+		t.Run("warm-up="+tc.warmUp, func(t *testing.T) {
+			proxy, err := faultproxy.New(endpoint)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer proxy.Close()
+			// Every new connection of the function's clients is slow to set
+			// up (DNS, TCP, TLS); the ones they keep open are not.
+			proxy.DelayConnections(-1, 6*time.Second)
+			e := startEmulatorOf(t, "readme", bin, map[string]string{
+				"EDGELIMIT_TABLE":             table,
+				"EDGELIMIT_DYNAMODB_ENDPOINT": proxy.URL(),
+				"EDGELIMIT_SECRETS":           "k1:" + randomKey(),
+				"EDGELIMIT_OVERRIDES":         readmeBudgets(testBudget),
+				"EDGELIMIT_STORE_WARMUP":      tc.warmUp,
+				"EDGELIMIT_LOG_LEVEL":         "debug", // each warm-up says it opened a connection
+			})
+			ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "GET /paid/{resource}", RawPath: "/paid/report",
+				Headers: map[string]string{"x-api-key": "cold-" + randomID(t)}}
+			ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path, ev.RequestContext.HTTP.SourceIP = "GET", "/paid/report", "192.0.2.11"
+			// The emulator starts the function with the first invocation; a
+			// warm-up's request is the first on its connection, and logs.
+			resp, _ := e.invoke(t, ev)
+			if fresh := proxy.FreshRequests() > int64(strings.Count(e.output(), "edgelimit: store warm")); fresh != tc.fresh {
+				t.Errorf("the first request's store calls opened a connection: %v, want %v (%d of %d requests first on theirs)",
+					fresh, tc.fresh, proxy.FreshRequests(), proxy.Requests())
+			}
+			if resp.StatusCode != tc.status {
+				t.Fatalf("first request: %d %q, want %d (%d connections, %d requests)\n%s", resp.StatusCode, resp.Body, tc.status, proxy.Connections(), proxy.Requests(), e.output())
+			}
+		})
 	}
 }
 

@@ -213,7 +213,7 @@ func TestTemplateRoutesArePoliced(t *testing.T) {
 // and nothing the code does not read.
 func TestTemplateSetsEveryVariableTheFunctionsRead(t *testing.T) {
 	c := loadTemplate(t)
-	storeOnly := map[string]bool{setup.EnvTable: true, setup.EnvEndpoint: true}
+	storeOnly := map[string]bool{setup.EnvTable: true, setup.EnvEndpoint: true, setup.EnvStoreWarmUp: true}
 	signedOnly := map[string]bool{setup.EnvTokenSecretID: true}
 	kvOnly := map[string]bool{setup.EnvKVRegions: true}
 	localOnly := map[string]bool{setup.EnvHashKey: true, setup.EnvSecrets: true}

@@ -28,6 +28,16 @@
 // the Lambda request id ("requestId", as in the log lines), so that a
 // request's metric lines and its logs are found with one filter.
 //
+// [EMF.ObserveBreaker] is an edgelimit.Config.ObserveBreaker hook: when a
+// store's circuit breaker changes state it writes one line with the
+// dimension Store (the store's name, "durable" for the durable policies'
+// table) and the counts BreakerOpen, BreakerHalfOpen and BreakerClosed, 1
+// for the state it changed to; its properties State, Policies and, when it
+// opens, Failures say more. An alarm on the Sum of BreakerOpen hears of a
+// store that stopped answering. While a breaker is open, the decision
+// lines of its policies carry Reason "breaker-open" and Degraded 1, and no
+// StoreErrors: the store was not asked.
+//
 // A line is written with one Write call, so lines from concurrent decisions
 // never interleave. Writing to standard output costs no network call: the
 // Lambda runtime ships it with the function's other logs.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -31,6 +32,14 @@ const (
 	MetricStoreLatency = "StoreLatency"
 )
 
+// Metric names of the lines ObserveBreaker writes, one per change of a
+// store's circuit breaker: each counts the changes into its state.
+const (
+	MetricBreakerOpen     = "BreakerOpen"
+	MetricBreakerHalfOpen = "BreakerHalfOpen"
+	MetricBreakerClosed   = "BreakerClosed"
+)
+
 // Dimension and property names written by EMF.
 const (
 	DimensionPolicy  = "Policy"
@@ -39,14 +48,23 @@ const (
 	PropertyStrategy = "Strategy"
 	// PropertyReason says why a decision was not made by counting at
 	// request time (edgelimit.Event.Reason): allow-list, deny-list,
-	// after-response, degraded, soft-threshold, proof-of-work. Absent
-	// otherwise.
+	// after-response, degraded, breaker-open, soft-threshold,
+	// proof-of-work. Absent otherwise.
 	PropertyReason = "Reason"
 	// PropertyRequestID is the Lambda request id of the decision's request
 	// (from lambdacontext in edgelimit.Event.Context), under the key the
 	// log lines use (KeyRequestID), so one Logs Insights filter finds a
 	// request's metric lines and its logs. Absent outside Lambda.
 	PropertyRequestID = KeyRequestID
+	// DimensionStore names the store of a breaker line
+	// (edgelimit.BreakerEvent.Store).
+	DimensionStore = "Store"
+	// PropertyState, PropertyPolicies and PropertyFailures are a breaker
+	// line's new state, the policies on the store (comma separated) and,
+	// when it opens, how many calls in a row had failed.
+	PropertyState    = "State"
+	PropertyPolicies = "Policies"
+	PropertyFailures = "Failures"
 )
 
 // Limits of the EMF specification and of CloudWatch that EMF enforces.
@@ -89,9 +107,11 @@ type EMF struct {
 	// directive follows the timestamp: it closes _aws and opens the
 	// properties, `,"CloudWatchMetrics":[...]},`.
 	directive []byte
-	function  []byte // `"Function":"name",` or empty
-	mu        sync.Mutex
-	buf       []byte
+	// breakerDirective is directive for the breaker lines.
+	breakerDirective []byte
+	function         []byte // `"Function":"name",` or empty
+	mu               sync.Mutex
+	buf              []byte
 }
 
 // NewEMF validates cfg and returns an EMF.
@@ -122,6 +142,13 @@ func NewEMF(cfg EMFConfig) (*EMF, error) {
 		`{"Name":"`+MetricRefundFailed+`","Unit":"Count"},`+
 		`{"Name":"`+MetricStoreLatency+`","Unit":"Milliseconds"}]}]},`...)
 	m.directive = d
+	bd := []byte(`,"CloudWatchMetrics":[{"Namespace":`)
+	bd = jsonenc.AppendString(bd, ns)
+	bd = append(bd, `,"Dimensions":[["`+DimensionStore+`"]],"Metrics":[`+
+		`{"Name":"`+MetricBreakerOpen+`","Unit":"Count"},`+
+		`{"Name":"`+MetricBreakerHalfOpen+`","Unit":"Count"},`+
+		`{"Name":"`+MetricBreakerClosed+`","Unit":"Count"}]}]},`...)
+	m.breakerDirective = bd
 	if cfg.Function != "" {
 		m.function = jsonenc.AppendString([]byte(`"`+PropertyFunction+`":`), cfg.Function)
 		m.function = append(m.function, ',')
@@ -206,6 +233,56 @@ func (m *EMF) AppendLine(b []byte, ev edgelimit.Event) []byte {
 	b = append(b, `"`+MetricStoreLatency+`":`...)
 	lat := max(ev.Latency, 0)
 	b = strconv.AppendFloat(b, float64(lat.Microseconds())/1000, 'f', -1, 64)
+	return append(b, "}\n"...)
+}
+
+// ObserveBreaker writes the line for a change of a store's circuit
+// breaker: the metrics BreakerOpen, BreakerHalfOpen and BreakerClosed
+// (1 for the state it changed to) with the dimension Store, and the
+// properties State, Policies, Failures (when it opens), Function and the
+// request id. It is an edgelimit.Config.ObserveBreaker hook: alarm on the
+// Sum of BreakerOpen to hear of a store that stopped answering.
+func (m *EMF) ObserveBreaker(ev edgelimit.BreakerEvent) {
+	m.mu.Lock()
+	b := m.AppendBreakerLine(m.buf[:0], ev)
+	_, err := m.w.Write(b)
+	m.buf = b
+	m.mu.Unlock()
+	if err != nil && m.onError != nil {
+		m.onError(fmt.Errorf("metrics: write EMF line: %w", err))
+	}
+}
+
+// AppendBreakerLine appends the EMF line for ev, newline included, to b.
+func (m *EMF) AppendBreakerLine(b []byte, ev edgelimit.BreakerEvent) []byte {
+	b = append(b, `{"_aws":{"Timestamp":`...)
+	b = strconv.AppendInt(b, m.now().UnixMilli(), 10)
+	b = append(b, m.breakerDirective...)
+	b = append(b, `"`+DimensionStore+`":`...)
+	b = jsonenc.AppendString(b, dimension(ev.Store))
+	b = append(b, ',')
+	b = append(b, m.function...)
+	b = append(b, `"`+PropertyState+`":`...)
+	b = jsonenc.AppendString(b, ev.State.String())
+	b = append(b, `,"`+PropertyPolicies+`":`...)
+	b = jsonenc.AppendString(b, strings.Join(ev.Policies, ","))
+	b = append(b, ',')
+	if ev.Failures > 0 {
+		b = append(b, `"`+PropertyFailures+`":`...)
+		b = strconv.AppendInt(b, int64(ev.Failures), 10)
+		b = append(b, ',')
+	}
+	if ev.Context != nil {
+		if lc, ok := lambdacontext.FromContext(ev.Context); ok && lc.AwsRequestID != "" {
+			b = append(b, `"`+PropertyRequestID+`":`...)
+			b = jsonenc.AppendString(b, lc.AwsRequestID)
+			b = append(b, ',')
+		}
+	}
+	b = appendCount(b, MetricBreakerOpen, ev.State == edgelimit.BreakerOpen)
+	b = appendCount(b, MetricBreakerHalfOpen, ev.State == edgelimit.BreakerHalfOpen)
+	b = appendCount(b, MetricBreakerClosed, ev.State == edgelimit.BreakerClosed)
+	b = b[:len(b)-1] // the last comma
 	return append(b, "}\n"...)
 }
 

@@ -479,3 +479,42 @@ func TestEMFRequestID(t *testing.T) {
 		}
 	}
 }
+
+// TestEMFBreakerLines: a change of a store's breaker is one EMF line with
+// the dimension Store, one count per state (1 for the new one), and the
+// state, policies and failures as properties.
+func TestEMFBreakerLines(t *testing.T) {
+	var out bytes.Buffer
+	m, err := metrics.NewEMF(metrics.EMFConfig{Writer: &out, Namespace: "edgelimit-test", Function: "search", Now: fixedNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveBreaker(edgelimit.BreakerEvent{Store: "durable", Policies: []string{"paid-daily", "search"},
+		State: edgelimit.BreakerOpen, From: edgelimit.BreakerClosed, Failures: 5, Err: errors.New("timeout")})
+	m.ObserveBreaker(edgelimit.BreakerEvent{Store: "durable", Policies: []string{"paid-daily", "search"},
+		State: edgelimit.BreakerClosed, From: edgelimit.BreakerHalfOpen})
+	lines := bytes.SplitAfter(out.Bytes(), []byte("\n"))
+	if len(lines) != 3 || len(lines[2]) != 0 {
+		t.Fatalf("wrote %q, want two lines", out.Bytes())
+	}
+	for i, want := range []map[string]string{
+		{"Store": `"durable"`, "State": `"open"`, "Policies": `"paid-daily,search"`, "Failures": "5", "Function": `"search"`,
+			"BreakerOpen": "1", "BreakerHalfOpen": "0", "BreakerClosed": "0"},
+		{"State": `"closed"`, "BreakerOpen": "0", "BreakerHalfOpen": "0", "BreakerClosed": "1", "Failures": ""},
+	} {
+		root := checkEMF(t, lines[i])
+		dir := root["_aws"].(map[string]any)["CloudWatchMetrics"].([]any)[0].(map[string]any)
+		if got := fmt.Sprint(dir["Dimensions"]); got != "[[Store]]" {
+			t.Errorf("line %d: Dimensions = %s, want [[Store]]", i, got)
+		}
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(lines[i], &raw); err != nil {
+			t.Fatal(err)
+		}
+		for k, w := range want {
+			if got := string(raw[k]); got != w {
+				t.Errorf("line %d: %s = %s, want %s", i, k, got, w)
+			}
+		}
+	}
+}

@@ -22,6 +22,9 @@
 #   make bench-quick    the same with short runs, into bench/out/quick/ (development;
 #                       BENCHMARKS.md and docs/bench are left alone)
 #   make bench-report   BENCHMARKS.md and the plots again from bench/out/*.json
+#   make bench-storefail  a store that hangs under a flood, the code before the store
+#                       breaker (STOREFAIL_OLD_COMMIT) beside the working tree's (about
+#                       1 minute; prints the table of docs/store-failure.md)
 #   make dashboard-mock docs/dashboard.png: template.yaml's CloudWatch dashboard drawn
 #                       from the EMF lines of a simulated hour of the example functions
 #                       on dynalite (bench/dashmock; about 30 s)
@@ -50,7 +53,7 @@ KV_OLD_COMMIT ?= e340e63
 KV_OLD_BIN    := bench/out/edgelimit-kv-old
 KV_FLAGS       = -kv-old $(KV_OLD_BIN) -kv-old-commit $(KV_OLD_COMMIT)
 
-.PHONY: bench bench-quick bench-report bench-build bench-deps bench-kv bench-kv-old bench-middleware dashboard-mock
+.PHONY: bench-storefail bench bench-quick bench-report bench-build bench-deps bench-kv bench-kv-old bench-middleware dashboard-mock
 
 ## bench-build: the benchmark program (bench/ module) as bench/out/edgelimit-bench.
 bench-build:
@@ -84,6 +87,22 @@ bench-quick: bench-build bench-deps bench-kv-old
 ## bench-middleware: the middleware comparison, decisions and bootstrap parts; rewrites their sections of BENCHMARKS.md.
 bench-middleware: bench-build
 	$(BENCH_BIN) -root . $(BENCH_FLAGS) middleware
+
+## bench-storefail: what a hung store costs edgelimit serve, the code before
+## the store breaker (STOREFAIL_OLD_COMMIT) beside the working tree's, in one
+## run (about 1 minute; docs/store-failure.md has its table).
+STOREFAIL_OLD_COMMIT ?= b1f5af2
+STOREFAIL_FLAGS      ?=
+bench-storefail: bench-deps
+	@mkdir -p bench/out
+	@tmp=$$(mktemp -d) && git worktree add --quiet --detach "$$tmp/src" $(STOREFAIL_OLD_COMMIT) && \
+		(cd "$$tmp/src" && $(GO) build -o "$(CURDIR)/bench/out/edgelimit-storefail-old" ./cmd/edgelimit); rc=$$?; \
+		git worktree remove --force "$$tmp/src"; rm -rf "$$tmp"; exit $$rc
+	$(GO) build -o bench/out/edgelimit-storefail-new ./cmd/edgelimit
+	cd bench && $(GO) build -o out/storefail ./storefail
+	bench/out/storefail -dynalite-bin node_modules/.bin/dynalite \
+		-old bench/out/edgelimit-storefail-old -old-label "before ($(STOREFAIL_OLD_COMMIT))" \
+		-new bench/out/edgelimit-storefail-new -new-label "after" $(STOREFAIL_FLAGS)
 
 ## bench-report: rewrite BENCHMARKS.md and the plots from bench/out/*.json.
 bench-report: bench-build

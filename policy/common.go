@@ -29,6 +29,7 @@ var commonFields = []commonField{
 	{"cost", parseCost},
 	{"on_store_error", parseOnStoreError},
 	{"store_timeout", parseStoreTimeout},
+	{"store_breaker", parseStoreBreaker},
 	{"shadow", parseShadow},
 	{"trusted_proxies", parseTrustedProxies},
 	{"ipv6_prefix", parseIPv6Prefix},
@@ -66,7 +67,7 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 		p.errorf(n.Line, "", "each policy must be a mapping with name, routes, key, strategy, limit and window")
 		return nil
 	}
-	pol := &Policy{Line: n.Line, Cost: 1, StoreTimeout: defaultStoreTimeout, IPv6Prefix: 64, OverrideStaleness: defaultOverrideStaleness}
+	pol := &Policy{Line: n.Line, Cost: 1, StoreTimeout: defaultStoreTimeout, StoreBreaker: DefaultBreaker, IPv6Prefix: 64, OverrideStaleness: defaultOverrideStaleness}
 	fields := map[string]*yaml.Node{}
 	keyLines := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {

@@ -59,7 +59,8 @@ policies:
 	p := f.Policies[0]
 	want := policy.Policy{Name: "a", Strategy: durablecounter.Strategy, Limit: 3, Window: 24 * time.Hour,
 		Cost: 1, OnStoreError: policy.FailClosed, StoreTimeout: 100 * time.Millisecond, IPv6Prefix: 64, Line: 3, OverrideStaleness: time.Minute,
-		Options: &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 1, DenyCache: true}}
+		StoreBreaker: policy.Breaker{Failures: 5, CoolDown: time.Second, Probes: 3},
+		Options:      &durablecounter.Options{Algorithm: durablecounter.FixedWindow, Shards: 1, DenyCache: true}}
 	p.Routes, p.Key = nil, policy.KeySource{}
 	if !reflect.DeepEqual(*p, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", *p, want)
@@ -124,6 +125,12 @@ func TestParseErrors(t *testing.T) {
 		{"duration garbage", pol("    window: soon\n"), []string{`window "soon" is not a duration`}},
 		{"zero duration", pol("    window: 0s\n"), []string{`window "0s" must be positive`}},
 		{"another strategy's field", pol("    window: 1m\n    sync_interval: 1s\n"), []string{`p.yaml:9: policy "paid": sync_interval applies only to strategy kv`}},
+		{"breaker not a mapping", pol("    window: 1m\n    store_breaker: on\n"), []string{`p.yaml:9: policy "paid": store_breaker must be off or a mapping`}},
+		{"breaker unknown field", pol("    window: 1m\n    store_breaker: {failure: 3}\n"),
+			[]string{`p.yaml:9: policy "paid": unknown field store_breaker.failure (did you mean "failures"?)`}},
+		{"breaker zero failures", pol("    window: 1m\n    store_breaker: {failures: 0}\n"), []string{"store_breaker.failures 0 must be between 1 and 1000"}},
+		{"breaker short cool-down", pol("    window: 1m\n    store_breaker: {cool_down: 1ms}\n"), []string{"store_breaker.cool_down 1ms must be between 10ms and 10m"}},
+		{"breaker probes", pol("    window: 1m\n    store_breaker: {probes: 101}\n"), []string{"store_breaker.probes 101 must be between 1 and 100"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,6 +151,28 @@ func TestParseErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStoreBreaker: store_breaker keeps the defaults of the fields it does
+// not set, and off turns the breaker off.
+func TestStoreBreaker(t *testing.T) {
+	for _, tt := range []struct {
+		field string
+		want  policy.Breaker
+	}{
+		{"", policy.DefaultBreaker},
+		{"store_breaker: {failures: 3}", policy.Breaker{Failures: 3, CoolDown: time.Second, Probes: 3}},
+		{"store_breaker: {cool_down: 250ms, probes: 2}", policy.Breaker{Failures: 5, CoolDown: 250 * time.Millisecond, Probes: 2}},
+		{"store_breaker: off", policy.Breaker{Off: true}},
+	} {
+		f, err := policy.Parse("p.yaml", []byte("version: 1\npolicies:\n  - name: a\n    routes: [\"GET /a\"]\n    key: ip\n    strategy: durable\n    limit: 3\n    window: 1m\n    "+tt.field+"\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.field, err)
+		}
+		if got := f.Policies[0].StoreBreaker; got != tt.want {
+			t.Errorf("%q: StoreBreaker = %+v, want %+v", tt.field, got, tt.want)
+		}
 	}
 }
 

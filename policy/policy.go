@@ -30,6 +30,10 @@ type Policy struct {
 	// StoreTimeout is the policy's time budget for its store calls,
 	// counted from the start of the request; default 100ms.
 	StoreTimeout time.Duration
+	// StoreBreaker is the circuit breaker of the policy's store, which
+	// stops asking a store that keeps failing; DefaultBreaker when the
+	// file sets none.
+	StoreBreaker Breaker
 	// Shadow decides and reports but never blocks, and is never shown.
 	Shadow bool
 	// TrustedProxies is how many proxy hops in front of the API append to

@@ -73,7 +73,7 @@ const (
 // EnvVars lists every variable FromEnv reads that the deployment sets.
 var EnvVars = []string{
 	EnvPolicyFile, EnvOverrides, EnvShadow, EnvTable, EnvEndpoint, EnvKVRegions, EnvHashKey, EnvSecrets,
-	EnvSecretID, EnvTokenSecretID, EnvLogLevel, EnvMetricsNamespace,
+	EnvSecretID, EnvTokenSecretID, EnvLogLevel, EnvMetricsNamespace, EnvStoreWarmUp,
 }
 
 // EnvConfig is what FromEnv cannot read from the environment.
@@ -123,11 +123,13 @@ type Env struct {
 // Env* constants): the policy file with overrides and shadow switches
 // applied, the hash key, each strategy's limiters from its Backend (which
 // reads what it needs: the table, the key ring), JSON logs with the request
-// id, and EMF metrics. Its only network calls read the secrets
+// id, and EMF metrics. Its network calls read the secrets
 // EDGELIMIT_SECRET_ID and EDGELIMIT_TOKEN_SECRET_ID name (cfg.Secrets),
-// when they are set: a wrong table or missing permission shows up as a
-// store error on the first request, which the policies' on_store_error
-// answers.
+// when they are set, and warm each store's connection up with one cheap
+// read (EDGELIMIT_STORE_WARMUP), so that the first request does not pay
+// the connection's set-up within its store_timeout: a wrong table or
+// missing permission is logged then, and shows up as a store error on the
+// first request, which the policies' on_store_error answers.
 func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	getenv := cfg.Getenv
 	if getenv == nil {
@@ -173,12 +175,17 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		return nil, err
 	}
 
-	factory, err := Limiters(pf, cfg.Backends, BackendEnv{Getenv: getenv, Logger: log, Now: cfg.Now})
+	warmBudget, err := warmUpBudget(getenv)
+	if err != nil {
+		return nil, err
+	}
+	warm := &warmUps{}
+	factory, err := Limiters(pf, cfg.Backends, BackendEnv{Getenv: getenv, Logger: log, Now: cfg.Now, warm: warm})
 	if err != nil {
 		return nil, err
 	}
 
-	ovr, err := Overrides(pf, cfg.Backends, BackendEnv{Getenv: getenv, Logger: log, Now: cfg.Now})
+	ovr, err := Overrides(pf, cfg.Backends, BackendEnv{Getenv: getenv, Logger: log, Now: cfg.Now, warm: warm})
 	if err != nil {
 		return nil, err
 	}
@@ -195,12 +202,15 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		}
 		env.Metrics = m
 		ecfg.Observe = m.Observe
+		ecfg.ObserveBreaker = m.ObserveBreaker
 	}
 	engine, err := edgelimit.New(ecfg)
 	if err != nil {
 		return nil, err
 	}
 	env.Engine = engine
+	// The stores' connections, open before the first request.
+	warm.run(ctx, warmBudget, log)
 	var shadow []string
 	for _, p := range pf.Policies {
 		if p.Shadow {

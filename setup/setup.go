@@ -33,8 +33,10 @@ type Backend interface {
 	Strategy() *policy.Strategy
 	// Open prepares the backend once, at start-up, from what env says (it
 	// makes no network call: a wrong table shows up as a store error on the
-	// first request, which the policies' on_store_error answers), and
-	// returns the function that builds one policy's limiter. Limiters it
+	// first request, which the policies' on_store_error answers; it may
+	// register a call that FromEnv makes to open the store's connection
+	// before the first request, env.WarmUp), and returns the function that
+	// builds one policy's limiter. Limiters it
 	// builds share one store, so that several policies on one route can be
 	// decided together.
 	Open(env *BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error)
@@ -51,6 +53,8 @@ type BackendEnv struct {
 	Now func() time.Time
 	// Policies are the policies of the backend's strategy, for messages.
 	Policies []*policy.Policy
+	// warm collects the backends' warm-ups (WarmUp), for FromEnv.
+	warm *warmUps
 }
 
 // PolicyNames returns the names of env's policies, comma separated, for a

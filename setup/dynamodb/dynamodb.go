@@ -8,6 +8,7 @@
 package dynamodb
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/edgelimit/edgelimit/setup"
 )
@@ -42,11 +44,27 @@ func (cfg Config) Open(env *setup.BackendEnv) (*dynamodb.Client, string, error) 
 		return nil, "", fmt.Errorf("%w: %s is not set; policies %s keep their state in DynamoDB: set it to the table's name (template.yaml does)",
 			setup.ErrEnv, setup.EnvTable, env.PolicyNames())
 	}
-	if cfg.Client != nil {
-		return cfg.Client, table, nil
+	client := cfg.Client
+	if client == nil {
+		var err error
+		if client, err = lambdaDynamoDB(env.Getenv, strings.TrimSpace(env.Getenv(setup.EnvEndpoint))); err != nil {
+			return nil, "", err
+		}
 	}
-	client, err := lambdaDynamoDB(env.Getenv, strings.TrimSpace(env.Getenv(setup.EnvEndpoint)))
-	return client, table, err
+	env.WarmUp("dynamodb:"+table, func(ctx context.Context) error { return warmUp(ctx, client, table) })
+	return client, table, nil
+}
+
+// warmUpKey is the item the warm-up reads: no policy's item has it.
+const warmUpKey = "edgelimit#warm-up"
+
+// warmUp opens client's connection to the table with one eventually
+// consistent GetItem of an item that does not exist (half a read unit,
+// and the dynamodb:GetItem permission every backend's calls need).
+func warmUp(ctx context.Context, client *dynamodb.Client, table string) error {
+	_, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table),
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: warmUpKey}}})
+	return err
 }
 
 // lambdaDynamoDB builds the DynamoDB client from what Lambda puts in the
