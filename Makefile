@@ -5,7 +5,7 @@ POLICIES  ?= cmd/edgelimit/policies.yaml
 RUN_BIN   ?= bin/edgelimit
 TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 15m
 
-.PHONY: run test deps vet fmt-check unit clean
+.PHONY: run run-lambda test deps vet fmt-check unit clean
 
 ## run: edgelimit serve on $(ADDR) (make run ADDR=127.0.0.1:9090 for another
 ## port). Ctrl-C or `kill` of make stops it. The binary is built first and
@@ -15,6 +15,24 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout 15m
 run:
 	$(GO) build -o $(RUN_BIN) ./cmd/edgelimit
 	$(RUN_BIN) serve --addr $(ADDR) --policies $(POLICIES) --exit-with-parent
+
+## run-lambda: the README's Lambda program (examples/lambda; LAMBDA=DIR for
+## another) as a bootstrap under the pinned Runtime Interface Emulator on
+## $(LAMBDA_ADDR), its table on a dynalite of its own on loopback. Invoke it
+## with an event: curl -d @examples/lambda/event.json
+## http://$(LAMBDA_ADDR)/2015-03-31/functions/function/invocations. Ctrl-C or
+## `kill` of make stops the emulator, the function and dynalite. As with
+## run, make runs built binaries, not `go run`, so that a SIGTERM reaches
+## them.
+LAMBDA      ?= examples/lambda
+LAMBDA_ADDR ?= 127.0.0.1:9000
+LAMBDA_OUT  ?= build/local
+LAMBDA_BOOT := $(LAMBDA_OUT)/$(notdir $(LAMBDA))/bootstrap
+run-lambda: deps tools
+	CGO_ENABLED=0 $(GO) build $(LAMBDA_GOFLAGS) -o $(LAMBDA_BOOT) ./$(LAMBDA)
+	$(GO) build -o $(LAMBDA_OUT)/testservers ./internal/tools/testservers
+	$(GO) build -o $(LAMBDA_OUT)/runlambda ./internal/tools/runlambda
+	$(LAMBDA_OUT)/testservers -only dynalite -- $(LAMBDA_OUT)/runlambda -rie $(TOOLS_BIN)/aws-lambda-rie -addr $(LAMBDA_ADDR) $(LAMBDA_BOOT)
 
 ## deps: the pinned test servers' packages (dynalite, from package-lock.json).
 deps: node_modules/.installed
