@@ -207,15 +207,16 @@ policies:
   - {name: api-daily, routes: ["GET /api/*"], key: header:X-Api-Key, strategy: durable, limit: 100, window: 24h, store_timeout: 5s, overrides: true, override_staleness: 1s}
   - {name: api-gcra, routes: ["GET /gcra"], key: header:X-Api-Key, strategy: durable, algorithm: gcra, limit: 10, window: 1s, burst: 20, store_timeout: 5s, overrides: true, override_staleness: 1s}
   - {name: api-kv, routes: ["GET /kv"], key: header:X-Api-Key, strategy: kv, limit: 100, window: 1m, store_timeout: 5s, overrides: true, override_staleness: 1s}
+  - {name: api-jobs, routes: ["GET /jobs"], key: header:X-Api-Key, strategy: inflight, limit: 2, window: 1m, store_timeout: 5s, overrides: true, override_staleness: 1s}
 `))
 	c := &apiClient{t: t, url: startServe(t, "--store", "dynamodb", "--create-table")}
-	for _, tc := range []struct{ policy, path string }{{"api-daily", "/api/report"}, {"api-gcra", "/gcra"}, {"api-kv", "/kv"}} {
+	for _, tc := range []struct{ policy, path string }{{"api-daily", "/api/report"}, {"api-gcra", "/gcra"}, {"api-kv", "/kv"}, {"api-jobs", "/jobs"}} {
 		t.Run(tc.policy, func(t *testing.T) {
 			c.t = t
 			if status, _, _ := c.get(tc.path, "key-spam", ""); status != 200 {
 				t.Fatalf("before the block: %d", status)
 			}
-			if tc.policy != "api-kv" { // a grant the block must not let through
+			if strings.HasPrefix(tc.policy, "api-daily") || tc.policy == "api-gcra" { // a grant the block must not let through
 				mustCLI(t, "grant", tc.policy, "key-spam", "50", "--for", "1h")
 			}
 			out := mustCLI(t, "override", "set", tc.policy, "key-spam", "--limit", "0")

@@ -21,6 +21,7 @@ import (
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/inflight"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/kv"
 )
 
@@ -140,7 +141,7 @@ func runQuota(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		}
 	}
 
-	e, p, at, err := operatorEngine(ctx, f, pol)
+	e, p, at, err := operatorEngine(ctx, f, pol, cmd)
 	if err != nil {
 		return c.fail(stderr, err)
 	}
@@ -277,7 +278,7 @@ func windowEnd(ctx context.Context, e *edgelimit.Engine, p *policy.Policy, key s
 // operatorEngine builds an engine of the one named policy on the table, so
 // that a policy file with signed policies needs no key ring here. It
 // returns the policy and where its table is, for messages.
-func operatorEngine(ctx context.Context, f opFlags, pol string) (*edgelimit.Engine, *policy.Policy, storeAt, error) {
+func operatorEngine(ctx context.Context, f opFlags, pol, cmd string) (*edgelimit.Engine, *policy.Policy, storeAt, error) {
 	at := storeAt{table: f.table, endpoint: f.endpoint}
 	pf, err := loadPolicyFile(f.policies)
 	if err != nil {
@@ -296,10 +297,14 @@ func operatorEngine(ctx context.Context, f opFlags, pol string) (*edgelimit.Engi
 	}
 	switch p.StrategyName() {
 	case "durable", "kv":
+	case "inflight":
+		if cmd == "reset" || cmd == "grant" {
+			return nil, nil, at, fmt.Errorf("policy %q is inflight: it counts the requests running now, which end by themselves, so there is nothing to %s (usage and override work)", p.Name, cmd)
+		}
 	case "signed":
 		return nil, nil, at, fmt.Errorf("policy %q is signed: it keeps no count on the server (the client carries its window token), so there is no usage to read, reset or grant, and no override to set", p.Name)
 	default:
-		return nil, nil, at, fmt.Errorf("policy %q is %s: the operator's commands work on durable and kv policies", p.Name, p.StrategyName())
+		return nil, nil, at, fmt.Errorf("policy %q is %s: the operator's commands work on durable, kv and inflight policies", p.Name, p.StrategyName())
 	}
 	s := os.Getenv(setup.EnvHashKey)
 	if strings.TrimSpace(s) == "" {
@@ -316,7 +321,7 @@ func operatorEngine(ctx context.Context, f opFlags, pol string) (*edgelimit.Engi
 	at.region = client.Options().Region
 	one := &policy.File{Source: pf.Source, Version: pf.Version, LegacyHeaders: pf.LegacyHeaders, Policies: []*policy.Policy{p}}
 	cfg := dynamodb.Config{Client: client, Table: f.table}
-	backends := []setup.Backend{durable.Backend(cfg), kv.Backend(cfg)}
+	backends := []setup.Backend{durable.Backend(cfg), kv.Backend(cfg), inflight.Backend(cfg)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	benv := setup.BackendEnv{Getenv: os.Getenv, Logger: log}
 	factory, err := setup.Limiters(one, backends, benv)
