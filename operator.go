@@ -202,7 +202,8 @@ func (e *Engine) Override(ctx context.Context, name, raw string) (policy.Limits,
 
 // SetOverride sets the raw key's limits under the named policy (a policy
 // with overrides: true), until the given instant (zero: until removed).
-// Its zero fields keep the policy's (or the tier's). Every instance sees it
+// Its zero fields keep the policy's (or the tier's); l.Block refuses
+// every request of the key, as a limit of 0 would. Every instance sees it
 // within the policy's override_staleness; this one at once.
 func (e *Engine) SetOverride(ctx context.Context, name, raw string, l policy.Limits, until time.Time) error {
 	c, key, err := e.overridable(name, raw)
@@ -210,7 +211,10 @@ func (e *Engine) SetOverride(ctx context.Context, name, raw string, l policy.Lim
 		return err
 	}
 	if l.IsZero() {
-		return errors.New("edgelimit: an override needs a limit, a window or a burst; to remove one, DeleteOverride")
+		return errors.New("edgelimit: an override needs a limit, a window or a burst (or Block); to remove one, DeleteOverride")
+	}
+	if l.Block && (l.Limit != 0 || l.Burst != 0) {
+		return errors.New("edgelimit: a blocking override has no limit or burst (only a window: the wait its denials announce)")
 	}
 	if l.Limit < 0 || l.Window < 0 || l.Burst < 0 {
 		return errors.New("edgelimit: an override's limit, window and burst cannot be negative")

@@ -157,7 +157,7 @@ func (c *Counter) AllowBatch(ctx context.Context, items []edgelimit.BatchItem) (
 				continue
 			}
 			switch {
-			case pooled[i]:
+			case pooled[i], items[i].Request.Limits.Block: // a blocked key spends no grant either
 				retry = false
 			case m.shards > 1 && tried[i] < m.shards-1:
 			default:

@@ -84,7 +84,7 @@ func (c *Counter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.D
 	default:
 		d, err = c.decideSharded(ctx, v, req, cost, t)
 	}
-	if err == nil && !d.Allowed {
+	if err == nil && !d.Allowed && !req.Limits.Block { // a blocked key spends no grant either
 		d, err = c.fromGrant(ctx, req, cost, t, d, false)
 	}
 	if err != nil {

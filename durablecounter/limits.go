@@ -114,7 +114,7 @@ func limitsErr(base *variant) error {
 }
 
 // effective completes a request's limits with the policy's: a zero field
-// keeps the policy's, and gcra's burst follows the limit in force when the
+// keeps the policy's, a block is a limit of 0, and gcra's burst follows the limit in force when the
 // policy's burst is its limit (the default). The other algorithms have no
 // burst.
 func (c *Counter) effective(l policy.Limits) policy.Limits {
@@ -125,6 +125,9 @@ func (c *Counter) effective(l policy.Limits) policy.Limits {
 	}
 	if out.Window == 0 {
 		out.Window = b.Window
+	}
+	if l.Block { // an operator's block: nothing is admitted
+		out.Limit = 0
 	}
 	switch {
 	case c.alg != GCRA:

@@ -29,7 +29,7 @@ func (c *Counter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.De
 	}
 	t, cost := c.instant(req), req.Units()
 	d, err := c.peek(ctx, v, req, t, cost)
-	if err == nil && !d.Allowed {
+	if err == nil && !d.Allowed && !req.Limits.Block { // a blocked key spends no grant either
 		d, err = c.fromGrant(ctx, req, cost, t, d, true)
 	}
 	if err != nil {

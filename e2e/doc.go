@@ -32,6 +32,16 @@
 // TestMakeRunStops runs the quick start's `make run` on a free port as a
 // user does, and checks that Ctrl-C (SIGINT to the process group), `kill`
 // of make alone and `kill -9` of make each leave nothing listening.
+// TestMakeRunLambda runs `make run-lambda` (examples/lambda under the
+// emulator, its table on a dynalite of its own), invokes it with the
+// README's event until the policy refuses, and stops it by Ctrl-C and by
+// `kill` of make: the emulator, the function and dynalite all go.
+//
+// TestDocPrograms builds the README's programs and docs/handlers.md's in a
+// module outside the repository and runs them; TestExamplesAreTheREADMEs
+// checks that examples/ holds the README's; TestInstallSteps runs the
+// README's install steps for a clone; TestShapingExcerpts checks
+// docs/shaping.md's policy excerpts against the files they name.
 //
 // TestTreeHoldsSourcesOnly checks that `git ls-files` holds no compiled
 // executable and no file over 1 MB, and TestBuildOutputsAreIgnored that

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,29 +22,67 @@ import (
 	"github.com/edgelimit/edgelimit/internal/faultproxy"
 )
 
-// readmePrograms returns the Go code blocks of README.md; each must be a
-// complete program.
-func readmePrograms(t *testing.T) []string {
+// docProgram is a Go code block of the README or docs/handlers.md that is
+// a complete program, with the policy file it is shown with.
+type docProgram struct {
+	file     string // README.md, docs/handlers.md
+	src      string
+	policies []byte
+}
+
+// docPrograms returns the programs of README.md (with the policy file the
+// README shows, as examples/ has it) and docs/handlers.md (with the
+// project's cmd/edgelimit/policies.yaml, as it says).
+func docPrograms(t *testing.T) []docProgram {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root(t), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, m := range regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
-		out = append(out, m[1])
-	}
-	if len(out) == 0 {
-		t.Fatal("README.md has no Go code block")
+	readme := readFile(t, "README.md")
+	full := []byte(readFile(t, "cmd/edgelimit/policies.yaml"))
+	var out []docProgram
+	for _, f := range []struct {
+		name     string
+		policies []byte
+	}{{"README.md", []byte(readmePolicy(t, readme))}, {"docs/handlers.md", full}} {
+		for _, m := range goBlock.FindAllStringSubmatch(readFile(t, f.name), -1) {
+			out = append(out, docProgram{file: f.name, src: m[1], policies: f.policies})
+		}
 	}
 	return out
 }
 
-// readmeModule writes each program, with the repository's policies.yaml
-// beside it, into a module outside the repository that requires this one
-// (replaced by the working tree) at exactly the versions the repository
-// pins, so that building needs no network. It returns the programs' dirs.
-func readmeModule(t *testing.T, programs []string) (string, []string) {
+var (
+	goBlock   = regexp.MustCompile("(?s)```go\n(.*?)```")
+	yamlBlock = regexp.MustCompile("(?s)```yaml\n(.*?)```")
+)
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root(t), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// readmePolicy is the README's one policy file: the first YAML block of
+// its "A first limit".
+func readmePolicy(t *testing.T, readme string) string {
+	t.Helper()
+	i := strings.Index(readme, "\n## A first limit\n")
+	if i < 0 {
+		t.Fatal(`README.md has no section "A first limit"`)
+	}
+	m := yamlBlock.FindStringSubmatch(readme[i:])
+	if m == nil {
+		t.Fatal("the README's first limit shows no policy file")
+	}
+	return m[1]
+}
+
+// readmeModule writes each program, with its policy file beside it, into
+// a module outside the repository that requires this one (replaced by the
+// working tree) at exactly the versions the repository pins, so that
+// building needs no network. It returns the programs' dirs.
+func readmeModule(t *testing.T, programs []docProgram) (string, []string) {
 	t.Helper()
 	repo := root(t)
 	dir := t.TempDir()
@@ -64,10 +103,6 @@ func readmeModule(t *testing.T, programs []string) (string, []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	policies, err := os.ReadFile(filepath.Join(repo, "cmd", "edgelimit", "policies.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	write := func(name string, b []byte) {
 		t.Helper()
 		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
@@ -81,13 +116,14 @@ func readmeModule(t *testing.T, programs []string) (string, []string) {
 	write(filepath.Join(dir, "go.sum"), sum)
 	var dirs []string
 	for i, p := range programs {
-		if !strings.HasPrefix(p, "package main\n") {
-			t.Errorf("README Go block %d is not a complete program (it does not start with package main):\n%.200s", i+1, p)
+		if !strings.HasPrefix(p.src, "package main\n") {
+			t.Errorf("%s: Go block %d is not a complete program (it does not start with package main):\n%.200s", p.file, i+1, p.src)
+			dirs = append(dirs, "")
 			continue
 		}
 		d := filepath.Join(dir, fmt.Sprintf("prog%d", i+1))
-		write(filepath.Join(d, "main.go"), []byte(p))
-		write(filepath.Join(d, "policies.yaml"), policies)
+		write(filepath.Join(d, "main.go"), []byte(p.src))
+		write(filepath.Join(d, "policies.yaml"), p.policies)
 		dirs = append(dirs, d)
 	}
 	return dir, dirs
@@ -109,35 +145,89 @@ func buildProgram(t *testing.T, modDir, progDir string) string {
 	return out
 }
 
-// TestREADMEPrograms builds every Go block of the README in a module of its
-// own and runs it as the README says: the Lambda function under the
-// Runtime Interface Emulator against dynalite, the net/http server over
-// HTTP; each answers with its rate-limit headers and its handler's body.
-func TestREADMEPrograms(t *testing.T) {
+// TestDocPrograms builds every Go block of the README and of
+// docs/handlers.md in a module of its own and runs it as the page says:
+// each Lambda function under the Runtime Interface Emulator against
+// dynalite, each net/http server over HTTP; each answers with its
+// rate-limit headers and its handler's body. (The README's server listens
+// on 127.0.0.1:8080; the test builds it with a free port in that literal
+// instead, so that a server of the reader's own cannot be in the way.)
+func TestDocPrograms(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the emulator runs linux programs")
 	}
-	programs := readmePrograms(t)
+	programs := docPrograms(t)
+	for i, p := range programs {
+		if p.file == "README.md" && strings.Contains(p.src, `"127.0.0.1:8080"`) {
+			programs[i].src = strings.Replace(p.src, `"127.0.0.1:8080"`, `"`+helloAddr(t)+`"`, 1)
+		}
+	}
 	modDir, dirs := readmeModule(t, programs)
 	ran := map[string]bool{}
 	for i, d := range dirs {
-		src := programs[i]
+		if d == "" {
+			continue
+		}
+		p := programs[i]
 		bin := buildProgram(t, modDir, d)
+		kind := ""
 		switch {
-		case strings.Contains(src, "lambda.Start("):
-			t.Run("lambda", func(t *testing.T) { runREADMEFunction(t, bin) })
-			t.Run("lambda/cold-start", func(t *testing.T) { runREADMEColdStart(t, bin) })
-			ran["lambda"] = true
-		case strings.Contains(src, "http.ListenAndServe("):
-			t.Run("net/http", func(t *testing.T) { runREADMEServer(t, bin) })
-			ran["net/http"] = true
+		case strings.Contains(p.src, "lambda.Start("):
+			kind = "lambda"
+		case strings.Contains(p.src, "http.ListenAndServe("):
+			kind = "net/http"
 		default:
-			t.Errorf("README Go block %d is neither a Lambda function nor a server: how should a test run it?", i+1)
+			t.Errorf("%s: Go block %d is neither a Lambda function nor a server: how should a test run it?", p.file, i+1)
+			continue
+		}
+		ran[p.file+" "+kind] = true
+		t.Run(p.file+" "+kind, func(t *testing.T) {
+			switch {
+			case p.file == "README.md" && kind == "lambda":
+				runHelloFunction(t, bin)
+			case p.file == "README.md":
+				runHelloServer(t, bin, helloAddr(t))
+			case kind == "lambda":
+				runREADMEFunction(t, bin)
+			default:
+				runREADMEServer(t, bin)
+			}
+		})
+	}
+	for _, want := range []string{"README.md lambda", "README.md net/http", "docs/handlers.md lambda", "docs/handlers.md net/http"} {
+		if !ran[want] {
+			t.Errorf("no %s program was found", want)
 		}
 	}
-	for _, kind := range []string{"lambda", "net/http"} {
-		if !ran[kind] {
-			t.Errorf("the README shows no %s program", kind)
+}
+
+// helloAddr is the address the README's server is built to listen on.
+var helloAddrOnce sync.Once
+var helloAddrValue string
+
+func helloAddr(t *testing.T) string {
+	helloAddrOnce.Do(func() { helloAddrValue = fmt.Sprintf("127.0.0.1:%d", freePort(t)) })
+	return helloAddrValue
+}
+
+// runHelloFunction: the README's function admits 5 requests of an address
+// a minute, then answers 429 with the problem body.
+func runHelloFunction(t *testing.T, bin string) {
+	endpoint, table := dynalite(t)
+	e := startEmulatorOf(t, "hello", bin, map[string]string{"EDGELIMIT_TABLE": table, "EDGELIMIT_DYNAMODB_ENDPOINT": endpoint,
+		"EDGELIMIT_OVERRIDES": "hello.store_timeout=5s"}) // a budget a loaded machine cannot miss
+	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "GET /hello", RawPath: "/hello"}
+	ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path, ev.RequestContext.HTTP.SourceIP = "GET", "/hello", "192.0.2.7"
+	for i := 1; i <= 6; i++ {
+		resp, _ := e.invoke(t, ev)
+		if i <= 5 {
+			if resp.StatusCode != 200 || resp.Body != "hello\n" || !strings.HasPrefix(header(resp, "RateLimit"), fmt.Sprintf(`"hello";r=%d;t=`, 5-i)) {
+				t.Errorf("invocation %d: %d %q %v, want 200 hello, r=%d\n%s", i, resp.StatusCode, resp.Body, resp.Headers, 5-i, e.stderr)
+			}
+			continue
+		}
+		if rl := header(resp, "RateLimit"); resp.StatusCode != 429 || !strings.HasPrefix(rl, `"hello";r=0;t=`) || header(resp, "Content-Type") != "application/problem+json" {
+			t.Errorf("invocation 6: %d, RateLimit %q, Content-Type %q; want the 429", resp.StatusCode, rl, header(resp, "Content-Type"))
 		}
 	}
 }
@@ -148,6 +238,57 @@ func TestREADMEPrograms(t *testing.T) {
 // default 100 ms, and the fail-closed policy answered 503).
 func readmeBudgets(budget string) string {
 	return "paid-daily.store_timeout=" + budget + ",paid-burst.store_timeout=" + budget
+}
+
+// runHelloServer: `curl -i http://127.0.0.1:8080/hello` six times, as the
+// README says: five 200 hello, then a 429 with RateLimit r=0, Retry-After
+// and a problem body.
+func runHelloServer(t *testing.T, bin, addr string) {
+	stop := startProgram(t, bin, addr, nil)
+	defer stop()
+	for i := 1; i <= 6; i++ {
+		resp, err := http.Get("http://" + addr + "/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readAll(t, resp)
+		if i <= 5 {
+			if resp.StatusCode != 200 || body != "hello\n" {
+				t.Errorf("request %d: %d %q, want 200 hello", i, resp.StatusCode, body)
+			}
+			continue
+		}
+		if resp.StatusCode != 429 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"hello";r=0;t=`) || resp.Header.Get("Retry-After") == "" ||
+			resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("request 6: %d %v %q, want the 429", resp.StatusCode, resp.Header, body)
+		}
+	}
+}
+
+// startProgram runs bin in its directory until the test ends, waiting
+// until addr answers HTTP.
+func startProgram(t *testing.T, bin, addr string, env []string) func() {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Dir = filepath.Dir(bin)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	stop := func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	if err := waitAnswers(addr, done, startTimeout); err != nil {
+		stop()
+		t.Fatalf("the program did not answer on %s: %v\n%s", addr, err, out.String())
+	}
+	return stop
 }
 
 func runREADMEFunction(t *testing.T, bin string) {
@@ -235,24 +376,8 @@ func runREADMEColdStart(t *testing.T, bin string) {
 
 func runREADMEServer(t *testing.T, bin string) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cmd := exec.Command(bin)
-	cmd.Dir = filepath.Dir(bin)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "ADDR=" + addr, "EDGELIMIT_SECRETS=k1:" + randomKey()}
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	})
-	if err := waitAnswers(addr, done, startTimeout); err != nil {
-		t.Fatalf("the README server did not answer: %v\n%s", err, out.String())
-	}
+	stop := startProgram(t, bin, addr, []string{"ADDR=" + addr, "EDGELIMIT_SECRETS=k1:" + randomKey()})
+	defer stop()
 	get := func(key string) *http.Response {
 		t.Helper()
 		req, _ := http.NewRequest("GET", "http://"+addr+"/paid/report", nil)
@@ -288,26 +413,15 @@ func readAll(t *testing.T, resp *http.Response) string {
 	return string(b)
 }
 
-// TestREADMEShapingExcerpts: every YAML block of the README's "Shaping an
-// expensive endpoint" names the policy file it comes from on its first
-// line, and the rest of the block is in that file as written, so the
-// excerpts cannot drift from the policies the functions embed.
-func TestREADMEShapingExcerpts(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(root(t), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(b)
-	const title = "\n## Shaping an expensive endpoint\n"
-	start := strings.Index(readme, title)
-	if start < 0 {
-		t.Fatalf("README.md has no section %q", strings.TrimSpace(title))
-	}
-	section := readme[start+len(title):]
-	section = section[:strings.Index(section, "\n## ")]
+// TestShapingExcerpts: every YAML block of docs/shaping.md names the
+// policy file it comes from on its first line, and the rest of the block
+// is in that file as written, so the excerpts cannot drift from the
+// policies the functions embed.
+func TestShapingExcerpts(t *testing.T) {
+	section := readFile(t, "docs/shaping.md")
 	blocks := regexp.MustCompile("(?s)```yaml\n# ([^\n]+)\n(.*?)```").FindAllStringSubmatch(section, -1)
 	if len(blocks) < 2 {
-		t.Fatalf("the section has %d YAML excerpts, want the tts and the login policies", len(blocks))
+		t.Fatalf("docs/shaping.md has %d YAML excerpts, want the tts and the login policies", len(blocks))
 	}
 	for _, m := range blocks {
 		file, excerpt := m[1], m[2]
@@ -317,7 +431,7 @@ func TestREADMEShapingExcerpts(t *testing.T) {
 			continue
 		}
 		if !strings.Contains(string(data), excerpt) {
-			t.Errorf("the README's excerpt of %s is not in the file:\n%s", file, excerpt)
+			t.Errorf("docs/shaping.md's excerpt of %s is not in the file:\n%s", file, excerpt)
 		}
 	}
 }

@@ -124,13 +124,17 @@ func (l *Limiter) now(req edgelimit.Request) int64 {
 }
 
 // limits returns the limit and the lease in force for req: the policy's,
-// or its tier's or override's (a limit above MaxLimit is held at MaxLimit;
+// or its tier's or override's (an operator's block is a limit of 0; a
+// limit above MaxLimit is held at MaxLimit;
 // a lease that is not a whole, positive number of milliseconds is the
 // policy's).
 func (l *Limiter) limits(req edgelimit.Request) (int64, time.Duration) {
 	limit, lease := l.limit, l.lease
 	if req.Limits.Limit > 0 {
 		limit = min(req.Limits.Limit, MaxLimit)
+	}
+	if req.Limits.Block { // an operator's block: no slot for the key
+		limit = 0
 	}
 	if w := req.Limits.Window; w >= time.Millisecond && w%time.Millisecond == 0 {
 		lease = w

@@ -298,8 +298,9 @@ func (b *Bucket) AllowAt(ctx context.Context, now time.Time, req edgelimit.Reque
 // unitsOf returns the units a request with limits l is decided in: the
 // policy's own when l changes nothing, else l's in the policy's scale (see
 // units.scaled), with l's zero fields the policy's (a zero burst: the
-// policy's burst, else the limit in force). nil means a limit of 0: the
-// request is denied without a KV call.
+// policy's burst, else the limit in force). nil means a limit of 0 (the
+// policy's, or an operator's block): the request is denied without a KV
+// call.
 func (b *Bucket) unitsOf(l policy.Limits) (*units, error) {
 	if l.IsZero() {
 		if b.closed {
@@ -313,6 +314,9 @@ func (b *Bucket) unitsOf(l policy.Limits) (*units, error) {
 	}
 	if l.Window > 0 {
 		p.Window = l.Window
+	}
+	if l.Block { // an operator's block: nothing is admitted
+		p.Limit = 0
 	}
 	switch {
 	case l.Burst > 0:

@@ -98,12 +98,18 @@ type Limits struct {
 	Limit  int64
 	Window time.Duration
 	Burst  int64
+	// Block makes the limit in force 0, whatever Limit says: every request
+	// of the key is denied, as under a policy of limit: 0 (an operator's
+	// `edgelimit override set --limit 0`). Window still sets the wait a
+	// denial announces.
+	Block bool
 }
 
 // IsZero reports whether l changes nothing.
 func (l Limits) IsZero() bool { return l == Limits{} }
 
-// Or returns l with its zero fields taken from base.
+// Or returns l with its zero fields taken from base; a block in either
+// stays a block.
 func (l Limits) Or(base Limits) Limits {
 	if l.Limit == 0 {
 		l.Limit = base.Limit
@@ -114,6 +120,7 @@ func (l Limits) Or(base Limits) Limits {
 	if l.Burst == 0 {
 		l.Burst = base.Burst
 	}
+	l.Block = l.Block || base.Block
 	return l
 }
 

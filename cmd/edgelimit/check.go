@@ -1,9 +1,10 @@
 package main
 
 import (
-	"flag"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -12,26 +13,38 @@ import (
 	"github.com/edgelimit/edgelimit/policy"
 )
 
+const checkUsage = `usage: edgelimit check FILE
+
+Validates a policy file and everything edgelimit serve reads with it at
+start-up: each list's file and environment variable, and EDGELIMIT_HASH_KEY
+and EDGELIMIT_SECRETS when they are set. A bad entry is named by its file
+and line (a list file's own), or by its variable and the value's position.
+Then prints which policies guard which routes, the tiers and the lists.
+`
+
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: edgelimit check FILE\n\nValidates a policy file and prints which policies guard which routes.")
+	c := newCmdline("check", checkUsage)
+	pos, code, ok := c.parse(args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if len(pos) != 1 {
+		return c.usageError(stderr, "want one FILE, got %d arguments", len(pos))
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
-	}
-	f, err := policy.Load(fs.Arg(0))
+	f, err := policy.Load(pos[0])
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return 1
+		return exitFailure
+	}
+	// What serve builds at start-up, on the memory store: the same reads,
+	// the same checks, the same messages, and no network.
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := newEngine(context.Background(), serveFlags{store: "memory"}, f, quiet, io.Discard); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitFailure
 	}
 	printTable(stdout, f)
-	return 0
+	return exitOK
 }
 
 // printTable writes the routes -> policies table, one row per route of each

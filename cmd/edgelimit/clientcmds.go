@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,58 +16,59 @@ import (
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
 
+const keygenUsage = `usage: edgelimit keygen
+
+Prints a new random key ring entry (kid:base64, 32 bytes) for EDGELIMIT_SECRETS.
+Put the new entry first to sign with it; keep the old ones after it until their tokens expire.
+`
+
 // runKeygen prints a new key ring entry for EDGELIMIT_SECRETS.
 func runKeygen(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: edgelimit keygen\n\nPrints a new random key ring entry (kid:base64, 32 bytes) for EDGELIMIT_SECRETS.\nPut the new entry first to sign with it; keep the old ones after it until their tokens expire.")
+	c := newCmdline("keygen", keygenUsage)
+	pos, code, ok := c.parse(args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return 2
+	if len(pos) != 0 {
+		return c.usageError(stderr, "takes no arguments, got %q", pos)
 	}
 	fmt.Fprintln(stdout, signedwindow.NewKey())
-	return 0
+	return exitOK
 }
+
+const solveUsage = `usage: edgelimit solve [-v] [-max-bits N] CHALLENGE
+
+Solves a proof-of-work challenge (the Edgelimit-Challenge header of a 429) on every core
+and prints the proof to send back in the Edgelimit-Proof header.
+`
 
 // runSolve prints a proof for a challenge.
 func runSolve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("solve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	maxBits := fs.Int("max-bits", client.DefaultMaxBits, "refuse challenges harder than this")
-	verbose := fs.Bool("v", false, "print the difficulty and time taken on stderr")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: edgelimit solve [-v] [-max-bits N] CHALLENGE\n\nSolves a proof-of-work challenge (the Edgelimit-Challenge header of a 429) on every core\nand prints the proof to send back in the Edgelimit-Proof header.")
-		fs.PrintDefaults()
+	c := newCmdline("solve", solveUsage)
+	maxBits := c.fs.Int("max-bits", client.DefaultMaxBits, "refuse challenges harder than this")
+	verbose := c.fs.Bool("v", false, "print the difficulty and time taken on stderr")
+	pos, code, ok := c.parse(args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if len(pos) != 1 {
+		return c.usageError(stderr, "want one CHALLENGE, got %d arguments", len(pos))
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
-	}
-	challenge := strings.TrimSpace(fs.Arg(0))
+	challenge := strings.TrimSpace(pos[0])
 	st, err := pow.ParseChallenge(challenge)
 	if err != nil {
-		fmt.Fprintf(stderr, "edgelimit solve: %v\n", err)
-		return 1
+		return c.fail(stderr, err)
 	}
 	start := time.Now()
 	proof, err := (&pow.Solver{MaxBits: *maxBits}).Solve(ctx, challenge)
 	if err != nil {
-		fmt.Fprintf(stderr, "edgelimit solve: %v\n", err)
-		return 1
+		return c.fail(stderr, err)
 	}
 	if *verbose {
 		fmt.Fprintf(stderr, "solved %d bits in %s (challenge expires %s)\n", st.Bits, time.Since(start).Round(time.Millisecond), st.Expires.Format(time.RFC3339))
 	}
 	fmt.Fprintln(stdout, proof)
-	return 0
+	return exitOK
 }
 
 type headerFlags []string
@@ -76,36 +76,46 @@ type headerFlags []string
 func (h *headerFlags) String() string     { return strings.Join(*h, ", ") }
 func (h *headerFlags) Set(v string) error { *h = append(*h, v); return nil }
 
+const getUsage = `usage: edgelimit get [flags] URL
+
+Sends a request the way an edgelimit-aware client should: keeps the Edgelimit-Token,
+solves proof-of-work challenges and retries, and honours Retry-After. Exits 1 when a
+response is a 4xx or 5xx.
+`
+
 // runGet is a small curl-like client that keeps tokens, solves challenges
 // and retries: edgelimit's reference client.
 func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("get", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := newCmdline("get", getUsage)
+	fs := c.fs
 	method := fs.String("X", "GET", "request method")
 	data := fs.String("d", "", "request body")
 	count := fs.Int("n", 1, "send the request this many times, keeping tokens between them")
 	include := fs.Bool("i", false, "print the status line and response headers")
 	output := fs.String("o", "", "write the response body to FILE instead of stdout (the last response's, with -n)")
-	verbose := fs.Bool("v", false, "say on stderr what the client does (challenges, proofs, waits)")
+	verbose := fs.Bool("v", false, "say on stderr what the client does (challenges, proofs, waits) and each response's status line")
 	noWait := fs.Bool("no-wait", false, "return a 429 without a challenge at once instead of waiting for Retry-After")
 	maxBits := fs.Int("max-bits", client.DefaultMaxBits, "refuse challenges harder than this")
 	var headers headerFlags
 	fs.Var(&headers, "H", "request header 'Name: value' (repeatable)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: edgelimit get [flags] URL\n\nSends a request the way an edgelimit-aware client should: keeps the Edgelimit-Token,\nsolves proof-of-work challenges and retries, and honours Retry-After.\n\nFlags:")
-		fs.PrintDefaults()
+	pos, code, ok := c.parse(args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if len(pos) != 1 {
+		return c.usageError(stderr, "want one URL, got %d arguments", len(pos))
 	}
-	if fs.NArg() != 1 || *count < 1 {
-		fs.Usage()
-		return 2
+	if *count < 1 {
+		return c.usageError(stderr, "-n %d: want at least 1", *count)
 	}
-	u, err := url.Parse(fs.Arg(0))
+	u, err := url.Parse(pos[0])
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		fmt.Fprintf(stderr, "edgelimit get: %q is not an http(s) URL\n", fs.Arg(0))
-		return 2
+		return c.usageError(stderr, "%q is not an http(s) URL", pos[0])
+	}
+	for _, h := range headers {
+		if _, _, ok := strings.Cut(h, ":"); !ok {
+			return c.usageError(stderr, "header %q is not 'Name: value'", h)
+		}
 	}
 	tr := &client.Transport{NoWait: *noWait, MaxBits: *maxBits}
 	if *verbose {
@@ -125,31 +135,28 @@ func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	hc := tr.Client()
-	code := 0
+	code = exitOK
 	for i := 0; i < *count; i++ {
 		req, err := http.NewRequestWithContext(ctx, *method, u.String(), strings.NewReader(*data))
 		if err != nil {
-			fmt.Fprintf(stderr, "edgelimit get: %v\n", err)
-			return 2
+			return c.usageError(stderr, "%v", err)
 		}
 		for _, h := range headers {
-			k, v, ok := strings.Cut(h, ":")
-			if !ok {
-				fmt.Fprintf(stderr, "edgelimit get: header %q is not 'Name: value'\n", h)
-				return 2
-			}
+			k, v, _ := strings.Cut(h, ":")
 			req.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 		}
 		resp, err := hc.Do(req)
 		if err != nil {
-			fmt.Fprintf(stderr, "edgelimit get: %v\n", err)
-			return 1
+			return c.fail(stderr, err)
 		}
 		body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 		resp.Body.Close()
 		if err != nil {
 			fmt.Fprintf(stderr, "edgelimit get: reading the body: %v\n", err)
 			return 1
+		}
+		if *verbose {
+			fmt.Fprintf(stderr, "< %s %s\n", resp.Proto, resp.Status)
 		}
 		if *include {
 			fmt.Fprintf(stdout, "%s %s\n", resp.Proto, resp.Status)

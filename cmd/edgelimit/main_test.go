@@ -213,12 +213,17 @@ func TestServeClearErrors(t *testing.T) {
 		args []string
 		want string
 		ddb  bool
+		code int
 	}{
-		{"port in use", []string{"--addr", ln.Addr().String(), "--policies", policies}, "the port is already in use", false},
-		{"bad policy file", []string{"--policies", writePolicies(t, "version: 1\npolicies:\n  - name: x\n    window: 10\n")}, `policies.yaml:4: policy "x": window "10" needs a unit`, false},
-		{"unreachable endpoint", []string{"--policies", policies, "--store", "dynamodb", "--dynamodb-endpoint", "http://127.0.0.1:1", "--table", "t"}, "cannot reach DynamoDB at http://127.0.0.1:1", false},
-		{"bad store", []string{"--policies", policies, "--store", "redis"}, `--store "redis" is not one of memory, dynamodb`, false},
-		{"missing table", []string{"--policies", policies, "--store", "dynamodb", "--table", "no-such-table"}, `table "no-such-table" does not exist`, true},
+		{"port in use", []string{"--addr", ln.Addr().String(), "--policies", policies}, "the port is already in use", false, 1},
+		{"bad policy file", []string{"--policies", writePolicies(t, "version: 1\npolicies:\n  - name: x\n    window: 10\n")}, `policies.yaml:4: policy "x": window "10" needs a unit`, false, 1},
+		{"unreachable endpoint", []string{"--policies", policies, "--store", "dynamodb", "--dynamodb-endpoint", "http://127.0.0.1:1", "--table", "tbl"}, "cannot reach DynamoDB at http://127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused; is the server running?", false, 1},
+		{"bad store", []string{"--policies", policies, "--store", "redis"}, `--store "redis" is not one of memory, dynamodb`, false, 2},
+		{"missing table", []string{"--policies", policies, "--store", "dynamodb", "--table", "no-such-table"}, `table "no-such-table" does not exist at http://127.0.0.1:`, true, 1},
+		// Regression: --kv-regions (and every other flag of the DynamoDB
+		// store) was ignored with the memory store, without a word.
+		{"dynamodb flag on memory", []string{"--policies", policies, "--kv-regions", "us-east-1,eu-west-1"}, "--kv-regions is for --store dynamodb", false, 2},
+		{"table on memory", []string{"--policies", policies, "--table", "x"}, "--table is for --store dynamodb", false, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -229,8 +234,8 @@ func TestServeClearErrors(t *testing.T) {
 			}
 			var stdout, stderr bytes.Buffer
 			code := run(context.Background(), args, &stdout, &stderr)
-			if code != 1 {
-				t.Errorf("exit code %d, want 1", code)
+			if code != tt.code {
+				t.Errorf("exit code %d, want %d", code, tt.code)
 			}
 			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 			last := lines[len(lines)-1]

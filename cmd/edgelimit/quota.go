@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,13 +16,16 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	inflightlimiter "github.com/edgelimit/edgelimit/inflight"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/inflight"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/kv"
+	"github.com/edgelimit/edgelimit/signedwindow"
 )
 
 // The operator's commands: a client key's usage read back, reset and
@@ -35,13 +38,18 @@ const quotaUsage = `Usage:
   edgelimit usage    [flags] POLICY KEY            the key's quota, what is left and when it resets
   edgelimit reset    [flags] POLICY KEY            forget the key's usage (a new billing cycle)
   edgelimit grant    [flags] POLICY KEY UNITS      give the key UNITS beyond its quota
-  edgelimit override [flags] set POLICY KEY        set the key's own limit (--limit, --window, --burst)
-  edgelimit override [flags] get POLICY KEY        print the key's override
-  edgelimit override [flags] delete POLICY KEY     remove it
+  edgelimit override set [flags] POLICY KEY        set the key's own limit (--limit, --window, --burst;
+                                                   --limit 0 blocks the key: every request is a 429)
+  edgelimit override get [flags] POLICY KEY        print the key's override
+  edgelimit override delete [flags] POLICY KEY     remove it: the policy's limits apply again
 
-KEY is the client key as requests carry it; EDGELIMIT_HASH_KEY (the functions'
-hash key) must be set.
+KEY is the client key as requests carry it (an API key, an address, a claim's
+value); EDGELIMIT_HASH_KEY (the functions' hash key) must be set. Flags may
+come before, between or after the arguments.
 `
+
+// callTimeout bounds an operator's command, whatever the store does.
+const callTimeout = 30 * time.Second
 
 type opFlags struct {
 	policies, table, endpoint, tier string
@@ -51,57 +59,43 @@ type opFlags struct {
 	until                           string
 }
 
-func opFlagSet(name string, f *opFlags, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, quotaUsage+"\nFlags:\n"); fs.PrintDefaults() }
-	table := os.Getenv(setup.EnvTable)
-	if table == "" {
-		table = "edgelimit"
-	}
+func opCmdline(name string, f *opFlags) *cmdline {
+	c := newCmdline(name, quotaUsage)
+	fs := c.fs
 	fs.StringVar(&f.policies, "policies", os.Getenv(setup.EnvPolicyFile), "policy file (default: EDGELIMIT_POLICY_FILE, as the functions read it, else the embedded example policies.yaml)")
-	fs.StringVar(&f.table, "table", table, "DynamoDB table (default: EDGELIMIT_TABLE, else edgelimit)")
+	fs.StringVar(&f.table, "table", defaultTable(), "DynamoDB table (EDGELIMIT_TABLE sets the default)")
 	fs.StringVar(&f.endpoint, "dynamodb-endpoint", os.Getenv(setup.EnvEndpoint), "DynamoDB endpoint URL of a local server (default: EDGELIMIT_DYNAMODB_ENDPOINT, else AWS)")
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")
 	switch name {
 	case "usage":
 		fs.StringVar(&f.tier, "tier", "", "the tier to read the quota of, for a policy with tiers (default: its default tier)")
 	case "grant", "override":
-		fs.DurationVar(&f.forDur, "for", 0, "how long it lasts, like 24h (default: grant: the current window; override: until removed)")
+		fs.DurationVar(&f.forDur, "for", 0, "how long it lasts, like 24h (default: grant: until the current window ends; override: until removed)")
 		fs.StringVar(&f.until, "until", "", "when it ends, RFC 3339 (instead of --for)")
 	}
 	if name == "override" {
-		fs.Int64Var(&f.limit, "limit", 0, "set: the key's limit")
+		fs.Int64Var(&f.limit, "limit", 0, "set: the key's limit; 0 blocks the key")
 		fs.DurationVar(&f.window, "window", 0, "set: the key's window, like 1h")
 		fs.Int64Var(&f.burst, "burst", 0, "set: the key's burst (gcra, kv)")
 	}
-	return fs
+	return c
 }
 
 // runQuota runs usage, reset, grant and override.
 func runQuota(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
 	var f opFlags
-	fs := opFlagSet(cmd, &f, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	c := opCmdline(cmd, &f)
+	if _, pos := c.split(args); cmd == "override" && len(pos) > 0 && slices.Contains([]string{"set", "get", "delete"}, pos[0]) {
+		c.name = "override " + pos[0] // for messages
 	}
-	// Flags may come anywhere: before POLICY, between the arguments, after
-	// them (grant POLICY KEY 50 --for 24h).
-	var rest []string
-	for args := fs.Args(); len(args) > 0; args = fs.Args() {
-		rest = append(rest, args[0])
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
-		}
+	rest, code, ok := c.parse(args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	action := ""
 	if cmd == "override" {
-		if len(rest) == 0 || !strings.Contains(" set get delete ", " "+rest[0]+" ") {
-			fmt.Fprintf(stderr, "edgelimit override: say set, get or delete\n\n%s", quotaUsage)
-			return 2
+		if len(rest) == 0 || !slices.Contains([]string{"set", "get", "delete"}, rest[0]) {
+			return c.usageError(stderr, "say set, get or delete")
 		}
 		action, rest = rest[0], rest[1:]
 	}
@@ -110,23 +104,52 @@ func runQuota(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		want = 3
 	}
 	if len(rest) != want {
-		fmt.Fprintf(stderr, "edgelimit %s: want %d arguments, got %d\n\n%s", cmd, want, len(rest), quotaUsage)
-		return 2
+		return c.usageError(stderr, "want %d arguments, got %d", want, len(rest))
 	}
 	pol, key := rest[0], rest[1]
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "edgelimit %s: %s\n", cmd, strings.TrimPrefix(err.Error(), "edgelimit: "))
-		return 1
+	var units int64
+	if cmd == "grant" {
+		n, err := strconv.ParseInt(rest[2], 10, 64)
+		if err != nil || n < 1 {
+			return c.usageError(stderr, "UNITS %q is not a whole number of at least 1", rest[2])
+		}
+		units = n
 	}
 	until, err := untilOf(f)
 	if err != nil {
-		return fail(err)
+		return c.usageError(stderr, "%v", err)
 	}
-	e, err := operatorEngine(ctx, f, pol)
+	var l policy.Limits
+	switch action {
+	case "set":
+		if !c.set("limit") && !c.set("window") && !c.set("burst") {
+			return c.usageError(stderr, "say what to set: --limit, --window or --burst (--limit 0 blocks the key); `edgelimit override delete` removes an override")
+		}
+		switch {
+		case f.limit < 0:
+			return c.usageError(stderr, "--limit %d is negative", f.limit)
+		case c.set("burst") && f.burst < 1:
+			return c.usageError(stderr, "--burst %d must be at least 1", f.burst)
+		case c.set("window") && (f.window < time.Millisecond || f.window%time.Millisecond != 0):
+			return c.usageError(stderr, "--window %s must be a whole number of milliseconds, at least 1ms", f.window)
+		case c.set("limit") && f.limit == 0 && c.set("burst"):
+			return c.usageError(stderr, "--limit 0 blocks the key; a burst means nothing then")
+		}
+		l = policy.Limits{Limit: f.limit, Window: f.window, Burst: f.burst, Block: c.set("limit") && f.limit == 0}
+	case "get", "delete":
+		for _, name := range []string{"limit", "window", "burst", "for", "until"} {
+			if c.set(name) {
+				return c.usageError(stderr, "--%s is for override set", name)
+			}
+		}
+	}
+
+	e, p, at, err := operatorEngine(ctx, f, pol, cmd)
 	if err != nil {
-		return fail(err)
+		return c.fail(stderr, err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	fail := func(err error) int { return c.fail(stderr, dynamoError(err, at, tableFix)) }
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	switch {
 	case cmd == "usage":
@@ -134,32 +157,37 @@ func runQuota(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		if err != nil {
 			return fail(err)
 		}
-		l, has, err := e.Override(cctx, pol, key)
-		if err != nil && !isNoOverrides(err) {
-			return fail(err)
+		var ovr policy.Limits
+		has := false
+		if p.Overrides {
+			if ovr, has, err = e.Override(cctx, pol, key); err != nil {
+				return fail(err)
+			}
 		}
-		printUsage(stdout, f, e, pol, d, l, has)
+		printUsage(stdout, f, p, d, ovr, has)
 	case cmd == "reset":
 		if err := e.Reset(cctx, pol, key); err != nil {
 			return fail(err)
 		}
 		report(stdout, f, map[string]any{"policy": pol, "reset": true}, "policy %s: the key's usage is reset\n", pol)
 	case cmd == "grant":
-		units, err := strconv.ParseInt(rest[2], 10, 64)
-		if err != nil || units < 1 {
-			return fail(fmt.Errorf("UNITS %q is not a whole number of at least 1", rest[2]))
+		if p.StrategyName() == "durable" && !p.Overrides {
+			return c.fail(stderr, fmt.Errorf("policy %q takes no grants; add `overrides: true` to it (a policy an operator manages at run time)", pol))
+		}
+		how := ""
+		if until.IsZero() {
+			// The end of the current window, said and stored as an instant.
+			if until, err = windowEnd(cctx, e, p, key, time.Now()); err != nil {
+				return fail(err)
+			}
+			how = " (the end of the current window)"
 		}
 		if err := e.Grant(cctx, pol, key, units, until); err != nil {
 			return fail(err)
 		}
-		when := "for the current window"
-		if !until.IsZero() {
-			when = "until " + until.UTC().Format(time.RFC3339)
-		}
-		report(stdout, f, map[string]any{"policy": pol, "granted": units, "until": jsonTime(until)},
-			"policy %s: granted %d units %s\n", pol, units, when)
+		report(stdout, f, map[string]any{"policy": pol, "granted": units, "until": until.UTC().Format(time.RFC3339)},
+			"policy %s: granted %d units until %s%s\n", pol, units, until.UTC().Format(time.RFC3339), how)
 	case action == "set":
-		l := policy.Limits{Limit: f.limit, Window: f.window, Burst: f.burst}
 		if err := e.SetOverride(cctx, pol, key, l, until); err != nil {
 			return fail(err)
 		}
@@ -169,7 +197,7 @@ func runQuota(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		}
 		report(stdout, f, map[string]any{"policy": pol, "override": limitsJSON(l), "until": jsonTime(until)},
 			"policy %s: override %s set %s; every instance applies it within the policy's override_staleness (%s)\n",
-			pol, describeLimits(l), when, formatDuration(staleness(e, pol)))
+			pol, describeLimits(l), when, formatDuration(p.OverrideStaleness))
 	case action == "get":
 		l, ok, err := e.Override(cctx, pol, key)
 		if err != nil {
@@ -185,10 +213,13 @@ func runQuota(ctx context.Context, cmd string, args []string, stdout, stderr io.
 			return fail(err)
 		}
 		report(stdout, f, map[string]any{"policy": pol, "override": nil}, "policy %s: override removed; the policy's limits apply again within %s\n",
-			pol, formatDuration(staleness(e, pol)))
+			pol, formatDuration(p.OverrideStaleness))
 	}
-	return 0
+	return exitOK
 }
+
+// tableFix is what an operator whose table is not found should check.
+const tableFix = "check --table (default " + setup.EnvTable + "): it must be the functions' table, the stack's TableName"
 
 func untilOf(f opFlags) (time.Time, error) {
 	switch {
@@ -199,21 +230,62 @@ func untilOf(f opFlags) (time.Time, error) {
 		if err != nil {
 			return time.Time{}, fmt.Errorf("--until %q is not an RFC 3339 time, like 2026-12-31T23:59:59Z", f.until)
 		}
-		return t, nil
+		if !t.After(time.Now()) {
+			return time.Time{}, fmt.Errorf("--until %s has passed", f.until)
+		}
+		return ceilSecond(t), nil
 	case f.forDur < 0:
 		return time.Time{}, fmt.Errorf("--for %s is negative", f.forDur)
 	case f.forDur > 0:
-		return time.Now().Add(f.forDur), nil
+		return ceilSecond(time.Now().Add(f.forDur)), nil
 	}
 	return time.Time{}, nil
 }
 
+// ceilSecond is t rounded up to a whole second: an end said in RFC 3339
+// is the end stored.
+func ceilSecond(t time.Time) time.Time {
+	if r := t.Truncate(time.Second); !r.Equal(t) {
+		return r.Add(time.Second)
+	}
+	return t
+}
+
+// windowEnd is when the current window of the key's limits in force (its
+// override's window, else its default tier's, else the policy's) ends: a
+// fixed or sliding window's end on the epoch-aligned grid its counts live
+// on, else one window from now. A grant without --for or --until lasts
+// until then, and says so.
+func windowEnd(ctx context.Context, e *edgelimit.Engine, p *policy.Policy, key string, now time.Time) (time.Time, error) {
+	l := policy.Limits{Limit: p.Limit, Window: p.Window}
+	if p.Tiers != nil {
+		l = p.Tiers.Levels[p.Tiers.Default].Or(l)
+	}
+	if p.Overrides {
+		o, ok, err := e.Override(ctx, p.Name, key)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if ok {
+			l = o.Or(l)
+		}
+	}
+	w := l.Window
+	if o, ok := p.Options.(*durablecounter.Options); ok && (o.Algorithm == durablecounter.FixedWindow || o.Algorithm == durablecounter.SlidingWindow) {
+		n := now.UnixNano()
+		return time.Unix(0, (n/int64(w)+1)*int64(w)), nil
+	}
+	return now.Add(w), nil
+}
+
 // operatorEngine builds an engine of the one named policy on the table, so
-// that a policy file with signed policies needs no key ring here.
-func operatorEngine(ctx context.Context, f opFlags, pol string) (*edgelimit.Engine, error) {
+// that a policy file with signed policies needs no key ring here. It
+// returns the policy and where its table is, for messages.
+func operatorEngine(ctx context.Context, f opFlags, pol, cmd string) (*edgelimit.Engine, *policy.Policy, storeAt, error) {
+	at := storeAt{table: f.table, endpoint: f.endpoint}
 	pf, err := loadPolicyFile(f.policies)
 	if err != nil {
-		return nil, err
+		return nil, nil, at, err
 	}
 	var p *policy.Policy
 	var names []string
@@ -224,39 +296,50 @@ func operatorEngine(ctx context.Context, f opFlags, pol string) (*edgelimit.Engi
 		}
 	}
 	if p == nil {
-		return nil, fmt.Errorf("%s has no policy %q (it has %s)", pf.Source, pol, strings.Join(names, ", "))
+		return nil, nil, at, fmt.Errorf("%s has no policy %q (it has %s)", pf.Source, pol, strings.Join(names, ", "))
 	}
-	if p.Strategy != durablecounter.Strategy && p.Strategy != kvbucket.Strategy {
-		return nil, fmt.Errorf("policy %q is %s: it keeps no count on the server (the client carries its window token), so there is no usage to read, reset or grant, and no override to set", p.Name, p.StrategyName())
+	switch p.Strategy {
+	case durablecounter.Strategy, kvbucket.Strategy:
+	case inflightlimiter.Strategy:
+		if cmd == "reset" || cmd == "grant" {
+			return nil, nil, at, fmt.Errorf("policy %q is inflight: it counts the requests running now, which end by themselves, so there is nothing to %s (usage and override work)", p.Name, cmd)
+		}
+	case signedwindow.Strategy:
+		return nil, nil, at, fmt.Errorf("policy %q is signed: it keeps no count on the server (the client carries its window token), so there is no usage to read, reset or grant, and no override to set", p.Name)
+	default:
+		return nil, nil, at, fmt.Errorf("policy %q is %s: the operator's commands work on durable, kv and inflight policies", p.Name, p.StrategyName())
 	}
 	s := os.Getenv(setup.EnvHashKey)
 	if strings.TrimSpace(s) == "" {
-		return nil, fmt.Errorf("%s is not set: it must be the functions' hash key (the hash_key of their secret), or the key cannot be found", setup.EnvHashKey)
+		return nil, nil, at, fmt.Errorf("%s is not set: it must be the functions' hash key (the hash_key of their secret), or the key cannot be found", setup.EnvHashKey)
 	}
 	secret, err := setup.HashKey(s)
 	if err != nil {
-		return nil, err
+		return nil, nil, at, err
 	}
 	client, err := ddb.NewClient(ctx, ddb.ClientOptions{Endpoint: f.endpoint})
 	if err != nil {
-		return nil, err
+		return nil, nil, at, err
 	}
+	at.region = client.Options().Region
 	one := &policy.File{Source: pf.Source, Version: pf.Version, LegacyHeaders: pf.LegacyHeaders, Policies: []*policy.Policy{p}}
 	cfg := dynamodb.Config{Client: client, Table: f.table}
-	backends := []setup.Backend{durable.Backend(cfg), kv.Backend(cfg)}
+	backends := []setup.Backend{durable.Backend(cfg), kv.Backend(cfg), inflight.Backend(cfg)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	benv := setup.BackendEnv{Getenv: os.Getenv, Logger: log}
 	factory, err := setup.Limiters(one, backends, benv)
 	if err != nil {
-		return nil, err
+		return nil, nil, at, err
 	}
 	// Overrides are read and written whether or not the policy applies
-	// them, so that `usage` can say one is set but ignored.
+	// them, so that a command on a policy without overrides: true can say
+	// so.
 	ovr, err := cfg.Overrides(&benv)
 	if err != nil {
-		return nil, err
+		return nil, nil, at, err
 	}
-	return edgelimit.New(edgelimit.Config{Policies: one, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr})
+	e, err := edgelimit.New(edgelimit.Config{Policies: one, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr})
+	return e, p, at, err
 }
 
 func loadPolicyFile(path string) (*policy.File, error) {
@@ -266,25 +349,14 @@ func loadPolicyFile(path string) (*policy.File, error) {
 	return policy.Load(path)
 }
 
-func isNoOverrides(err error) bool { return strings.Contains(err.Error(), "does not read overrides") }
-
-func staleness(e *edgelimit.Engine, pol string) time.Duration {
-	for _, p := range e.Policies().Policies {
-		if p.Name == pol {
-			return p.OverrideStaleness
-		}
-	}
-	return 0
-}
-
-func printUsage(w io.Writer, f opFlags, e *edgelimit.Engine, pol string, d edgelimit.Decision, ovr policy.Limits, hasOverride bool) {
+func printUsage(w io.Writer, f opFlags, p *policy.Policy, d edgelimit.Decision, ovr policy.Limits, hasOverride bool) {
 	tier := f.tier
-	if p := e.Policies().Policies[0]; p.Tiers != nil && tier == "" {
+	if p.Tiers != nil && tier == "" {
 		tier = p.Tiers.Default
 	}
 	if f.json {
 		// Whole seconds, rounded up, as the RateLimit headers say them.
-		out := map[string]any{"policy": pol, "limit": d.Limit, "window_seconds": wholeSeconds(d.Window), "remaining": d.Remaining,
+		out := map[string]any{"policy": p.Name, "limit": d.Limit, "window_seconds": wholeSeconds(d.Window), "remaining": d.Remaining,
 			"reset_seconds": wholeSeconds(d.Reset), "allowed": d.Allowed}
 		if tier != "" {
 			out["tier"] = tier
@@ -305,7 +377,7 @@ func printUsage(w io.Writer, f opFlags, e *edgelimit.Engine, pol string, d edgel
 	if t == "" {
 		t = "-"
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", pol, t, d.Limit, formatDuration(d.Window), d.Remaining, formatDuration(d.Reset.Round(time.Second)), o)
+	fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", p.Name, t, d.Limit, formatDuration(d.Window), d.Remaining, formatDuration(d.Reset.Round(time.Second)), o)
 	tw.Flush()
 }
 
@@ -331,6 +403,9 @@ func jsonTime(t time.Time) any {
 
 func limitsJSON(l policy.Limits) map[string]any {
 	m := map[string]any{}
+	if l.Block {
+		m["block"] = true
+	}
 	if l.Limit > 0 {
 		m["limit"] = l.Limit
 	}
@@ -345,6 +420,9 @@ func limitsJSON(l policy.Limits) map[string]any {
 
 func describeLimits(l policy.Limits) string {
 	var parts []string
+	if l.Block {
+		parts = append(parts, "block (every request refused)")
+	}
 	if l.Limit > 0 {
 		parts = append(parts, "limit "+strconv.FormatInt(l.Limit, 10))
 	}

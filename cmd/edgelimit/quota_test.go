@@ -243,31 +243,46 @@ func TestQuotaCommandErrors(t *testing.T) {
 		env    map[string]string
 		args   []string
 		stderr string
+		code   int // 0: 1, a failure
 	}{
 		{"no hash key", map[string]string{setup.EnvHashKey: ""}, []string{"usage", "--policies", signed, "api-daily", "k"},
-			"edgelimit usage: EDGELIMIT_HASH_KEY is not set: it must be the functions' hash key (the hash_key of their secret), or the key cannot be found\n"},
+			"edgelimit usage: EDGELIMIT_HASH_KEY is not set: it must be the functions' hash key (the hash_key of their secret), or the key cannot be found\n", 0},
 		{"unknown policy", nil, []string{"reset", "--policies", signed, "api-dialy", "k"},
-			"edgelimit reset: " + signed + ` has no policy "api-dialy" (it has api-daily, plain, tts)` + "\n"},
+			"edgelimit reset: " + signed + ` has no policy "api-dialy" (it has api-daily, plain, tts)` + "\n", 0},
 		{"signed policy", nil, []string{"grant", "--policies", signed, "tts", "203.0.113.9", "5"},
-			`edgelimit grant: policy "tts" is signed: it keeps no count on the server (the client carries its window token), so there is no usage to read, reset or grant, and no override to set` + "\n"},
+			`edgelimit grant: policy "tts" is signed: it keeps no count on the server (the client carries its window token), so there is no usage to read, reset or grant, and no override to set` + "\n", 0},
 		{"override without overrides: true", nil, []string{"override", "set", "--policies", signed, "--limit", "9", "plain", "k"},
-			"edgelimit override: policy \"plain\" does not read overrides; add `overrides: true` to it\n"},
+			"edgelimit override: policy \"plain\" does not read overrides; add `overrides: true` to it\n", 0},
+		// Regression: the message named a Go field (Policy.Overrides).
 		{"grant without overrides: true", nil, []string{"grant", "--policies", signed, "plain", "k", "5"},
-			"edgelimit grant: durablecounter: bad grant: policy \"plain\" takes no grants; a policy an operator manages at run time has `overrides: true` (Policy.Overrides)\n"},
+			"edgelimit grant: policy \"plain\" takes no grants; add `overrides: true` to it (a policy an operator manages at run time)\n", 0},
 		{"no units", nil, []string{"grant", "--policies", signed, "api-daily", "k", "0"},
-			"edgelimit grant: UNITS \"0\" is not a whole number of at least 1\n"},
+			"edgelimit grant: UNITS \"0\" is not a whole number of at least 1\nRun 'edgelimit grant -h' for its usage.\n", 2},
+		// Regression: a negative number was read as a flag (flag provided
+		// but not defined: -5).
+		{"negative units", nil, []string{"grant", "--policies", signed, "api-daily", "k", "-5"},
+			"edgelimit grant: UNITS \"-5\" is not a whole number of at least 1\nRun 'edgelimit grant -h' for its usage.\n", 2},
 		{"until and for", nil, []string{"grant", "--policies", signed, "--for", "1h", "--until", "2030-01-01T00:00:00Z", "api-daily", "k", "5"},
-			"edgelimit grant: give --until or --for, not both\n"},
+			"edgelimit grant: give --until or --for, not both\nRun 'edgelimit grant -h' for its usage.\n", 2},
+		// Regression: it said "to remove one, DeleteOverride", a Go method.
+		{"override set without a limit", nil, []string{"override", "set", "--policies", signed, "api-daily", "k"},
+			"edgelimit override set: say what to set: --limit, --window or --burst (--limit 0 blocks the key); `edgelimit override delete` removes an override\nRun 'edgelimit override -h' for its usage.\n", 2},
+		{"override get with a limit", nil, []string{"override", "get", "--policies", signed, "api-daily", "k", "--limit", "3"},
+			"edgelimit override get: --limit is for override set\nRun 'edgelimit override -h' for its usage.\n", 2},
 		{"an unknown tier", nil, []string{"usage", "--policies", signed, "--tier", "gold", "api-daily", "k"},
-			"edgelimit usage: policy \"api-daily\" has no tier \"gold\" (it has free, pro)\n"},
+			"edgelimit usage: policy \"api-daily\" has no tier \"gold\" (it has free, pro)\n", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
+			want := tc.code
+			if want == 0 {
+				want = 1
+			}
 			code, out, errs := cli(tc.args...)
-			if code != 1 || out != "" || errs != tc.stderr {
-				t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant exit 1 and:\n%s", code, out, errs, tc.stderr)
+			if code != want || out != "" || errs != tc.stderr {
+				t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant exit %d and:\n%s", code, out, errs, want, tc.stderr)
 			}
 		})
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -44,33 +43,46 @@ type serveFlags struct {
 	exitWithParent bool
 }
 
+const serveUsage = `usage: edgelimit serve [flags]
+
+Serves every route of a policy file, running each request through the API Gateway v2
+Lambda middleware around the example functions' handlers (and, on other routes, a demo
+handler that echoes the route and the decision).
+`
+
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f serveFlags
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := newCmdline("serve", serveUsage)
+	fs := c.fs
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	fs.StringVar(&f.policies, "policies", os.Getenv(setup.EnvPolicyFile), "policy file (default: EDGELIMIT_POLICY_FILE, else the embedded example policies.yaml)")
 	fs.StringVar(&f.store, "store", "memory", "where counters live: memory (in-process) or dynamodb")
-	table := os.Getenv(setup.EnvTable)
-	if table == "" {
-		table = "edgelimit"
-	}
-	fs.StringVar(&f.endpoint, "dynamodb-endpoint", os.Getenv(setup.EnvEndpoint), "DynamoDB endpoint URL for a local server, e.g. http://127.0.0.1:8000 (default: EDGELIMIT_DYNAMODB_ENDPOINT, else AWS)")
-	fs.StringVar(&f.table, "table", table, "DynamoDB table, with --store dynamodb (default: EDGELIMIT_TABLE, else edgelimit)")
+	fs.StringVar(&f.endpoint, "dynamodb-endpoint", os.Getenv(setup.EnvEndpoint), "with --store dynamodb: the endpoint URL of a local server, e.g. http://127.0.0.1:8000 (default: EDGELIMIT_DYNAMODB_ENDPOINT, else AWS)")
+	fs.StringVar(&f.table, "table", defaultTable(), "with --store dynamodb: the table (EDGELIMIT_TABLE sets the default)")
 	fs.StringVar(&f.kvRegions, "kv-regions", "", "with --store dynamodb: the regions of a kv table replicated over regions (a Global Table), comma separated, this one included (the client's region, AWS_REGION); each region writes only its own part of a bucket (default: "+setup.EnvKVRegions+", else one region)")
-	fs.BoolVar(&f.createTable, "create-table", false, "create the DynamoDB table if it does not exist")
+	fs.BoolVar(&f.createTable, "create-table", false, "with --store dynamodb: create the table if it does not exist")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&f.exitWithParent, "exit-with-parent", false, "stop when the process that started serve exits (make run sets it, so that stopping make stops the server)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: edgelimit serve [flags]\n\nServes every route of a policy file, running each request through the API Gateway v2\nLambda middleware around a demo handler that echoes the route and the decision.\n\nFlags:")
-		fs.PrintDefaults()
+	pos, code, ok := c.parse(args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if len(pos) != 0 {
+		return c.usageError(stderr, "takes no arguments, got %q", pos)
 	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return 2
+	switch f.store {
+	case "memory":
+		for _, name := range []string{"dynamodb-endpoint", "table", "kv-regions", "create-table"} {
+			if c.set(name) {
+				return c.usageError(stderr, "--%s is for --store dynamodb; the memory store keeps everything in this process", name)
+			}
+		}
+	case "dynamodb":
+	default:
+		return c.usageError(stderr, "--store %q is not one of memory, dynamodb", f.store)
+	}
+	if f.logFormat != "text" && f.logFormat != "json" {
+		return c.usageError(stderr, "--log-format %q is not one of text, json", f.logFormat)
 	}
 	if f.exitWithParent {
 		var cancel context.CancelFunc
@@ -132,20 +144,42 @@ type server struct {
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Writer) (*server, error) {
-	var pf *policy.File
-	var err error
-	if f.policies == "" {
-		pf, err = policy.Parse("policies.yaml (embedded)", examplePolicies)
-	} else {
-		pf, err = policy.Load(f.policies)
-	}
+	pf, err := loadPolicyFile(f.policies)
 	if err != nil {
 		return nil, err
 	}
+	engine, err := newEngine(ctx, f, pf, log, stderr)
+	if err != nil {
+		return nil, err
+	}
+	// The example functions' handlers answer their routes, exactly as they do
+	// on Lambda; every other route gets the demo echo.
+	app := handlers.Mux(handlers.Deps{Logger: log}, demoHandler)
+	api, err := apigwlocal.New(apigwlocal.Config{Handler: apigwlocal.Handler(middleware.HTTPAPI(engine, app)), Logger: log, RouteKey: handlers.RouteKey})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", api)
+	// The proof-of-work demo: a page at / that calls the first signed route
+	// with proof of work, solving its challenge in the browser.
+	if method, path, ok := demoRoute(pf); ok {
+		mux.Handle("GET /{$}", pow.DemoHandler(method, path))
+		mux.Handle("GET /pow.js", pow.ScriptHandler())
+	}
+	return &server{policies: pf, mux: mux}, nil
+}
+
+// newEngine builds the engine serve decides with, reading what it reads at
+// start-up: the key ring of signed policies, the hash key, each list's file
+// and variable (edgelimit.New), and with --store dynamodb the table. check
+// builds it too, on the memory store, with notes discarded: what serve
+// would refuse, check refuses with the same message.
+func newEngine(ctx context.Context, f serveFlags, pf *policy.File, log *slog.Logger, notes io.Writer) (*edgelimit.Engine, error) {
 	var backends []setup.Backend
 	getenv := os.Getenv
 	if usesStrategy(pf, signedwindow.Strategy) {
-		keys, err := keyRing(stderr)
+		keys, err := keyRing(notes)
 		if err != nil {
 			return nil, err
 		}
@@ -168,7 +202,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	default:
 		return nil, fmt.Errorf("--store %q is not one of memory, dynamodb", f.store)
 	}
-	secret, err := hashSecret(stderr)
+	secret, err := hashSecret(notes)
 	if err != nil {
 		return nil, err
 	}
@@ -181,26 +215,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	if err != nil {
 		return nil, err
 	}
-	engine, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr})
-	if err != nil {
-		return nil, err
-	}
-	// The example functions' handlers answer their routes, exactly as they do
-	// on Lambda; every other route gets the demo echo.
-	app := handlers.Mux(handlers.Deps{Logger: log}, demoHandler)
-	api, err := apigwlocal.New(apigwlocal.Config{Handler: apigwlocal.Handler(middleware.HTTPAPI(engine, app)), Logger: log, RouteKey: handlers.RouteKey})
-	if err != nil {
-		return nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/", api)
-	// The proof-of-work demo: a page at / that calls the first signed route
-	// with proof of work, solving its challenge in the browser.
-	if method, path, ok := demoRoute(pf); ok {
-		mux.Handle("GET /{$}", pow.DemoHandler(method, path))
-		mux.Handle("GET /pow.js", pow.ScriptHandler())
-	}
-	return &server{policies: pf, mux: mux}, nil
+	return edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr})
 }
 
 // kvRegionsEnv is getenv with --kv-regions, when given, as
@@ -254,10 +269,6 @@ func demoRoute(pf *policy.File) (method, path string, ok bool) {
 // prepareTable creates or checks the table, with one clear line for each
 // way it can fail.
 func prepareTable(ctx context.Context, c ddb.TableAPI, f serveFlags) error {
-	where := "AWS"
-	if f.endpoint != "" {
-		where = f.endpoint
-	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var err error
@@ -266,27 +277,11 @@ func prepareTable(ctx context.Context, c ddb.TableAPI, f serveFlags) error {
 	} else {
 		err = ddb.CheckTable(cctx, c, f.table)
 	}
-	var netErr net.Error
-	var opErr *net.OpError
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
-	case errors.Is(err, ddb.ErrNoTable):
-		return fmt.Errorf("table %q does not exist at %s; create it with --create-table (or deploy template.yaml)", f.table, where)
-	case errors.As(err, &opErr), errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("cannot reach DynamoDB at %s: %v", where, rootCause(err))
 	}
-	return fmt.Errorf("DynamoDB at %s: %v", where, err)
-}
-
-func rootCause(err error) error {
-	for {
-		u := errors.Unwrap(err)
-		if u == nil {
-			return err
-		}
-		err = u
-	}
+	return dynamoError(err, storeAt{table: f.table, endpoint: f.endpoint, region: regionOf(c)},
+		"create it with --create-table (or deploy template.yaml)")
 }
 
 // hashSecret reads EDGELIMIT_HASH_KEY as the functions do (setup.HashKey).

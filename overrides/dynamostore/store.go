@@ -4,7 +4,7 @@
 // operator set. One item per policy and hashed client key:
 //
 //	pk         "ovr#<policy>#<keyhash>"
-//	limit      N   (absent: the policy's)
+//	limit      N   (absent: the policy's; 0: the key is blocked)
 //	window_ms  N   (absent: the policy's)
 //	burst      N   (absent: the policy's)
 //	until_ms   N   the override's end, epoch milliseconds (absent: none)
@@ -103,6 +103,9 @@ func (s *Store) Override(ctx context.Context, pol, key string) (policy.Limits, b
 		return n
 	}
 	l.Limit, l.Window, l.Burst = num("limit"), time.Duration(num("window_ms"))*time.Millisecond, num("burst")
+	if _, ok := out.Item["limit"]; ok && l.Limit == 0 {
+		l.Block = true
+	}
 	until := num("until_ms")
 	if bad != nil {
 		return policy.Limits{}, false, bad
@@ -123,7 +126,10 @@ func (s *Store) SetOverride(ctx context.Context, pol, key string, l policy.Limit
 	n := func(v int64) types.AttributeValue {
 		return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
 	}
-	if l.Limit > 0 {
+	switch {
+	case l.Block:
+		item["limit"] = n(0)
+	case l.Limit > 0:
 		item["limit"] = n(l.Limit)
 	}
 	if l.Window > 0 {

@@ -69,6 +69,16 @@ func TestStoreAgainstMemory(t *testing.T) {
 		both(func(s edgelimit.OverrideStore) error { return s.DeleteOverride(ctx, "paid", "never-set") })
 		check("deleted", "paid", "k1", policy.Limits{}, false)
 
+		// A block (edgelimit override set --limit 0) is stored as limit 0
+		// and read back as a block, with its window.
+		block := policy.Limits{Block: true, Window: time.Minute}
+		both(func(s edgelimit.OverrideStore) error { return s.SetOverride(ctx, "paid", "k3", block, time.Time{}) })
+		check("blocked", "paid", "k3", block, true)
+		both(func(s edgelimit.OverrideStore) error {
+			return s.SetOverride(ctx, "paid", "k3", policy.Limits{Block: true}, time.Time{})
+		})
+		check("blocked, no window", "paid", "k3", policy.Limits{Block: true}, true)
+
 		// The item's TTL attribute is the end in seconds, rounded up.
 		if err := db.SetOverride(ctx, "paid", "k2", policy.Limits{Limit: 1}, time.UnixMilli(1_700_000_000_500)); err != nil {
 			t.Fatal(err)

@@ -19,71 +19,102 @@ import (
 	"github.com/edgelimit/edgelimit/setup"
 )
 
-var updateREADME = flag.Bool("update-readme", false, "write the outputs TestREADMEQuotas saw into README.md")
+var updateDocs = flag.Bool("update-docs", false, "write the outputs TestDocTranscripts saw into the README and docs")
 
-// TestREADMEQuotas runs the README's "Quotas you can run a business on":
-// it writes the section's quotas.yaml, runs every command of its console
-// blocks (edgelimit in-process, curl emulated, against `edgelimit serve
-// --store dynamodb` on the runner's server) and compares what each prints
-// with what the README shows. What depends on the time of day (t=, a
-// usage's RESET, a grant's end) and the port are compared as their shape.
+// TestDocTranscripts runs every console transcript of the README's "Try
+// it: make run" and of docs/quotas.md: each command (edgelimit in-process,
+// curl emulated) against `edgelimit serve`, and compares what it prints
+// with what the page shows. What depends on the time of day (t=, a
+// usage's RESET, Retry-After, a grant's end), the port and the time a
+// proof took are compared as their shape.
 //
-//	go run ./internal/tools/testservers -only dynalite -- go test -count=1 -run TestREADMEQuotas ./cmd/edgelimit/ -update-readme
+//	go run ./internal/tools/testservers -only dynalite -- go test -count=1 -run TestDocTranscripts ./cmd/edgelimit/ -update-docs
 //
-// writes the outputs of a run into the README.
+// writes the outputs of a run into the pages.
 //
-// Two things differ from a reader's run, both for the shared test servers:
-// the policies get store_timeout: 5s (a call the 100 ms default cancels
-// mid-request can crash dynalite), and serve listens on a free port.
-func TestREADMEQuotas(t *testing.T) {
-	quotaEnv(t)
-	path := filepath.Join(testDir, "..", "..", "README.md")
-	raw, err := os.ReadFile(path)
+// What differs from a reader's run: serve listens on a free port; the
+// README's tour runs against the embedded example policies (what make run
+// serves), started by the test; and docs/quotas.md's policies get
+// store_timeout: 5s, for the shared test servers (a call the 100 ms
+// default cancels mid-request can crash dynalite).
+func TestDocTranscripts(t *testing.T) {
+	t.Run("README", func(t *testing.T) {
+		t.Setenv(setup.EnvHashKey, "")
+		t.Setenv(setup.EnvSecrets, "")
+		t.Setenv(setup.EnvPolicyFile, "")
+		sh := &transcript{t: t, serve: startServe(t)}
+		runTranscripts(t, sh, "README.md", "\n## Try it: make run\n")
+	})
+	t.Run("docs/quotas.md", func(t *testing.T) {
+		quotaEnv(t)
+		raw := readDoc(t, "docs/quotas.md")
+		blocks := fencedBlocks(raw)
+		if len(blocks) == 0 || blocks[0].lang != "yaml" || !strings.HasPrefix(blocks[0].body, "# quotas.yaml\n") {
+			t.Fatal("docs/quotas.md's first block must be ```yaml starting with # quotas.yaml")
+		}
+		dir := t.TempDir()
+		policy := strings.ReplaceAll(blocks[0].body, "    strategy: durable\n", "    strategy: durable\n    store_timeout: 5s\n")
+		if err := os.WriteFile(filepath.Join(dir, "quotas.yaml"), []byte(policy), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Chdir(dir)
+		awayFromDayBoundary(t)
+		runTranscripts(t, &transcript{t: t}, "docs/quotas.md", "")
+	})
+}
+
+func readDoc(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testDir, "..", "..", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(raw)
-	const title = "\n## Quotas you can run a business on\n"
-	start := strings.Index(readme, title)
-	if start < 0 {
-		t.Fatalf("README.md has no section %q", strings.TrimSpace(title))
-	}
-	end := start + len(title) + strings.Index(readme[start+len(title):], "\n## ")
-	section := readme[start:end]
-	blocks := fencedBlocks(section)
-	if len(blocks) == 0 || blocks[0].lang != "yaml" || !strings.HasPrefix(blocks[0].body, "# quotas.yaml\n") {
-		t.Fatal("the section's first block must be ```yaml starting with # quotas.yaml")
-	}
-	dir := t.TempDir()
-	policy := strings.ReplaceAll(blocks[0].body, "    strategy: durable\n", "    strategy: durable\n    store_timeout: 5s\n")
-	if err := os.WriteFile(filepath.Join(dir, "quotas.yaml"), []byte(policy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(dir)
-	awayFromDayBoundary(t)
+	return string(b)
+}
 
-	sh := &transcript{t: t}
+// runTranscripts runs the console blocks of the page's section (title;
+// "" for the whole page) and, with -update-docs, writes what they printed.
+func runTranscripts(t *testing.T, sh *transcript, name, title string) {
+	t.Helper()
+	path := filepath.Join(testDir, "..", "..", name)
+	doc := readDoc(t, name)
+	start, end := 0, len(doc)
+	if title != "" {
+		start = strings.Index(doc, title)
+		if start < 0 {
+			t.Fatalf("%s has no section %q", name, strings.TrimSpace(title))
+		}
+		if i := strings.Index(doc[start+len(title):], "\n## "); i >= 0 {
+			end = start + len(title) + i
+		}
+	}
+	section := doc[start:end]
 	updated := section
-	for _, b := range blocks[1:] {
+	n := 0
+	for _, b := range fencedBlocks(section) {
 		if b.lang != "console" {
 			continue
 		}
+		n++
 		var out strings.Builder
 		for _, s := range parseTranscript(b.body) {
 			got := sh.run(s.cmd)
 			if normalize(got) != normalize(s.want) {
-				t.Errorf("$ %s\nprinted:\n%s\nthe README shows:\n%s", s.cmd, got, s.want)
+				t.Errorf("%s: $ %s\nprinted:\n%s\nthe page shows:\n%s", name, s.cmd, got, s.want)
 			}
 			// The reader's serve listens on its default address.
 			fmt.Fprintf(&out, "$ %s\n%s", s.cmd, portRe.ReplaceAllString(got, "http://127.0.0.1:8080"))
 		}
 		updated = strings.Replace(updated, "```console\n"+b.body+"```", "```console\n"+out.String()+"```", 1)
 	}
-	if *updateREADME && updated != section {
-		if err := os.WriteFile(path, []byte(readme[:start]+updated+readme[end:]), 0o644); err != nil {
+	if n == 0 {
+		t.Fatalf("%s shows no console transcript", name)
+	}
+	if *updateDocs && updated != section {
+		if err := os.WriteFile(path, []byte(doc[:start]+updated+doc[end:]), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Log("README.md updated")
+		t.Logf("%s updated", name)
 	}
 }
 
@@ -135,13 +166,16 @@ var (
 	durRe     = regexp.MustCompile(`\b(\d+h)?(\d+m)?\d+s\b|\b\d+h\d+m\b|\b\d+h\b`)
 	secondsRe = regexp.MustCompile(`"reset_seconds":\d+`)
 	untilRe   = regexp.MustCompile(`until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+	retryRe   = regexp.MustCompile(`(?i)^retry-after: \d+`)
+	solvedRe  = regexp.MustCompile(`solved in [0-9.]+(ms|s|µs)`)
 	portRe    = regexp.MustCompile(`http://127\.0\.0\.1:\d+`)
 	spaceRe   = regexp.MustCompile(`[ \t]+`)
 )
 
 // normalize keeps what a run's output must show and drops what depends on
 // when it ran: the effective window t, a usage table's RESET, a JSON
-// reset_seconds, a grant's end, serve's port, and column padding.
+// reset_seconds, Retry-After, a grant's end, serve's port, the time a
+// proof took, and column padding.
 func normalize(s string) string {
 	var out []string
 	table := false
@@ -150,6 +184,8 @@ func normalize(s string) string {
 		line = secondsRe.ReplaceAllString(line, `"reset_seconds":N`)
 		line = untilRe.ReplaceAllString(line, "until TIME")
 		line = portRe.ReplaceAllString(line, "http://127.0.0.1:PORT")
+		line = retryRe.ReplaceAllString(line, "Retry-After: N")
+		line = solvedRe.ReplaceAllString(line, "solved in D")
 		if table {
 			f := strings.Fields(line)
 			if len(f) >= 6 { // POLICY TIER LIMIT WINDOW REMAINING RESET ...
@@ -188,8 +224,8 @@ func (sh *transcript) run(cmd string) string {
 	t := sh.t
 	t.Helper()
 	switch {
-	case strings.HasPrefix(cmd, "npx dynalite"):
-		return "" // the runner started it
+	case strings.HasPrefix(cmd, "node_modules/.bin/dynalite "), strings.HasPrefix(cmd, "go install "), strings.HasPrefix(cmd, "kill "):
+		return "" // the runner started dynalite; edgelimit runs in-process; the test stops serve
 	case strings.HasPrefix(cmd, "export "):
 		name, value, _ := strings.Cut(strings.TrimPrefix(cmd, "export "), "=")
 		switch name {
@@ -205,56 +241,85 @@ func (sh *transcript) run(cmd string) string {
 		}
 		// serve's override cache holds what it read for the policy's
 		// override_staleness of its own clock: waiting it out is what
-		// the README tells the reader to do.
+		// the page tells the reader to do.
 		time.Sleep(time.Duration(n) * time.Second)
 		return ""
 	case strings.HasPrefix(cmd, "for i in "):
-		var n int
-		var body string
-		if _, err := fmt.Sscanf(cmd, "for i in 1 2 %d;", &n); err != nil {
+		list, rest, ok := strings.Cut(strings.TrimPrefix(cmd, "for i in "), "; do ")
+		body, after, ok2 := strings.Cut(rest, "; done")
+		if !ok || !ok2 {
 			t.Fatalf("%s: want `for i in 1 2 ... N; do CMD; done`", cmd)
 		}
-		_, body, _ = strings.Cut(cmd, "; do ")
-		body = strings.TrimSuffix(body, "; done")
 		var out strings.Builder
-		for range n {
+		for range strings.Fields(list) {
 			out.WriteString(sh.run(body))
+		}
+		if after == "; echo" {
+			out.WriteString("\n")
+		} else if after != "" {
+			t.Fatalf("%s: the test cannot run %q after the loop", cmd, after)
 		}
 		return out.String()
 	case strings.HasPrefix(cmd, "curl "):
 		return sh.curl(cmd)
 	case strings.HasPrefix(cmd, "edgelimit serve"):
-		args := words(t, strings.TrimSuffix(strings.TrimPrefix(cmd, "edgelimit "), " &"))
+		c := strings.TrimSuffix(strings.TrimSuffix(cmd, " & SERVE=$!"), " &")
+		args := words(t, strings.TrimPrefix(c, "edgelimit "))
 		var out string
 		sh.serve, out = startServeOutput(t, args...)
 		return out
-	case strings.HasPrefix(cmd, "edgelimit "):
+	case strings.HasPrefix(cmd, "edgelimit "), strings.HasPrefix(cmd, "bin/edgelimit "):
+		args := words(t, cmd)[1:]
+		for i, a := range args { // the reader's serve is on localhost:8080
+			args[i] = strings.Replace(a, "http://localhost:8080", sh.serve, 1)
+		}
 		var out syncBuffer
-		run(context.Background(), words(t, strings.TrimPrefix(cmd, "edgelimit ")), &out, &out)
+		run(context.Background(), args, &out, &out)
 		return out.String()
 	}
-	t.Fatalf("the README's transcript has a command the test cannot run: %s", cmd)
+	t.Fatalf("the page's transcript has a command the test cannot run: %s", cmd)
 	return ""
 }
 
-// curl emulates `curl -si -H 'K: V'... URL | grep -i PATTERN`: the
-// response's header fields, sorted as Go's server writes them, that match.
+// curl emulates the curl command lines the pages show: -s, -i (-si), -H
+// 'K: V', -d BODY (a POST), -o /dev/null, -w '%{http_code} ', and a pipe
+// into grep -i PATTERN (with \| for "or"). With -i the status line comes
+// first, then the header fields, sorted as Go's server writes them.
 func (sh *transcript) curl(cmd string) string {
 	t := sh.t
-	c, pattern, ok := strings.Cut(cmd, " | grep -i ")
-	if !ok {
-		t.Fatalf("%s: want `curl -si ... | grep -i PATTERN`", cmd)
+	c, pattern, piped := strings.Cut(cmd, " | grep -i ")
+	var re *regexp.Regexp
+	if piped {
+		re = regexp.MustCompile("(?i)" + strings.ReplaceAll(strings.Trim(pattern, `'"`), `\|`, "|"))
 	}
-	re := regexp.MustCompile("(?i)" + strings.Trim(pattern, `'"`))
 	args := words(t, c)
 	req, _ := http.NewRequest(http.MethodGet, "", nil)
+	include, discard, format := false, false, ""
 	for i := 1; i < len(args); i++ {
 		switch a := args[i]; {
-		case a == "-si":
+		case a == "-s":
+		case a == "-si", a == "-i":
+			include = true
 		case a == "-H":
 			i++
 			k, v, _ := strings.Cut(args[i], ":")
 			req.Header.Set(strings.TrimSpace(k), strings.TrimSpace(v))
+		case a == "-d":
+			i++
+			req.Method = http.MethodPost
+			req.Body = io.NopCloser(strings.NewReader(args[i]))
+			req.ContentLength = int64(len(args[i]))
+			if req.Header.Get("Content-Type") == "" {
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded") // as curl does
+			}
+		case a == "-o":
+			i++
+			discard = args[i] == "/dev/null"
+		case a == "-w":
+			i++
+			format = args[i]
+		case strings.HasPrefix(a, "-"):
+			t.Fatalf("%s: the test's curl knows no %s", cmd, a)
 		default:
 			u := strings.Replace(a, "localhost:8080", strings.TrimPrefix(sh.serve, "http://"), 1)
 			if !strings.HasPrefix(u, "http") {
@@ -271,22 +336,43 @@ func (sh *transcript) curl(cmd string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	names := make([]string, 0, len(resp.Header))
-	for k := range resp.Header {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	var out strings.Builder
-	for _, k := range names {
-		for _, v := range resp.Header[k] {
-			if line := k + ": " + v; re.MatchString(line) {
-				out.WriteString(line + "\n")
+	var lines []string
+	if include {
+		lines = append(lines, resp.Proto+" "+resp.Status)
+		names := make([]string, 0, len(resp.Header))
+		for k := range resp.Header {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			for _, v := range resp.Header[k] {
+				lines = append(lines, k+": "+v)
 			}
 		}
+		lines = append(lines, "")
 	}
-	return out.String()
+	var out strings.Builder
+	for _, l := range lines {
+		out.WriteString(l + "\n")
+	}
+	if !discard {
+		out.Write(body)
+	}
+	if format != "" {
+		out.WriteString(strings.ReplaceAll(format, "%{http_code}", strconv.Itoa(resp.StatusCode)))
+	}
+	if !piped {
+		return out.String()
+	}
+	var kept strings.Builder
+	for _, l := range strings.SplitAfter(out.String(), "\n") {
+		if re.MatchString(strings.TrimSuffix(l, "\n")) {
+			kept.WriteString(strings.TrimSuffix(l, "\n") + "\n")
+		}
+	}
+	return kept.String()
 }
 
 // words splits a command line as the shell would: spaces, and quotes.
