@@ -231,8 +231,8 @@ func Load(template []byte, params map[string]string) (*Dashboard, error) {
 				Metrics     [][]json.RawMessage `json:"metrics"`
 				InsightRule *InsightWidget      `json:"insightRule"`
 				Period      int                 `json:"period"`
-				Alarms  []string            `json:"alarms"`
-				YAxis   struct {
+				Alarms      []string            `json:"alarms"`
+				YAxis       struct {
 					Left struct {
 						Min   *float64 `json:"min"`
 						Label string   `json:"label"`
