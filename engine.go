@@ -89,6 +89,12 @@ type Event struct {
 	// a metric line and the request's log lines share the requestId. It
 	// is only valid during the call.
 	Context context.Context
+	// Key is the policy's hashed client key: the value its limiter was
+	// given and a store keeps (Engine.KeyOf of the raw key), never the raw
+	// key; "" for a list's decision. metrics.EMF writes it as the KeyHash
+	// property, for a view of the keys being limited. Like Context, it is
+	// only valid during the call: copy it (strings.Clone) to keep it.
+	Key string
 }
 
 // Engine decides requests against a policy file. It is the one core behind
