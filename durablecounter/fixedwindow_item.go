@@ -25,7 +25,8 @@ import (
 func (f *fixedWindow) unknown(t, _ int64, allowed bool) edgelimit.Decision {
 	// Remaining 0: an allowed batch whose counts could not be read reports
 	// none, conservatively; so does a denial whose count is unknown.
-	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration(f.start(t) + f.window - t)}
+	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration(f.end(t) - t)}
+	f.period(&d, t)
 	if !allowed {
 		d.RetryAfter = d.Reset
 	}
@@ -56,7 +57,7 @@ func (f *fixedWindow) update(_ state, t, cost int64, margin time.Duration, u *co
 	}
 	u.Value(":d", cost)
 	u.Value(":m", f.limit-cost)
-	u.Value(":e", expSec(f.start(t)+f.window+int64(margin)))
+	u.Value(":e", expSec(f.end(t)+int64(margin)))
 	u.Name("#g", "g")
 	u.Value(":g", newIncarnation())
 	u.Return = wire.ReturnAllNew // n after the write (Remaining = limit - n), and g
@@ -67,7 +68,7 @@ func (f *fixedWindow) update(_ state, t, cost int64, margin time.Duration, u *co
 func (f *fixedWindow) chargeUpdate(_ state, t, cost int64, margin time.Duration, u *condUpdate) {
 	u.Expr = exprAdd
 	u.Value(":d", cost)
-	u.Value(":e", expSec(f.start(t)+f.window+int64(margin)))
+	u.Value(":e", expSec(f.end(t)+int64(margin)))
 	u.Name("#g", "g")
 	u.Value(":g", newIncarnation())
 	u.Return = wire.ReturnAllNew
@@ -97,7 +98,7 @@ func (f *fixedWindow) decode(item wire.Item, now int64) (state, error) {
 // nothing left to do. A failed guard means the item holds less than the
 // cost (it expired): nothing to give back.
 func (f *fixedWindow) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, tr, cost int64, u *condUpdate) bool {
-	if seen != nil || tr >= f.start(rc.At)+f.window {
+	if seen != nil || tr >= f.end(rc.At) {
 		return false
 	}
 	u.Expr = exprRefund
