@@ -13,7 +13,8 @@ import (
 //	fw#<policy>#<keyhash>#<window start>   n (units spent), g (incarnation)
 //
 // The window start is in seconds (milliseconds for a window that is not
-// whole seconds). A window other than the policy's (a tier's, an
+// whole seconds); a calendar period's is its start instant in seconds
+// (period.go). A window other than the policy's (a tier's, an
 // override's) counts in items of its own, fw#<policy>/<window ms>#...: a
 // count means nothing under another window. An item is only ever written
 // during its own window and expires at its end (plus the margin).
