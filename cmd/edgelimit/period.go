@@ -46,3 +46,6 @@ func windowText(w time.Duration, p policy.Period) string {
 	}
 	return formatDuration(w)
 }
+
+// usageNow is the instant usage finds the period's end at (a test's clock).
+var usageNow = time.Now

@@ -361,7 +361,7 @@ func printUsage(w io.Writer, f opFlags, p *policy.Policy, d edgelimit.Decision, 
 		// Whole seconds, rounded up, as the RateLimit headers say them.
 		out := map[string]any{"policy": p.Name, "limit": d.Limit, "window_seconds": wholeSeconds(d.Window), "remaining": d.Remaining,
 			"reset_seconds": wholeSeconds(d.Reset), "allowed": d.Allowed}
-		if end, ok := periodEnd(inForce(p, tier, ovr, hasOverride), time.Now()); ok {
+		if end, ok := periodEnd(inForce(p, tier, ovr, hasOverride), usageNow()); ok {
 			out["reset_at"] = end.Format(time.RFC3339)
 		}
 		if tier != "" {
@@ -384,7 +384,7 @@ func printUsage(w io.Writer, f opFlags, p *policy.Policy, d edgelimit.Decision, 
 		t = "-"
 	}
 	reset := formatDuration(d.Reset.Round(time.Second))
-	if end, ok := periodEnd(inForce(p, tier, ovr, hasOverride), time.Now()); ok {
+	if end, ok := periodEnd(inForce(p, tier, ovr, hasOverride), usageNow()); ok {
 		reset += " (at " + end.Format(time.RFC3339) + ")" // a calendar period's end
 	}
 	fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", p.Name, t, d.Limit, formatDuration(d.Window), d.Remaining, reset, o)
