@@ -296,7 +296,54 @@ policies:
 		if want := strconv.FormatInt(end.Add(dynamostore.DefaultExpiryMargin).Unix(), 10); exp != want {
 			t.Errorf("expires_at = %s, want %s (the period's end plus the margin)", exp, want)
 		}
+		// Another period (a tier's week) counts in items of its own, tagged.
+		week := policy.Period{Unit: policy.Week, Zone: "America/New_York"}
+		if d, err := c.Allow(context.Background(), edgelimit.Request{Key: "k", Cost: 1, At: now, Limits: policy.Limits{Window: 7 * 24 * time.Hour, Period: week}}); err != nil || !d.Allowed || d.Window != 7*24*time.Hour {
+			t.Fatalf("Allow of a week = %+v, %v", d, err)
+		}
+		monday := instant(t, "2026-04-13T00:00:00-04:00")
+		want := fmt.Sprintf("fw#monthly/604800000/week.1@America/New_York#k#%d", monday.Unix())
+		if _, ok := itemsByPrefix(t, client, table)[want]; !ok {
+			t.Errorf("no item %q: %v", want, itemsByPrefix(t, client, table))
+		}
 	})
+}
+
+// A refund goes back to its period's count while the period lasts, and
+// gives nothing once it has ended.
+func TestPeriodRefund(t *testing.T) {
+	p := &policy.Policy{Name: "p", Limit: 1, Cost: 1, Period: policy.Period{Unit: policy.Month, Day: 31}}
+	now := instant(t, "2026-02-27T23:00:00Z")
+	c, err := durablecounter.New(durablecounter.Config{Policy: p, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := edgelimit.Request{Key: "k", Cost: 1, At: now}
+	d, err := c.Allow(ctx, req)
+	if err != nil || !d.Allowed || d.Reset != time.Hour || d.Window != 28*24*time.Hour {
+		t.Fatalf("Allow = %+v, %v; want admitted, an hour to February 28", d, err)
+	}
+	if err := c.Refund(ctx, req, d); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ = c.Allow(ctx, req); !d.Allowed {
+		t.Fatalf("after a refund: %+v, want admitted", d)
+	}
+	if d2, _ := c.Allow(ctx, req); d2.Allowed {
+		t.Fatalf("the limit spent: %+v, want denied", d2)
+	}
+	now = instant(t, "2026-02-28T00:00:00Z")
+	req.At = now
+	if err := c.Refund(ctx, req, d); err != nil { // after its period: nothing to give back
+		t.Fatal(err)
+	}
+	if d, _ = c.Allow(ctx, req); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("the next period: %+v, want admitted with nothing left (the old refund gave nothing)", d)
+	}
+	if d, _ = c.Allow(ctx, req); d.Allowed {
+		t.Fatalf("the next period's second: %+v, want denied", d)
+	}
 }
 
 // Only the fixed window counts periods: a Counter of another algorithm
