@@ -367,3 +367,34 @@ func TestPeriodOnlyFixedWindow(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAllowMemoryPeriod is BenchmarkAllowMemory's fixed window with
+// time.Now under a duration (24h), a day of UTC and a month from a billing
+// day in Europe/Berlin: what finding the period costs a decision.
+//
+//	go test -run '^$' -bench 'BenchmarkAllowMemoryPeriod' -benchmem ./durablecounter/
+func BenchmarkAllowMemoryPeriod(b *testing.B) {
+	for _, w := range []struct {
+		name   string
+		period policy.Period
+	}{{"24h", policy.Period{}}, {"day-UTC", policy.Period{Unit: policy.Day}}, {"month-15-Berlin", policy.Period{Unit: policy.Month, Day: 15, Zone: "Europe/Berlin"}}} {
+		b.Run(w.name, func(b *testing.B) {
+			p := benchPolicy("bench", string(durablecounter.FixedWindow), 24*time.Hour)
+			p.Period = w.period
+			c, err := durablecounter.New(durablecounter.Config{Policy: p, Store: durablecounter.NewMemory(durablecounter.MemoryConfig{}), Now: time.Now})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			for _, k := range benchKeys {
+				if _, err := c.Allow(ctx, edgelimit.Request{Key: k}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runParallel(b, func(key string) error {
+				_, err := c.Allow(ctx, edgelimit.Request{Key: key})
+				return err
+			})
+		})
+	}
+}

@@ -188,7 +188,7 @@ func TestParsePeriodErrors(t *testing.T) {
 		{"time_zone without a calendar window", pol("durable", "    window: 1h\n    time_zone: Europe/Berlin\n"),
 			`p.yaml:9: policy "a": time_zone applies only to a calendar window`},
 		{"unknown zone", pol("durable", "    window: month\n    time_zone: Mars/Olympus\n"),
-			`p.yaml:9: policy "a": time_zone "Mars/Olympus" is not a time zone this program knows`},
+			`p.yaml:9: policy "a": time_zone "Mars/Olympus" is not a time zone this program knows (an IANA name, like Europe/Berlin; a program on a system without a zone database, as Lambda's provided.al2023, must import time/tzdata)`},
 		{"local zone", pol("durable", "    window: month\n    time_zone: Local\n"), `p.yaml:9: policy "a": time_zone Local is each machine's own zone`},
 		{"billing day 32", pol("durable", "    window: month\n    period_start: 32\n"),
 			`p.yaml:9: policy "a": period_start "32" of a month must be a day of the month, 1-31`},
@@ -235,4 +235,31 @@ func TestPeriodString(t *testing.T) {
 			t.Errorf("%+v.String() = %q, want %q", p, got, want)
 		}
 	}
+}
+
+// BenchmarkCalendarBounds measures finding an instant's period: "cached"
+// is an instant in the period found last (every request but the first of a
+// period, on one instance), "miss" alternates between two periods, which
+// computes them in the zone each time.
+//
+//	go test -run '^$' -bench BenchmarkCalendarBounds -benchmem ./policy/
+func BenchmarkCalendarBounds(b *testing.B) {
+	cal, err := policy.Period{Unit: policy.Month, Day: 15, Zone: "Europe/Berlin"}.Calendar()
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC).UnixNano()
+	b.Run("cached", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			cal.Bounds(t0 + int64(i))
+		}
+	})
+	b.Run("miss", func(b *testing.B) {
+		b.ReportAllocs()
+		month := int64(31 * 24 * time.Hour)
+		for i := range b.N {
+			cal.Bounds(t0 + int64(i&1)*month)
+		}
+	})
 }
