@@ -222,6 +222,9 @@ func (e *Engine) SetOverride(ctx context.Context, name, raw string, l policy.Lim
 	if l.Window != 0 && l.Window < time.Millisecond {
 		return fmt.Errorf("edgelimit: override window %s is shorter than 1ms", l.Window)
 	}
+	if !l.Period.IsZero() {
+		return errPeriodOverride
+	}
 	if err := e.overrides.SetOverride(ctx, c.Name, key, l, until); err != nil {
 		return err
 	}

@@ -149,7 +149,7 @@ func New(cfg Config) (*Counter, error) {
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("%w: policy %q: limit %d is negative", ErrConfig, p.Name, p.Limit)
 	}
-	if p.Window < time.Millisecond || p.Window%time.Millisecond != 0 {
+	if p.Period.IsZero() && (p.Window < time.Millisecond || p.Window%time.Millisecond != 0) {
 		return nil, fmt.Errorf("%w: policy %q: window %s must be a whole number of milliseconds, at least 1ms", ErrConfig, p.Name, p.Window)
 	}
 	if cfg.DenyCacheMaxAge < 0 {
@@ -188,7 +188,7 @@ func New(cfg Config) (*Counter, error) {
 	if c.denyAge == 0 {
 		c.denyAge = int64(DefaultDenyCacheMaxAge)
 	}
-	base := policy.Limits{Limit: p.Limit, Window: p.Window, Burst: burst}
+	base := withPeriod(policy.Limits{Limit: p.Limit, Window: p.Window, Burst: burst}, p.Period)
 	if c.base, err = c.build(base); err != nil {
 		return nil, err
 	}

@@ -103,7 +103,10 @@
 // the writer decided at, :te, see Clock skew; gcra's p and z serve
 // refunds; g names an item's life, see Quotas. A window other than the
 // policy's, a tier's or an override's, counts in items of its own,
-// fw#<policy>/<window ms>#..., and a key's grants are in grant# items.)
+// fw#<policy>/<window ms>#..., and a key's grants are in grant# items. A
+// calendar period's window start is the period's start instant in seconds,
+// and a period other than the policy's adds its tag, fw#<policy>/<window
+// ms>/month.15@UTC#...; see period.go.)
 // DynamoDB applies
 // writes to one item one at a time, so two requests can never both take
 // the last unit, and concurrent requests on one key do not conflict: ADD

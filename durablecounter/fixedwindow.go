@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // fixedWindow counts cost units per key in windows of a fixed length
@@ -42,6 +43,9 @@ type fixedWindow struct {
 	// partition key: seconds when the window is whole seconds, else
 	// milliseconds (New accepts only whole-millisecond windows).
 	slotUnit int64
+	// cal, if set, makes the windows a calendar's periods (window: month):
+	// window is then only its unit's nominal length (see period.go).
+	cal *policy.Calendar
 }
 
 func newFixedWindow(p params) algorithm {
@@ -49,17 +53,35 @@ func newFixedWindow(p params) algorithm {
 	if p.window%time.Second != 0 {
 		unit = int64(time.Millisecond)
 	}
-	return &fixedWindow{prefix: "fw#" + p.name + p.tag + "#", limit: p.limit, window: int64(p.window), slotUnit: unit}
+	if p.cal != nil {
+		unit = int64(time.Second)
+	}
+	return &fixedWindow{prefix: "fw#" + p.name + p.tag + "#", limit: p.limit, window: int64(p.window), slotUnit: unit, cal: p.cal}
 }
 
 // start returns the start of the window containing t.
-func (f *fixedWindow) start(t int64) int64 { return floorDiv(t, f.window) * f.window }
+func (f *fixedWindow) start(t int64) int64 {
+	if f.cal != nil {
+		s, _ := f.cal.Bounds(t)
+		return s
+	}
+	return floorDiv(t, f.window) * f.window
+}
+
+// end returns the end of the window containing t.
+func (f *fixedWindow) end(t int64) int64 {
+	if f.cal != nil {
+		_, e := f.cal.Bounds(t)
+		return e
+	}
+	return floorDiv(t, f.window)*f.window + f.window
+}
 
 func (f *fixedWindow) itemFor(key string, shard int32, t int64) itemID {
 	return itemID{prefix: f.prefix, key: key, slot: f.start(t) / f.slotUnit, shard: shard}
 }
 
-func (f *fixedWindow) windowEnd(t int64) int64 { return f.start(t) + f.window }
+func (f *fixedWindow) windowEnd(t int64) int64 { return f.end(t) }
 
 // instant is t: each instance counts in the window of its own clock (see
 // the type's documentation).
@@ -87,7 +109,7 @@ func (f *fixedWindow) receipt(s state, te, _ int64) edgelimit.Receipt {
 // giveBack undoes a spending in the item of rc's window (the caller found
 // it by rc.At); once that window has ended, nothing it held matters.
 func (f *fixedWindow) giveBack(s state, rc edgelimit.Receipt, tr, cost int64) (state, bool) {
-	if !s.exists || s.n < cost || tr >= f.start(rc.At)+f.window {
+	if !s.exists || s.n < cost || tr >= f.end(rc.At) {
 		return s, false
 	}
 	if g := getInt64(rc.ID[:8]); g != 0 && g != s.w {
@@ -101,9 +123,10 @@ func (f *fixedWindow) decision(s state, t, cost int64, allowed bool) edgelimit.D
 	d := edgelimit.Decision{
 		Allowed: allowed,
 		// The effective window: until the window ends, nothing comes back.
-		Reset:     time.Duration(f.start(t) + f.window - t),
+		Reset:     time.Duration(f.end(t) - t),
 		Remaining: max(0, f.limit-s.n),
 	}
+	f.period(&d, t)
 	if !allowed {
 		// The count that denied left less than the cost. A read after the
 		// denial may see a later refund: clamp, so the reply stays
@@ -115,6 +138,6 @@ func (f *fixedWindow) decision(s state, t, cost int64, allowed bool) edgelimit.D
 	return d
 }
 
-func (f *fixedWindow) expiry(_ state, t int64) int64 { return f.start(t) + f.window }
+func (f *fixedWindow) expiry(_ state, t int64) int64 { return f.end(t) }
 
 func (f *fixedWindow) compact(s state, _ int64) state { return state{exists: s.exists, n: s.n, w: s.w} }

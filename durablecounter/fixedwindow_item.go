@@ -13,7 +13,8 @@ import (
 //	fw#<policy>#<keyhash>#<window start>   n (units spent), g (incarnation)
 //
 // The window start is in seconds (milliseconds for a window that is not
-// whole seconds). A window other than the policy's (a tier's, an
+// whole seconds); a calendar period's is its start instant in seconds
+// (period.go). A window other than the policy's (a tier's, an
 // override's) counts in items of its own, fw#<policy>/<window ms>#...: a
 // count means nothing under another window. An item is only ever written
 // during its own window and expires at its end (plus the margin).
@@ -25,7 +26,8 @@ import (
 func (f *fixedWindow) unknown(t, _ int64, allowed bool) edgelimit.Decision {
 	// Remaining 0: an allowed batch whose counts could not be read reports
 	// none, conservatively; so does a denial whose count is unknown.
-	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration(f.start(t) + f.window - t)}
+	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration(f.end(t) - t)}
+	f.period(&d, t)
 	if !allowed {
 		d.RetryAfter = d.Reset
 	}
@@ -56,7 +58,7 @@ func (f *fixedWindow) update(_ state, t, cost int64, margin time.Duration, u *co
 	}
 	u.Value(":d", cost)
 	u.Value(":m", f.limit-cost)
-	u.Value(":e", expSec(f.start(t)+f.window+int64(margin)))
+	u.Value(":e", expSec(f.end(t)+int64(margin)))
 	u.Name("#g", "g")
 	u.Value(":g", newIncarnation())
 	u.Return = wire.ReturnAllNew // n after the write (Remaining = limit - n), and g
@@ -67,7 +69,7 @@ func (f *fixedWindow) update(_ state, t, cost int64, margin time.Duration, u *co
 func (f *fixedWindow) chargeUpdate(_ state, t, cost int64, margin time.Duration, u *condUpdate) {
 	u.Expr = exprAdd
 	u.Value(":d", cost)
-	u.Value(":e", expSec(f.start(t)+f.window+int64(margin)))
+	u.Value(":e", expSec(f.end(t)+int64(margin)))
 	u.Name("#g", "g")
 	u.Value(":g", newIncarnation())
 	u.Return = wire.ReturnAllNew
@@ -97,7 +99,7 @@ func (f *fixedWindow) decode(item wire.Item, now int64) (state, error) {
 // nothing left to do. A failed guard means the item holds less than the
 // cost (it expired): nothing to give back.
 func (f *fixedWindow) refundUpdate(rc edgelimit.Receipt, seen *state, _ int, tr, cost int64, u *condUpdate) bool {
-	if seen != nil || tr >= f.start(rc.At)+f.window {
+	if seen != nil || tr >= f.end(rc.At) {
 		return false
 	}
 	u.Expr = exprRefund

@@ -30,6 +30,9 @@ type variant struct {
 	algs []algorithm
 	// err: these limits cannot be enforced (a cached refusal).
 	err error
+	// period: the window is a calendar period, whose decisions each
+	// announce the length of theirs (see period.go).
+	period bool
 }
 
 // algorithms maps a policy's algorithm to its constructor.
@@ -50,6 +53,8 @@ type params struct {
 	// algorithms whose state is per window ("" for the policy's own), so
 	// that counts of different windows never share an item.
 	tag string
+	// cal, if set, is the calendar of a period window (window: month).
+	cal *policy.Calendar
 }
 
 // share returns shard i's part of total split over n shards.
@@ -79,12 +84,17 @@ func (c *Counter) build(l policy.Limits) (*variant, error) {
 		v.qWindow = time.Duration(float64(l.Window) * float64(l.Burst) / float64(l.Limit))
 	}
 	tag := ""
-	if c.base != nil && l.Window != c.base.lim.Window {
+	if c.base != nil && (l.Window != c.base.lim.Window || l.Period != c.base.lim.Period) {
 		tag = "/" + strconv.FormatInt(l.Window.Milliseconds(), 10)
 	}
+	cal, err := c.calendar(l, &tag)
+	if err != nil {
+		return nil, err
+	}
+	v.period = cal != nil
 	newAlg := algorithms[c.alg]
 	for i := range c.shards {
-		sp := params{name: name, limit: share(l.Limit, c.shards, i), window: l.Window, burst: share(l.Burst, c.shards, i), tag: tag}
+		sp := params{name: name, limit: share(l.Limit, c.shards, i), window: l.Window, burst: share(l.Burst, c.shards, i), tag: tag, cal: cal}
 		switch c.alg {
 		case SlidingLog:
 			if sp.limit > MaxSlidingLogLimit {
@@ -119,12 +129,15 @@ func limitsErr(base *variant) error {
 // burst.
 func (c *Counter) effective(l policy.Limits) policy.Limits {
 	b := c.base.lim
-	out := policy.Limits{Limit: l.Limit, Window: l.Window, Burst: l.Burst}
+	out := policy.Limits{Limit: l.Limit, Window: l.Window, Burst: l.Burst, Period: l.Period}
 	if out.Limit == 0 {
 		out.Limit = b.Limit
 	}
-	if out.Window == 0 {
-		out.Window = b.Window
+	switch {
+	case !out.Period.IsZero(): // a calendar period: its window is its unit's
+		out.Window = out.Period.Unit.Nominal()
+	case out.Window == 0:
+		out.Window, out.Period = b.Window, b.Period
 	}
 	if l.Block { // an operator's block: nothing is admitted
 		out.Limit = 0
@@ -180,7 +193,10 @@ func (c *Counter) variantOf(l policy.Limits) (*variant, error) {
 // and the quota in force (RateLimit-Policy's q and w), which Remaining
 // never exceeds.
 func (v *variant) told(name string, d *edgelimit.Decision) {
-	d.Policy, d.Limit, d.Window = name, v.qLimit, v.qWindow
+	d.Policy, d.Limit = name, v.qLimit
+	if !v.period || d.Window == 0 {
+		d.Window = v.qWindow
+	}
 	d.Remaining = min(d.Remaining, max(v.qLimit, 0))
 }
 

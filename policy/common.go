@@ -39,6 +39,8 @@ var commonFields = []commonField{
 	{"charge", parseCharge},
 	{"charge_status", parseChargeStatus},
 	{"refund_status", parseRefundStatus},
+	{"period_start", parsePeriodStart},
+	{"time_zone", parseTimeZone},
 }
 
 // required are the common fields a policy must have, with how the message
@@ -111,6 +113,7 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 		}
 		p.errorf(keyLines[name], pol.Name, "unknown field %q%s", name, suggest.DidYouMean(name, known))
 	}
+	p.finishPeriods(pol, fields, lineOf(fields, "window", n.Line))
 	if pol.ChargeAfter && len(pol.ChargeStatus) > 0 {
 		p.errorf(lineOf(fields, "charge_status", n.Line), pol.Name, "charge: response and charge_status do not go together; charge_status already charges after the response, for those statuses")
 	}
@@ -315,6 +318,10 @@ func parseLimit(p *fileParser, pol *Policy, v *yaml.Node) {
 }
 
 func parseWindow(p *fileParser, pol *Policy, v *yaml.Node) {
+	if u, ok := periodUnit(v.Value); ok && v.Kind == yaml.ScalarNode {
+		pol.Period, pol.Window = Period{Unit: u}, u.Nominal()
+		return
+	}
 	if d, ok := p.duration(v, pol.Name, "window"); ok {
 		pol.Window = d
 	}

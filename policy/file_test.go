@@ -229,6 +229,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("version: 1\npolicies:\n  - {name: a, routes: [\"GET /a/*\"], key: header:X, strategy: kv, limit: 1, window: 1s}\n"))
 	f.Add([]byte("version: 1\npolicies: [{name: a, proof_of_work: {bits: 8, ttl: 1s}}]\n"))
 	f.Add([]byte("{version: 1, policies: [[]], legacy_headers: false}"))
+	f.Add([]byte("version: 1\npolicies:\n  - {name: a, routes: [\"GET /a\"], key: ip, strategy: durable, limit: 5, window: month, period_start: 31, time_zone: Europe/Berlin,\n     tiers: {by: \"header:X\", default: a, levels: {a: {window: year}}}}\n"))
 	f.Add([]byte("&a [*a]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		pf, err := policy.Parse("fuzz.yaml", data)

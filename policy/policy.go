@@ -67,6 +67,9 @@ type Policy struct {
 	Options any
 	// Line is the policy's line in its file.
 	Line int
+	// Period, if set, makes the window a calendar period (window: month,
+	// period_start, time_zone); Window is then its unit's nominal length.
+	Period Period
 }
 
 // Tiers choose a request's quota by a key source: each tier overrides some
@@ -103,6 +106,10 @@ type Limits struct {
 	// `edgelimit override set --limit 0`). Window still sets the wait a
 	// denial announces.
 	Block bool
+	// Period, if set, makes Window a calendar period (a tier's window:
+	// month); Window is then its unit's nominal length, so a Limits with a
+	// Period always has a Window and Or keeps the two together.
+	Period Period
 }
 
 // IsZero reports whether l changes nothing.
@@ -115,7 +122,7 @@ func (l Limits) Or(base Limits) Limits {
 		l.Limit = base.Limit
 	}
 	if l.Window == 0 {
-		l.Window = base.Window
+		l.Window, l.Period = base.Window, base.Period
 	}
 	if l.Burst == 0 {
 		l.Burst = base.Burst

@@ -110,7 +110,9 @@ func (p *fileParser) tierLimits(pol *Policy, name string, v *yaml.Node) Limits {
 				l.Limit = n
 			}
 		case "window":
-			if d, ok := p.duration(fv, pol.Name, field+"window"); ok {
+			if u, ok := periodUnit(fv.Value); ok && fv.Kind == yaml.ScalarNode {
+				l.Period, l.Window = Period{Unit: u}, u.Nominal()
+			} else if d, ok := p.duration(fv, pol.Name, field+"window"); ok {
 				l.Window = d
 			}
 		case "burst":

@@ -43,6 +43,9 @@ type Strategy struct {
 	// policies may have tiers and overrides. A policy file giving either to
 	// a strategy without it is refused rather than silently ignored.
 	Limits bool
+	// Calendar: the strategy counts calendar periods (window: month); a
+	// policy file giving one to a strategy without it is refused.
+	Calendar bool
 }
 
 // Abilities is a set of a limiter's optional abilities, each an interface

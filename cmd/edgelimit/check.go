@@ -79,7 +79,7 @@ func printTable(w io.Writer, f *policy.File) {
 		}
 		for _, r := range p.Routes {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r, p.Name, p.StrategyName(), p.Limit,
-				formatDuration(p.Window), opts, p.Key, p.OnStoreError, strings.Join(notes, " "))
+				windowText(p.Window, p.Period), opts, p.Key, p.OnStoreError, strings.Join(notes, " "))
 		}
 	}
 	tw.Flush()
@@ -124,7 +124,7 @@ func printTiers(w io.Writer, f *policy.File) {
 			continue
 		}
 		for _, name := range t.Names {
-			l := t.Levels[name].Or(policy.Limits{Limit: p.Limit, Window: p.Window})
+			l := t.Levels[name].Or(policy.Limits{Limit: p.Limit, Window: p.Window, Period: p.Period})
 			burst := "-"
 			if l.Burst > 0 {
 				burst = strconv.FormatInt(l.Burst, 10)
@@ -138,7 +138,7 @@ func printTiers(w io.Writer, f *policy.File) {
 					notes = append(notes, "also for an unknown tier")
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Name, name, t.By, l.Limit, formatDuration(l.Window), burst, strings.Join(notes, ", "))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Name, name, t.By, l.Limit, windowText(l.Window, l.Period), burst, strings.Join(notes, ", "))
 		}
 	}
 	tw.Flush()

@@ -257,7 +257,7 @@ func ceilSecond(t time.Time) time.Time {
 // on, else one window from now. A grant without --for or --until lasts
 // until then, and says so.
 func windowEnd(ctx context.Context, e *edgelimit.Engine, p *policy.Policy, key string, now time.Time) (time.Time, error) {
-	l := policy.Limits{Limit: p.Limit, Window: p.Window}
+	l := policy.Limits{Limit: p.Limit, Window: p.Window, Period: p.Period}
 	if p.Tiers != nil {
 		l = p.Tiers.Levels[p.Tiers.Default].Or(l)
 	}
@@ -269,6 +269,9 @@ func windowEnd(ctx context.Context, e *edgelimit.Engine, p *policy.Policy, key s
 		if ok {
 			l = o.Or(l)
 		}
+	}
+	if end, ok := periodEnd(l, now); ok {
+		return end, nil
 	}
 	w := l.Window
 	if o, ok := p.Options.(*durablecounter.Options); ok && (o.Algorithm == durablecounter.FixedWindow || o.Algorithm == durablecounter.SlidingWindow) {
@@ -358,6 +361,9 @@ func printUsage(w io.Writer, f opFlags, p *policy.Policy, d edgelimit.Decision, 
 		// Whole seconds, rounded up, as the RateLimit headers say them.
 		out := map[string]any{"policy": p.Name, "limit": d.Limit, "window_seconds": wholeSeconds(d.Window), "remaining": d.Remaining,
 			"reset_seconds": wholeSeconds(d.Reset), "allowed": d.Allowed}
+		if end, ok := periodEnd(inForce(p, tier, ovr, hasOverride), usageNow()); ok {
+			out["reset_at"] = end.Format(time.RFC3339)
+		}
 		if tier != "" {
 			out["tier"] = tier
 		}
@@ -377,7 +383,11 @@ func printUsage(w io.Writer, f opFlags, p *policy.Policy, d edgelimit.Decision, 
 	if t == "" {
 		t = "-"
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", p.Name, t, d.Limit, formatDuration(d.Window), d.Remaining, formatDuration(d.Reset.Round(time.Second)), o)
+	reset := formatDuration(d.Reset.Round(time.Second))
+	if end, ok := periodEnd(inForce(p, tier, ovr, hasOverride), usageNow()); ok {
+		reset += " (at " + end.Format(time.RFC3339) + ")" // a calendar period's end
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", p.Name, t, d.Limit, formatDuration(d.Window), d.Remaining, reset, o)
 	tw.Flush()
 }
 
