@@ -946,6 +946,22 @@ func (c *counter) Charge(ctx context.Context, r edgelimit.Request) (edgelimit.De
 	return c.decide(r, false), nil
 }
 
+// Settle records the cost a reservation (r.Units()) was settled at, and
+// counts the difference.
+func (c *counter) Settle(ctx context.Context, r edgelimit.Request, _ edgelimit.Decision, cost int64) (edgelimit.Decision, error) {
+	if c.err != nil {
+		return edgelimit.Decision{}, c.err
+	}
+	if err := ctx.Err(); err != nil {
+		return edgelimit.Decision{}, err // as a store call would fail
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.charges = append(c.charges, cost)
+	c.n[r.Key] += cost - r.Units()
+	return c.decide(edgelimit.Request{Key: r.Key}, false), nil
+}
+
 // limitsOf records the Limits each request carried.
 type limitsOf struct {
 	*counter
@@ -1167,8 +1183,8 @@ policies:
 	v.ReportCost(2)
 	v.Finish(ctx, 200)
 	v.Finish(ctx, 200) // once only
-	if got := fx.limiters["tokens"].charges; !slices.Equal(got, []int64{42}) {
-		t.Errorf("tokens charged %v, want [42] (the handler's report, once)", got)
+	if got, n := fx.limiters["tokens"].charges, sum(fx.limiters["tokens"].n); !slices.Equal(got, []int64{42}) || n != 42 {
+		t.Errorf("tokens settled at %v, %d spent; want [42] (the handler's report, once)", got, n)
 	}
 	for i, status := range []int{200, 401, 403, 401, 200} {
 		v := fx.do("POST", "/login", "1.2.3.4", nil)
@@ -1177,8 +1193,10 @@ policies:
 		}
 		v.Finish(ctx, status)
 	}
-	if got := fx.limiters["logins"].charges; !slices.Equal(got, []int64{1, 1, 1}) {
-		t.Errorf("logins charged %v, want one unit for each 401 and 403", got)
+	// Each reserved one unit: kept for the 401s and the 403, given back
+	// (settled at 0) for the 200.
+	if got, n := fx.limiters["logins"].charges, sum(fx.limiters["logins"].n); !slices.Equal(got, []int64{0}) || n != 3 {
+		t.Errorf("logins settled at %v, %d spent; want [0] (the 200) and one unit for each 401 and 403", got, n)
 	}
 	for _, status := range []int{500, 200, 503} {
 		fx.do("POST", "/call", "1.2.3.4", nil).Finish(ctx, status)

@@ -119,7 +119,7 @@ type Receipt struct {
 //
 // What else a limiter can do is an optional ability, each its own
 // interface below, which the engine finds by type assertion: [Quoter],
-// [Localizer], [InProcess], [Refunder], [Peeker], [Charger], [Finisher], [BatchLimiter],
+// [Localizer], [InProcess], [Refunder], [Peeker], [Charger], [Settler], [Finisher], [BatchLimiter],
 // [Resetter], [Granter] and [Unwrapper]. A strategy package asserts the
 // ones it implements at compile time (var _ edgelimit.Granter =
 // (*Counter)(nil)), so that a misspelt method is a build error, not an
@@ -248,6 +248,23 @@ type Peeker interface {
 // The returned Decision is the state after the charge.
 type Charger interface {
 	Charge(ctx context.Context, req Request) (Decision, error)
+}
+
+// Settler is an optional ability: a limiter that settles an admitted
+// request once its real cost is known, after the response. The engine
+// reserves before the handler runs (Allow of req, whose Units() are the
+// reservation: the policy's reserve or cost, or what the application set
+// with WithReservation) and then settles with the cost the request really
+// had: at most the reservation gives the difference back (a refund is a
+// settlement to zero), above it spends the excess whether or not it fits
+// (the quota goes below zero once, and denies until it is back). d is the
+// allowed Decision Allow returned for req (its Receipt says what was
+// reserved, where); req.At is the instant of the settlement, not of the
+// decision. The returned Decision is the state after the settlement, for a
+// request of one more unit; an error means the backend failed, and the
+// reservation then stands as it was spent.
+type Settler interface {
+	Settle(ctx context.Context, req Request, d Decision, cost int64) (Decision, error)
 }
 
 // Finisher is an optional ability: a limiter that must hear how a request

@@ -98,7 +98,7 @@ var Strategy = &policy.Strategy{
 	Parse:        parseOptions,
 	OnStoreError: policy.FailClosed,
 	Limits:       true,
-	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanBatch | policy.CanLocal |
+	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanSettle | policy.CanBatch | policy.CanLocal |
 		policy.CanQuota | policy.CanReset | policy.CanGrant,
 }
 
