@@ -192,7 +192,7 @@ type InProcess interface {
 }
 
 // Unwrapper is an optional ability: a limiter that decides in front of
-// another (powgate.Gate). The engine finds the Resetter, Granter, Charger
+// another (powgate.Gate). The engine finds the Resetter, Granter, Settler
 // and Finisher of the wrapped limiter through it when the wrapper has none
 // of its own.
 type Unwrapper interface {
@@ -203,7 +203,7 @@ type Unwrapper interface {
 // limiter l wraps (Unwrap), and so on. A wrapper (powgate.Gate in front of
 // a durable or kv limiter) keeps the abilities it implements itself (Peek,
 // Refund) and lends the wrapped limiter's others: an operator's Reset and
-// Grant, and Charge and Finish after the response, concern the wrapped
+// Grant, and Settle and Finish after the response, concern the wrapped
 // limiter's state, which a wrapper does not keep.
 func ability[T any](l Limiter) (T, bool) {
 	for l != nil {
@@ -242,8 +242,7 @@ type Peeker interface {
 }
 
 // Charger is an optional ability: a limiter that can spend units whether or
-// not they fit, for costs known only after the response (the handler's
-// reported cost, a failed login). A charge that exceeds what is left takes
+// not they fit (what a Settler does with a cost above its reservation). A charge that exceeds what is left takes
 // the quota below zero: the policy then denies until it is back above.
 // The returned Decision is the state after the charge.
 type Charger interface {
