@@ -1280,3 +1280,52 @@ policies:
 		t.Errorf("charges %v, want [7] despite the canceled context", got)
 	}
 }
+
+// A request of a policy that charges after the response reserves what the
+// application set for it (WithReservation), else the policy's reserve,
+// else its cost; several such policies each settle their own report
+// (ReportCostFor), the rest ReportCost's; the headers show what was left
+// before the reservation.
+func TestReservationsAndReportsPerPolicy(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: input, routes: ["POST /gen"], key: ip, strategy: durable, limit: 1000, window: 1h, charge: response}
+  - {name: output, routes: ["POST /gen"], key: ip, strategy: durable, limit: 1000, window: 1h, charge: response, reserve: 50}
+  - {name: total, routes: ["POST /gen"], key: ip, strategy: durable, limit: 1000, window: 1h, charge: response, cost: 7}
+`, nil)
+	ctx := edgelimit.WithReservation(context.Background(), "input", 120)
+	ctx = edgelimit.WithReservation(ctx, "nothing", 0) // sets nothing
+	var reserved []int64
+	for _, name := range []string{"input", "output", "total"} {
+		reserved = append(reserved, sum(fx.limiters[name].n))
+	}
+	v := fx.e.Decide(ctx, &edgelimit.Input{Method: "POST", Path: "/gen", SourceIP: "192.0.2.1"})
+	if !v.Allowed {
+		t.Fatal("denied")
+	}
+	for i, name := range []string{"input", "output", "total"} {
+		reserved[i] = sum(fx.limiters[name].n) - reserved[i]
+	}
+	if !slices.Equal(reserved, []int64{120, 50, 7}) {
+		t.Errorf("reserved %v, want [120 50 7]: the application's, the policy's reserve, its cost", reserved)
+	}
+	if rl := header(v, "RateLimit"); !strings.Contains(rl, `"input";r=1000;`) || !strings.Contains(rl, `"output";r=1000;`) {
+		t.Errorf("RateLimit %q, want what was left before the reservations", rl)
+	}
+	if !v.ReportCostFor("input", 100) || !v.ReportCostFor("output", 80) || v.ReportCostFor("inptu", 1) {
+		t.Error("ReportCostFor: want true for the route's policies, false for a misspelt one")
+	}
+	v.ReportCost(30)
+	v.Finish(context.Background(), 200)
+	for name, want := range map[string]int64{"input": 100, "output": 80, "total": 30} {
+		if got := sum(fx.limiters[name].n); got != want {
+			t.Errorf("%s: %d spent after settling, want %d", name, got, want)
+		}
+	}
+	// No report: the reservation stands.
+	v = fx.e.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: "/gen", SourceIP: "192.0.2.2"})
+	v.Finish(context.Background(), 200)
+	if got := fx.limiters["output"].charges; len(got) != 1 {
+		t.Errorf("output settled %v, want once (the first request's), the second's reservation standing", got)
+	}
+}
