@@ -1329,3 +1329,20 @@ policies:
 		t.Errorf("output settled %v, want once (the first request's), the second's reservation standing", got)
 	}
 }
+
+// With refund_status, a policy that charges after the response settles at
+// 0 for those statuses whatever the handler reported.
+func TestRefundStatusSettlesAtZero(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: tokens, routes: ["POST /gen"], key: ip, strategy: durable, limit: 100, window: 1h, charge: response, reserve: 10, refund_status: [5xx]}
+`, nil)
+	for _, status := range []int{503, 200} {
+		v := fx.e.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: "/gen", SourceIP: "192.0.2.1"})
+		v.ReportCost(40)
+		v.Finish(context.Background(), status)
+	}
+	if got := sum(fx.limiters["tokens"].n); got != 40 {
+		t.Errorf("%d spent, want 40: the 503 settled at 0, the 200 at its report", got)
+	}
+}
