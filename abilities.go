@@ -17,6 +17,7 @@ var abilityTests = []struct {
 	{policy.CanQuota, is[Quoter]},
 	{policy.CanReset, is[Resetter]},
 	{policy.CanGrant, is[Granter]},
+	{policy.CanSettle, is[Settler]},
 }
 
 func is[T any](l Limiter) bool {

@@ -156,12 +156,13 @@ type compiled struct {
 	limitVals []string
 	// overrides caches this policy's per-key overrides, or is nil.
 	overrides *overrideCache
-	// deferred: the policy spends after the response (charge: response, or
-	// charge_status), so at request time it is only peeked; charger spends
-	// then. finisher hears how an admitted request ended (an in-flight
-	// slot). finishes: Verdict.Finish has something to do for the policy.
+	// deferred: the policy settles after the response (charge: response,
+	// or charge_status): the request reserves its units, and settler
+	// settles them then (settle.go). finisher hears how an admitted
+	// request ended (an in-flight slot). finishes: Verdict.Finish has
+	// something to do for the policy.
 	deferred bool
-	charger  Charger
+	settler  Settler
 	finisher Finisher
 	finishes bool
 }
@@ -229,12 +230,12 @@ func New(cfg Config) (*Engine, error) {
 		}
 		c.refund, _ = l.(Refunder)
 		c.peek, _ = l.(Peeker)
-		c.charger, _ = ability[Charger](l)
+		c.settler, _ = ability[Settler](l)
 		c.finisher, _ = ability[Finisher](l)
 		c.deferred = p.ChargeAfter || len(p.ChargeStatus) > 0
 		switch {
-		case c.deferred && (c.charger == nil || c.peek == nil):
-			return nil, fmt.Errorf("edgelimit: policy %q charges after the response, which needs a limiter that can peek and charge (edgelimit.Peeker, edgelimit.Charger); %T cannot", p.Name, l)
+		case c.deferred && (c.settler == nil || c.refund == nil):
+			return nil, fmt.Errorf("edgelimit: policy %q settles after the response, which needs a limiter that can settle and refund (edgelimit.Settler, edgelimit.Refunder); %T cannot", p.Name, l)
 		case len(p.RefundStatus) > 0 && c.refund == nil:
 			return nil, fmt.Errorf("edgelimit: policy %q has refund_status, which needs a limiter that can refund (edgelimit.Refunder); %T cannot", p.Name, l)
 		}

@@ -946,6 +946,22 @@ func (c *counter) Charge(ctx context.Context, r edgelimit.Request) (edgelimit.De
 	return c.decide(r, false), nil
 }
 
+// Settle records the cost a reservation (r.Units()) was settled at, and
+// counts the difference.
+func (c *counter) Settle(ctx context.Context, r edgelimit.Request, _ edgelimit.Decision, cost int64) (edgelimit.Decision, error) {
+	if c.err != nil {
+		return edgelimit.Decision{}, c.err
+	}
+	if err := ctx.Err(); err != nil {
+		return edgelimit.Decision{}, err // as a store call would fail
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.charges = append(c.charges, cost)
+	c.n[r.Key] += cost - r.Units()
+	return c.decide(edgelimit.Request{Key: r.Key}, false), nil
+}
+
 // limitsOf records the Limits each request carried.
 type limitsOf struct {
 	*counter
@@ -1167,8 +1183,8 @@ policies:
 	v.ReportCost(2)
 	v.Finish(ctx, 200)
 	v.Finish(ctx, 200) // once only
-	if got := fx.limiters["tokens"].charges; !slices.Equal(got, []int64{42}) {
-		t.Errorf("tokens charged %v, want [42] (the handler's report, once)", got)
+	if got, n := fx.limiters["tokens"].charges, sum(fx.limiters["tokens"].n); !slices.Equal(got, []int64{42}) || n != 42 {
+		t.Errorf("tokens settled at %v, %d spent; want [42] (the handler's report, once)", got, n)
 	}
 	for i, status := range []int{200, 401, 403, 401, 200} {
 		v := fx.do("POST", "/login", "1.2.3.4", nil)
@@ -1177,8 +1193,10 @@ policies:
 		}
 		v.Finish(ctx, status)
 	}
-	if got := fx.limiters["logins"].charges; !slices.Equal(got, []int64{1, 1, 1}) {
-		t.Errorf("logins charged %v, want one unit for each 401 and 403", got)
+	// Each reserved one unit: kept for the 401s and the 403, given back
+	// (settled at 0) for the 200.
+	if got, n := fx.limiters["logins"].charges, sum(fx.limiters["logins"].n); !slices.Equal(got, []int64{0}) || n != 3 {
+		t.Errorf("logins settled at %v, %d spent; want [0] (the 200) and one unit for each 401 and 403", got, n)
 	}
 	for _, status := range []int{500, 200, 503} {
 		fx.do("POST", "/call", "1.2.3.4", nil).Finish(ctx, status)
@@ -1260,5 +1278,71 @@ policies:
 	v.Finish(ctx, 200)
 	if got := fx.limiters["tokens"].charges; !slices.Equal(got, []int64{7}) {
 		t.Errorf("charges %v, want [7] despite the canceled context", got)
+	}
+}
+
+// A request of a policy that charges after the response reserves what the
+// application set for it (WithReservation), else the policy's reserve,
+// else its cost; several such policies each settle their own report
+// (ReportCostFor), the rest ReportCost's; the headers show what was left
+// before the reservation.
+func TestReservationsAndReportsPerPolicy(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: input, routes: ["POST /gen"], key: ip, strategy: durable, limit: 1000, window: 1h, charge: response}
+  - {name: output, routes: ["POST /gen"], key: ip, strategy: durable, limit: 1000, window: 1h, charge: response, reserve: 50}
+  - {name: total, routes: ["POST /gen"], key: ip, strategy: durable, limit: 1000, window: 1h, charge: response, cost: 7}
+`, nil)
+	ctx := edgelimit.WithReservation(context.Background(), "input", 120)
+	ctx = edgelimit.WithReservation(ctx, "nothing", 0) // sets nothing
+	var reserved []int64
+	for _, name := range []string{"input", "output", "total"} {
+		reserved = append(reserved, sum(fx.limiters[name].n))
+	}
+	v := fx.e.Decide(ctx, &edgelimit.Input{Method: "POST", Path: "/gen", SourceIP: "192.0.2.1"})
+	if !v.Allowed {
+		t.Fatal("denied")
+	}
+	for i, name := range []string{"input", "output", "total"} {
+		reserved[i] = sum(fx.limiters[name].n) - reserved[i]
+	}
+	if !slices.Equal(reserved, []int64{120, 50, 7}) {
+		t.Errorf("reserved %v, want [120 50 7]: the application's, the policy's reserve, its cost", reserved)
+	}
+	if rl := header(v, "RateLimit"); !strings.Contains(rl, `"input";r=1000;`) || !strings.Contains(rl, `"output";r=1000;`) {
+		t.Errorf("RateLimit %q, want what was left before the reservations", rl)
+	}
+	if !v.ReportCostFor("input", 100) || !v.ReportCostFor("output", 80) || v.ReportCostFor("inptu", 1) {
+		t.Error("ReportCostFor: want true for the route's policies, false for a misspelt one")
+	}
+	v.ReportCost(30)
+	v.Finish(context.Background(), 200)
+	for name, want := range map[string]int64{"input": 100, "output": 80, "total": 30} {
+		if got := sum(fx.limiters[name].n); got != want {
+			t.Errorf("%s: %d spent after settling, want %d", name, got, want)
+		}
+	}
+	// No report: the reservation stands.
+	v = fx.e.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: "/gen", SourceIP: "192.0.2.2"})
+	v.Finish(context.Background(), 200)
+	if got := fx.limiters["output"].charges; len(got) != 1 {
+		t.Errorf("output settled %v, want once (the first request's), the second's reservation standing", got)
+	}
+}
+
+// With refund_status, a policy that charges after the response settles at
+// 0 for those statuses whatever the handler reported.
+func TestRefundStatusSettlesAtZero(t *testing.T) {
+	fx := newFixture(t, `version: 1
+policies:
+  - {name: tokens, routes: ["POST /gen"], key: ip, strategy: durable, limit: 100, window: 1h, charge: response, reserve: 10, refund_status: [5xx]}
+`, nil)
+	for _, status := range []int{503, 200} {
+		v := fx.e.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: "/gen", SourceIP: "192.0.2.1"})
+		v.ReportCost(40)
+		v.Finish(context.Background(), status)
+	}
+	if got := sum(fx.limiters["tokens"].n); got != 40 {
+		t.Errorf("%d spent, want 40: the 503 settled at 0, the 200 at its report", got)
 	}
 }

@@ -71,6 +71,9 @@ func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdi
 			return false
 		}
 		req := Request{Key: e.keyFor(v, c.compiled, raw), Cost: c.Cost, At: at, Header: in.Header}
+		if c.ChargeAfter {
+			req.Cost = reserved(ctx, c.compiled)
+		}
 		if c.Tiers != nil {
 			l, err := tier(c.Policy, in)
 			if err != nil {
@@ -136,12 +139,8 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, v *Verdict, slots [
 			e.peekOne(ctx, start, rs, c.compiled, s)
 			continue
 		}
-		if c.deferred {
-			// It spends after the response: admitted while one unit is left.
-			e.admitDeferred(ctx, start, rs, c.compiled, s)
-		} else {
-			e.allowOne(ctx, start, rs, c.compiled, s)
-		}
+		// A policy that settles after the response reserves here (settle.go).
+		e.allowOne(ctx, start, rs, c.compiled, s)
 		if (s.o == denied || s.o == failedClosed) && !c.Shadow {
 			blocked = true
 		}
@@ -171,6 +170,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, v *Verdict, slots [
 		}
 	} else if rs.finishes {
 		v.finish = e.finishing(rs, slots)
+		e.beforeReservations(rs, slots)
 	}
 	if e.observe != nil {
 		for _, c := range rs.policies {
@@ -210,35 +210,6 @@ func (e *Engine) allowOne(ctx context.Context, start time.Time, rs *routeSet, c 
 func (c *compiled) follow(res callResult, req Request, d Decision) {
 	if c.follower != nil && res == answered {
 		c.follower.Follow(req, d)
-	}
-}
-
-// admitDeferred decides a policy that spends after the response: the
-// request is admitted while one unit is left (a peek of one unit), and the
-// store failing is a store failure like any other.
-func (e *Engine) admitDeferred(ctx context.Context, start time.Time, rs *routeSet, c *compiled, s *slot) {
-	tk := c.breaker.admit(ctx, s.req.At)
-	t0 := e.clockIfTimed()
-	cctx := e.slotBudget(s, ctx, start, tk.budget(c.StoreTimeout))
-	one := s.req
-	one.Cost = 1
-	d, err := c.peek.Peek(cctx, one)
-	cctx.stop()
-	res := resultOf(cctx, ctx, err)
-	c.breaker.done(ctx, tk, res, err)
-	s.lat = e.latency(t0, start, err)
-	if err != nil {
-		e.storeFailed(ctx, rs, c, s, err, tk == refused)
-		if s.o == allowed {
-			s.o = known // nothing was spent
-		}
-		return
-	}
-	d.Policy = c.Name
-	s.d, s.o = d, known
-	c.follow(res, one, d)
-	if !d.Allowed {
-		s.o = denied
 	}
 }
 

@@ -16,8 +16,10 @@ type finishState struct {
 	e     *Engine
 	rs    *routeSet
 	items []finishItem
-	cost  atomic.Int64
-	done  atomic.Bool
+	// cost is what ReportCost reported (reported: it was called).
+	cost     atomic.Int64
+	reported atomic.Bool
+	done     atomic.Bool
 }
 
 type finishItem struct {
@@ -25,6 +27,10 @@ type finishItem struct {
 	req Request
 	d   Decision
 	o   outcome
+	// cost is what ReportCostFor reported for the policy (reported: it
+	// was called).
+	cost     atomic.Int64
+	reported atomic.Bool
 }
 
 // finishing keeps what Finish will need of an admitted request.
@@ -43,15 +49,19 @@ func (e *Engine) finishing(rs *routeSet, slots []slot) *finishState {
 }
 
 // ReportCost adds units to what the request cost, for the policies that
-// charge after the response (charge: response): a handler calls it, on
-// the Verdict edgelimit.FromContext returns, with what the request really
-// used (tokens generated, bytes sent). The total is charged when the
-// middleware finishes the request; without a report, the policy's cost is.
-// It does nothing on a Verdict without such a policy. The client never sets
-// its cost: only the handler can call this.
+// settle after the response (charge: response) and have no report of their
+// own (ReportCostFor): a handler calls it, on the Verdict
+// edgelimit.FromContext returns, with what the request really used (tokens
+// generated, bytes sent). When the middleware finishes the request, each
+// such policy settles its reservation with the total: what it did not use
+// comes back, an excess is charged. A report of 0 gives the whole
+// reservation back; without a report, the reservation stands. It does
+// nothing on a Verdict without such a policy, or for units below 0. The
+// client never sets its cost: only the handler can call this.
 func (v *Verdict) ReportCost(units int64) {
-	if v != nil && v.finish != nil && units > 0 {
+	if v != nil && v.finish != nil && units >= 0 {
 		v.finish.cost.Add(units)
+		v.finish.reported.Store(true)
 	}
 }
 
@@ -84,22 +94,14 @@ func (e *Engine) finish(ctx context.Context, f *finishState, status int) {
 	ctx = context.WithoutCancel(ctx)
 	reported := f.cost.Load()
 	start := time.Now()
-	for _, it := range f.items {
+	for i := range f.items {
+		it := &f.items[i]
 		c, req := it.c, it.req
 		var err error
 		what := ""
 		switch {
-		case c.ChargeAfter:
-			if reported > 0 {
-				req.Cost = reported
-			}
-			what = "charge"
-			err = e.charge(ctx, start, c, req)
-		case len(c.ChargeStatus) > 0:
-			if slices.Contains(c.ChargeStatus, status) {
-				what = "charge"
-				err = e.charge(ctx, start, c, req)
-			}
+		case c.deferred:
+			what, err = e.settle(ctx, start, f, it, status)
 		case len(c.RefundStatus) > 0 && it.o == allowed && slices.Contains(c.RefundStatus, status):
 			what = "refund"
 			err = e.afterCall(ctx, start, c, func(cctx context.Context) error { return c.refund.Refund(cctx, req, it.d) })
@@ -129,15 +131,6 @@ func (e *Engine) finish(ctx context.Context, f *finishState, status int) {
 			e.observe(ev)
 		}
 	}
-}
-
-// charge spends what req says, whether or not it fits, within the policy's
-// budget from start.
-func (e *Engine) charge(ctx context.Context, start time.Time, c *compiled, req Request) error {
-	return e.afterCall(ctx, start, c, func(cctx context.Context) error {
-		_, err := c.charger.Charge(cctx, req)
-		return err
-	})
 }
 
 // afterCall makes one store call of the work after the response, within

@@ -119,7 +119,7 @@ type Receipt struct {
 //
 // What else a limiter can do is an optional ability, each its own
 // interface below, which the engine finds by type assertion: [Quoter],
-// [Localizer], [InProcess], [Refunder], [Peeker], [Charger], [Finisher], [BatchLimiter],
+// [Localizer], [InProcess], [Refunder], [Peeker], [Charger], [Settler], [Finisher], [BatchLimiter],
 // [Resetter], [Granter] and [Unwrapper]. A strategy package asserts the
 // ones it implements at compile time (var _ edgelimit.Granter =
 // (*Counter)(nil)), so that a misspelt method is a build error, not an
@@ -192,7 +192,7 @@ type InProcess interface {
 }
 
 // Unwrapper is an optional ability: a limiter that decides in front of
-// another (powgate.Gate). The engine finds the Resetter, Granter, Charger
+// another (powgate.Gate). The engine finds the Resetter, Granter, Settler
 // and Finisher of the wrapped limiter through it when the wrapper has none
 // of its own.
 type Unwrapper interface {
@@ -203,7 +203,7 @@ type Unwrapper interface {
 // limiter l wraps (Unwrap), and so on. A wrapper (powgate.Gate in front of
 // a durable or kv limiter) keeps the abilities it implements itself (Peek,
 // Refund) and lends the wrapped limiter's others: an operator's Reset and
-// Grant, and Charge and Finish after the response, concern the wrapped
+// Grant, and Settle and Finish after the response, concern the wrapped
 // limiter's state, which a wrapper does not keep.
 func ability[T any](l Limiter) (T, bool) {
 	for l != nil {
@@ -242,12 +242,28 @@ type Peeker interface {
 }
 
 // Charger is an optional ability: a limiter that can spend units whether or
-// not they fit, for costs known only after the response (the handler's
-// reported cost, a failed login). A charge that exceeds what is left takes
+// not they fit (what a Settler does with a cost above its reservation). A charge that exceeds what is left takes
 // the quota below zero: the policy then denies until it is back above.
 // The returned Decision is the state after the charge.
 type Charger interface {
 	Charge(ctx context.Context, req Request) (Decision, error)
+}
+
+// Settler is an optional ability: a limiter that settles an admitted
+// request once its real cost is known, after the response. The engine
+// reserves before the handler runs (Allow of req, whose Units() are the
+// reservation: the policy's reserve or cost, or what the application set
+// with WithReservation) and then settles with the cost the request really
+// had: at most the reservation gives the difference back (a refund is a
+// settlement to zero), above it spends the excess whether or not it fits
+// (the quota goes below zero once, and denies until it is back). d is the
+// allowed Decision Allow returned for req (its Receipt says what was
+// reserved, where); req.At is the instant of the settlement, not of the
+// decision. The returned Decision is the state after the settlement, for a
+// request of one more unit; an error means the backend failed, and the
+// reservation then stands as it was spent.
+type Settler interface {
+	Settle(ctx context.Context, req Request, d Decision, cost int64) (Decision, error)
 }
 
 // Finisher is an optional ability: a limiter that must hear how a request

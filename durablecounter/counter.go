@@ -122,6 +122,7 @@ var (
 	_ edgelimit.Refunder     = (*Counter)(nil)
 	_ edgelimit.Peeker       = (*Counter)(nil)
 	_ edgelimit.Charger      = (*Counter)(nil)
+	_ edgelimit.Settler      = (*Counter)(nil)
 	_ edgelimit.Localizer    = (*Counter)(nil)
 	_ edgelimit.Quoter       = (*Counter)(nil)
 	_ edgelimit.Resetter     = (*Counter)(nil)

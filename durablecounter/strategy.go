@@ -99,7 +99,7 @@ var Strategy = &policy.Strategy{
 	OnStoreError: policy.FailClosed,
 	Limits:       true,
 	Calendar:     true,
-	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanBatch | policy.CanLocal |
+	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanSettle | policy.CanBatch | policy.CanLocal |
 		policy.CanQuota | policy.CanReset | policy.CanGrant,
 }
 

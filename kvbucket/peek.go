@@ -46,7 +46,7 @@ func (b *Bucket) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.
 		return nil // a grant paid: its tokens are not given back
 	}
 	if d.Receipt.ID != b.receiptID(h) || d.Receipt.Slot < 1 || u == nil {
-		return fmt.Errorf("%w: policy %q: the decision was not spent by this bucket for this key", ErrReceipt, b.prefix[:len(b.prefix)-1])
+		return errNotSpentHere(b)
 	}
 	n := b.instant(req).UnixNano()
 	back := u.owed(d.Receipt.At, n, d.Receipt.Slot)
@@ -55,6 +55,11 @@ func (b *Bucket) Refund(ctx context.Context, req edgelimit.Request, d edgelimit.
 	}
 	var none edgelimit.Decision
 	return b.do(ctx, u, n, req.Key, 0, opRefund, u.refundUnits(n, back), &none)
+}
+
+// errNotSpentHere is the error of a receipt this bucket did not give.
+func errNotSpentHere(b *Bucket) error {
+	return fmt.Errorf("%w: policy %q: the decision was not spent by this bucket for this key", ErrReceipt, b.prefix[:len(b.prefix)-1])
 }
 
 // RefundAt adds req.Units() tokens back to req.Key's bucket at now, never

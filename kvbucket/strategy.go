@@ -67,7 +67,7 @@ var Strategy = &policy.Strategy{
 	Parse:        parseOptions,
 	OnStoreError: policy.FailOpen,
 	Limits:       true,
-	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanLocal | policy.CanQuota |
+	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanSettle | policy.CanLocal | policy.CanQuota |
 		policy.CanReset | policy.CanGrant,
 }
 

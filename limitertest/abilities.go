@@ -31,6 +31,7 @@ var abilities = []ability{
 	abilityOf[edgelimit.Quoter](policy.CanQuota),
 	abilityOf[edgelimit.Resetter](policy.CanReset),
 	abilityOf[edgelimit.Granter](policy.CanGrant),
+	abilityOf[edgelimit.Settler](policy.CanSettle),
 }
 
 // Abilities returns the optional abilities l implements itself (not those

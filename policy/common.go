@@ -41,6 +41,7 @@ var commonFields = []commonField{
 	{"refund_status", parseRefundStatus},
 	{"period_start", parsePeriodStart},
 	{"time_zone", parseTimeZone},
+	{"reserve", parseReserve},
 }
 
 // required are the common fields a policy must have, with how the message
@@ -117,6 +118,9 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 	if pol.ChargeAfter && len(pol.ChargeStatus) > 0 {
 		p.errorf(lineOf(fields, "charge_status", n.Line), pol.Name, "charge: response and charge_status do not go together; charge_status already charges after the response, for those statuses")
 	}
+	if pol.Reserve > 0 && !pol.ChargeAfter {
+		p.errorf(lineOf(fields, "reserve", n.Line), pol.Name, "reserve needs charge: response (a reservation is settled with the cost the handler reports); without it the policy spends its cost")
+	}
 	if s := pol.Strategy; s != nil {
 		if !s.Limits {
 			refuse := func(f string) {
@@ -159,8 +163,8 @@ func (p *fileParser) needAbilities(pol *Policy, fields map[string]*yaml.Node, li
 		}
 	}
 	need("on_store_error", pol.OnStoreError == FailLocal, CanLocal, "%s local needs a store to fall back from; strategy %s has none")
-	need("charge", pol.ChargeAfter, CanPeek|CanCharge, "%s needs a strategy that can spend after the response; strategy %s cannot")
-	need("charge_status", len(pol.ChargeStatus) > 0, CanPeek|CanCharge, "%s needs a strategy that can spend after the response; strategy %s cannot")
+	need("charge", pol.ChargeAfter, CanSettle, "%s needs a strategy that can spend after the response; strategy %s cannot")
+	need("charge_status", len(pol.ChargeStatus) > 0, CanSettle, "%s needs a strategy that can spend after the response; strategy %s cannot")
 	need("refund_status", len(pol.RefundStatus) > 0, CanRefund, "%s needs a strategy that can give units back; strategy %s cannot")
 }
 

@@ -106,6 +106,8 @@ func TestParseErrors(t *testing.T) {
 		{"limit not a number", strings.Replace(pol("    window: 1m\n"), "limit: 10", "limit: ten", 1), []string{`limit "ten" must be a whole number`}},
 		{"burst on fixed window", pol("    window: 1m\n    burst: 5\n"), []string{"burst applies only to algorithm gcra and strategy kv"}},
 		{"cost above limit", pol("    window: 1m\n    cost: 11\n"), []string{"cost 11 is more than the limit 10"}},
+		{"reserve without charge", pol("    window: 1m\n    reserve: 5\n"), []string{`p.yaml:9: policy "paid": reserve needs charge: response`}},
+		{"reserve 0", pol("    window: 1m\n    charge: response\n    reserve: 0\n"), []string{`p.yaml:10: policy "paid": reserve 0 must be at least 1`}},
 		{"cost above kv burst", head + "  - {name: a, routes: [\"GET /a\"], key: ip, strategy: kv, limit: 10, burst: 2, cost: 3, window: 1s}\n",
 			[]string{"cost 3 is more than the burst 2"}},
 		{"bad store mode", pol("    window: 1m\n    on_store_error: maybe\n"), []string{`on_store_error "maybe" is not one of allow, deny, local`}},

@@ -50,18 +50,25 @@ type Policy struct {
 	// OverrideStaleness bounds how old a cached override may be; default
 	// 60s.
 	OverrideStaleness time.Duration
-	// ChargeAfter: the policy spends after the response, what the handler
-	// reported (Verdict.ReportCost) or its Cost; a request is admitted
-	// while at least one unit is left, and a charge larger than what is
-	// left takes the quota below zero once.
+	// ChargeAfter: the policy settles after the response: a request
+	// reserves Reserve units (or what the application set with
+	// edgelimit.WithReservation) before the handler runs, and is admitted
+	// only if they fit; after the response the engine settles with what the
+	// handler reported (Verdict.ReportCost, Verdict.ReportCostFor), giving
+	// back what it did not use or charging the excess, which takes the
+	// quota below zero once.
 	ChargeAfter bool
 	// ChargeStatus, if set, are the only response statuses the policy
-	// spends for, after the response (failed logins: 401, 403); a request
-	// is admitted while one unit is left.
+	// spends for (failed logins: 401, 403): a request reserves its Cost
+	// before the handler runs, kept for these statuses and given back for
+	// the others.
 	ChargeStatus []int
 	// RefundStatus are the response statuses after which the policy gives
 	// back what the request spent (5xx: the service failed, not the client).
 	RefundStatus []int
+	// Reserve is what a request of a ChargeAfter policy reserves before the
+	// handler runs, when the application set nothing; 0 means Cost.
+	Reserve int64
 	// Options are the strategy's own fields, as its Parse returned them
 	// (for example *durablecounter.Options).
 	Options any

@@ -162,6 +162,18 @@ func parseChargeStatus(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.ChargeStatus = p.statuses(v, pol.Name, "charge_status")
 }
 
+func parseReserve(p *fileParser, pol *Policy, v *yaml.Node) {
+	n, ok := p.int(v, pol.Name, "reserve")
+	if !ok {
+		return
+	}
+	if n < 1 {
+		p.errorf(v.Line, pol.Name, "reserve %d must be at least 1", n)
+		return
+	}
+	pol.Reserve = n
+}
+
 func parseRefundStatus(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.RefundStatus = p.statuses(v, pol.Name, "refund_status")
 }

@@ -61,8 +61,8 @@ const (
 	CanRefund Abilities = 1 << iota
 	// CanPeek: edgelimit.Peeker, answer without spending.
 	CanPeek
-	// CanCharge: edgelimit.Charger, spend after the response (charge,
-	// charge_status; with CanPeek).
+	// CanCharge: edgelimit.Charger, spend whether or not it fits (what
+	// Settler does with an excess).
 	CanCharge
 	// CanFinish: edgelimit.Finisher, hear how an admitted request ended.
 	CanFinish
@@ -78,10 +78,13 @@ const (
 	CanReset
 	// CanGrant: edgelimit.Granter, an operator's grant to one key.
 	CanGrant
+	// CanSettle: edgelimit.Settler, settle a reservation after the
+	// response (charge: response, charge_status).
+	CanSettle
 )
 
 // abilityNames are the interfaces' names, in the order of the bits.
-var abilityNames = []string{"Refunder", "Peeker", "Charger", "Finisher", "BatchLimiter", "Localizer", "Quoter", "Resetter", "Granter"}
+var abilityNames = []string{"Refunder", "Peeker", "Charger", "Finisher", "BatchLimiter", "Localizer", "Quoter", "Resetter", "Granter", "Settler"}
 
 // Has reports whether a holds every ability of b.
 func (a Abilities) Has(b Abilities) bool { return a&b == b }

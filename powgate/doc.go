@@ -105,10 +105,10 @@
 // nothing. Refund, Local (the in-process twin of on_store_error: local,
 // gated alike, sharing the challenges and the replay cache) and Quota are
 // forwarded; Unwrap reaches the inner limiter for what is not (an
-// operator's Reset or Grant). A policy that charges after the response
-// (charge, charge_status) is refused by Parse and Wrap: the engine only
-// peeks at it before the response. Challenged and Paid tell metrics why a
-// decision was what it was.
+// operator's Reset or Grant, and the settlement of a policy that charges
+// after the response: charge and charge_status reserve with Allow, so a
+// proof buys the reservation, and the inner limiter settles it). Challenged
+// and Paid tell metrics why a decision was what it was.
 //
 // # Wiring
 //

@@ -231,3 +231,69 @@ policies:
 		t.Fatal("the same challenge twice")
 	}
 }
+
+// TestProofBuysTheReservation: a policy that charges after the response,
+// gated: below the threshold a request reserves without work; above it, it
+// is challenged, and a proof buys its reservation; after the response the
+// reservation is settled with the reported cost, by the durable limiter.
+func TestProofBuysTheReservation(t *testing.T) {
+	clock := limitertest.NewClock(tw)
+	e := newEngine(t, `version: 1
+policies:
+  - {name: tokens, routes: ["POST /gen"], key: "header:X-Api-Key", strategy: durable, limit: 100, window: 1m,
+     charge: response, reserve: 10, proof_of_work: {above: 50}}
+`, clock, map[string]powgate.Options{"tokens": {Above: 50, Bits: 4, TTL: time.Minute}})
+	do := func(proof string, cost int64) *edgelimit.Verdict {
+		h := limitertest.Headers{"x-api-key": "client-1"}
+		if proof != "" {
+			h["edgelimit-proof"] = proof
+		}
+		v := e.Decide(context.Background(), &edgelimit.Input{Method: "POST", Path: "/gen", SourceIP: "192.0.2.1", Header: h})
+		if v.Allowed {
+			v.ReportCost(cost)
+			v.Finish(context.Background(), 200)
+		}
+		return v
+	}
+	field := func(v *edgelimit.Verdict, name string) string {
+		for _, f := range v.Header() {
+			if f.Name == name {
+				return f.Value
+			}
+		}
+		return ""
+	}
+	// 45 used: each reserved 10 (below the threshold), settled at 15.
+	for i := range 3 {
+		if v := do("", 15); !v.Allowed {
+			t.Fatalf("request %d below the threshold: %d %s", i+1, v.Status, v.Body)
+		}
+	}
+	// 45 + a reservation of 10 is above 50: a challenge, nothing spent.
+	v := do("", 15)
+	ch := field(v, "Edgelimit-Challenge")
+	if v.Allowed || ch == "" {
+		t.Fatalf("above the threshold: %d, challenge %q; want a challenge", v.Status, ch)
+	}
+	v = do(solve(t, ch), 2)
+	if !v.Allowed || !powgate.Paid(v.Decisions[0]) {
+		t.Fatalf("with a proof: %d %s; want admitted, paid", v.Status, v.Body)
+	}
+	if want := `"tokens";r=55;`; !strings.HasPrefix(field(v, "RateLimit"), want) {
+		t.Errorf("RateLimit %q, want %s (what was left before the reservation)", field(v, "RateLimit"), want)
+	}
+	// Settled at 2: 47 used, 53 left.
+	d, err := e.Limiter("tokens").(edgelimit.Unwrapper).Unwrap().(edgelimit.Peeker).Peek(context.Background(), edgelimit.Request{Key: keyOf(t, e, "tokens", "client-1")})
+	if err != nil || d.Remaining != 53 {
+		t.Errorf("after the paid request settled at 2: %+v, %v; want 53 left", d, err)
+	}
+}
+
+func keyOf(t *testing.T, e *edgelimit.Engine, policy, raw string) string {
+	t.Helper()
+	k, err := e.KeyOf(policy, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}

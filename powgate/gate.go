@@ -100,9 +100,6 @@ func Wrap(inner edgelimit.Limiter, cfg Config) (edgelimit.Limiter, error) {
 	if p == nil || p.Name == "" {
 		return nil, fmt.Errorf("%w: Config.Policy (with a Name) is required", ErrConfig)
 	}
-	if p.ChargeAfter || len(p.ChargeStatus) > 0 {
-		return nil, fmt.Errorf("%w: policy %q charges after the response; it is only peeked before it, and a peek never asks for work, so a gate would gate nothing", ErrConfig, p.Name)
-	}
 	o := cfg.Options
 	switch {
 	case o.AbovePercent < 0 || o.AbovePercent > 99:

@@ -493,8 +493,6 @@ func TestWrapRefuses(t *testing.T) {
 		{"ttl", good, powgate.Config{Policy: pol, Options: powgate.Options{TTL: time.Hour}, Secrets: [][]byte{secret}}, "TTL"},
 		{"negative above", good, powgate.Config{Policy: pol, Options: powgate.Options{Above: -1}, Secrets: [][]byte{secret}}, "negative"},
 		{"percent", good, powgate.Config{Policy: pol, Options: powgate.Options{AbovePercent: 100}, Secrets: [][]byte{secret}}, "AbovePercent"},
-		{"charge after", good, powgate.Config{Policy: &policy.Policy{Name: "p", Limit: 1, Window: time.Second, ChargeAfter: true}, Options: ok, Secrets: [][]byte{secret}}, "charges after"},
-		{"charge status", good, powgate.Config{Policy: &policy.Policy{Name: "p", Limit: 1, Window: time.Second, ChargeStatus: []int{401}}, Options: ok, Secrets: [][]byte{secret}}, "charges after"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := powgate.Wrap(tc.inner, tc.cfg)

@@ -70,9 +70,10 @@ const Field = "proof_of_work"
 // limit a proof buys nothing. It returns nil when the field is absent, and
 // reports every problem at its line with f.Errorf.
 //
-// A policy that charges after the response (charge, charge_status) cannot
-// be gated: the engine only peeks at it before the response, and a peek
-// never asks for work. Parse refuses the combination.
+// A policy that charges after the response (charge, charge_status) can be
+// gated: its request reserves before the handler runs with Allow, which
+// the Gate decides as any other, so a proof buys the reservation; the
+// settlement after the response is the inner limiter's.
 func Parse(f *policy.Fields, name string, capacity int64) *Options {
 	m, ok := f.Map(name, "above", "bits", "ttl")
 	if !ok {
@@ -80,10 +81,6 @@ func Parse(f *policy.Fields, name string, capacity int64) *Options {
 	}
 	o := &Options{Bits: pow.DefaultBits, TTL: pow.DefaultTTL}
 	p := f.Policy()
-	if p.ChargeAfter || len(p.ChargeStatus) > 0 {
-		f.Errorf(name, "%s cannot gate a policy that charges after the response (charge, charge_status): "+
-			"such a policy is only peeked before the response, and a peek never asks for work", name)
-	}
 	if s, ok := m.String("above"); ok {
 		parseAbove(m, name, s, capacity, p.Tiers != nil || p.Overrides, o)
 	} else if !m.Has("above") {
