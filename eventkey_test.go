@@ -17,7 +17,7 @@ import (
 
 // TestEventKeyIsTheHashedKey: every decision's Event carries the policy's
 // hashed client key, the one Engine.KeyOf computes for an operator (and a
-// store keeps), never the raw key; an after-response charge carries it too.
+// store keeps), never the raw key; an after-response settlement carries it too.
 func TestEventKeyIsTheHashedKey(t *testing.T) {
 	f, err := policy.Parse("test.yaml", []byte(`version: 1
 policies:
@@ -51,6 +51,7 @@ policies:
 	for range 2 {
 		v := e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/paid/a", SourceIP: "192.0.2.7",
 			Header: limitertest.Headers(map[string]string{"X-Api-Key": "secret-key-1"})})
+		v.ReportCost(3) // above the reservation of 1: the settlement charges 2 more
 		v.Finish(context.Background(), 200)
 		v.Release()
 	}
