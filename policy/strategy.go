@@ -43,6 +43,11 @@ type Strategy struct {
 	// policies may have tiers and overrides. A policy file giving either to
 	// a strategy without it is refused rather than silently ignored.
 	Limits bool
+	// Delay: the strategy's limiters can admit a request for a later turn
+	// (edgelimit.Decision.Delay), so its policies may have max_delay. Its
+	// Parse refuses max_delay where only some of its policies can (an
+	// algorithm).
+	Delay bool
 }
 
 // Abilities is a set of a limiter's optional abilities, each an interface
