@@ -50,6 +50,9 @@ type params struct {
 	// algorithms whose state is per window ("" for the policy's own), so
 	// that counts of different windows never share an item.
 	tag string
+	// delay is the policy's max_delay in nanoseconds (gcra only): how far
+	// beyond its tolerance a request may be admitted for a later turn.
+	delay int64
 }
 
 // share returns shard i's part of total split over n shards.
@@ -84,7 +87,7 @@ func (c *Counter) build(l policy.Limits) (*variant, error) {
 	}
 	newAlg := algorithms[c.alg]
 	for i := range c.shards {
-		sp := params{name: name, limit: share(l.Limit, c.shards, i), window: l.Window, burst: share(l.Burst, c.shards, i), tag: tag}
+		sp := params{name: name, limit: share(l.Limit, c.shards, i), window: l.Window, burst: share(l.Burst, c.shards, i), tag: tag, delay: c.maxDelay}
 		switch c.alg {
 		case SlidingLog:
 			if sp.limit > MaxSlidingLogLimit {

@@ -98,6 +98,7 @@ var Strategy = &policy.Strategy{
 	Parse:        parseOptions,
 	OnStoreError: policy.FailClosed,
 	Limits:       true,
+	Delay:        true,
 	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanBatch | policy.CanLocal |
 		policy.CanQuota | policy.CanReset | policy.CanGrant,
 }
@@ -147,6 +148,7 @@ func parseOptions(f *policy.Fields) any {
 		f.Errorf("cost", "cost %d is more than the %s %d: every request would be denied", p.Cost, what, capacity)
 	}
 	o.ProofOfWork = powgate.Parse(f, powgate.Field, capacity)
+	parseMaxDelay(f, o)
 	return o
 }
 
