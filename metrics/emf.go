@@ -118,9 +118,9 @@ type EMF struct {
 	// delayDirective is directive with Delayed and WaitTime, for the lines
 	// of a request that waited (max_delay).
 	delayDirective []byte
-	function         []byte // `"Function":"name",` or empty
-	mu               sync.Mutex
-	buf              []byte
+	function       []byte // `"Function":"name",` or empty
+	mu             sync.Mutex
+	buf            []byte
 }
 
 // NewEMF validates cfg and returns an EMF.
