@@ -115,12 +115,12 @@ type EMF struct {
 	directive []byte
 	// breakerDirective is directive for the breaker lines.
 	breakerDirective []byte
+	function         []byte // `"Function":"name",` or empty
+	mu               sync.Mutex
+	buf              []byte
 	// delayDirective is directive with Delayed and WaitTime, for the lines
 	// of a request that waited (max_delay).
 	delayDirective []byte
-	function       []byte // `"Function":"name",` or empty
-	mu             sync.Mutex
-	buf            []byte
 }
 
 // NewEMF validates cfg and returns an EMF.
