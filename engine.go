@@ -99,6 +99,12 @@ type Event struct {
 	// a metric line and the request's log lines share the requestId. It
 	// is only valid during the call.
 	Context context.Context
+	// Key is the policy's hashed client key: the value its limiter was
+	// given and a store keeps (Engine.KeyOf of the raw key), never the raw
+	// key; "" for a list's decision. metrics.EMF writes it as the KeyHash
+	// property, for a view of the keys being limited. Like Context, it is
+	// only valid during the call: copy it (strings.Clone) to keep it.
+	Key string
 	// Wait is how long the request waited for its turn (max_delay) before
 	// it was served, or, with Reason "wait-cut", before the wait was cut
 	// short (the request's context ended or its deadline was too near)

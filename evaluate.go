@@ -427,7 +427,7 @@ func (e *Engine) refund(ctx context.Context, start time.Time, rs *routeSet, cs [
 func (e *Engine) emit(ctx context.Context, rs *routeSet, c *compiled, s *slot) {
 	e.observe(Event{Route: rs.label, Policy: c.Name, Strategy: c.StrategyName(), Allowed: s.d.Allowed, Shadow: c.Shadow,
 		Peeked: s.peeked || s.o == known, Refunded: s.o == refunded, Degraded: s.d.Degraded, StoreError: s.storeErr,
-		RefundError: s.refundErr, Latency: s.lat, Reason: reasonOf(s), Context: ctx, Wait: s.wait})
+		RefundError: s.refundErr, Latency: s.lat, Reason: reasonOf(s), Context: ctx, Key: s.req.Key, Wait: s.wait})
 }
 
 // clockIfTimed reads the clock for a latency, only when someone will read

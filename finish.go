@@ -119,7 +119,7 @@ func (e *Engine) finish(ctx context.Context, f *finishState, status int) {
 		}
 		if e.observe != nil && what != "" {
 			ev := Event{Route: f.rs.label, Policy: c.Name, Strategy: c.StrategyName(), Allowed: true, Shadow: c.Shadow,
-				Reason: "after-response", Context: ctx}
+				Reason: "after-response", Context: ctx, Key: req.Key}
 			switch what {
 			case "refund":
 				ev.Refunded, ev.RefundError = true, err

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,6 +77,8 @@ func wantProblem(t *testing.T, what string, resp events.APIGatewayV2HTTPResponse
 	return p
 }
 
+var keyHashRe = regexp.MustCompile(`^[A-Za-z0-9_-]{22}$`)
+
 // wantEMF checks the last EMF line the function wrote for policy.
 func wantEMF(t *testing.T, e *emulator, pol, route string, want map[string]float64) {
 	t.Helper()
@@ -85,6 +88,11 @@ func wantEMF(t *testing.T, e *emulator, pol, route string, want map[string]float
 	}
 	if m["Route"] != route || m["Function"] != e.name {
 		t.Errorf("EMF line %v: want Route %q and Function %q", m, route, e.name)
+	}
+	// The client's key, hashed (22 characters of base64url), as a property
+	// for the Contributor Insights rule (docs/deploy.md).
+	if k, _ := m["KeyHash"].(string); !keyHashRe.MatchString(k) {
+		t.Errorf("EMF KeyHash = %v, want a hashed key (line %v)", m["KeyHash"], m)
 	}
 	for k, v := range want {
 		if m[k] != v {

@@ -32,7 +32,11 @@
 // and Strategy are written as plain properties (searchable with CloudWatch
 // Logs Insights, not dimensions, so they cost nothing extra), and so is
 // the Lambda request id ("requestId", as in the log lines), so that a
-// request's metric lines and its logs are found with one filter.
+// request's metric lines and its logs are found with one filter. So is
+// the client's key, hashed ("KeyHash", edgelimit.Event.Key: the hash a
+// store keeps, never the raw key): a property, because a dimension would
+// make a metric of every client; template.yaml's Contributor Insights
+// rule and `edgelimit top` rank the keys with the most denials from it.
 //
 // [EMF.ObserveBreaker] is an edgelimit.Config.ObserveBreaker hook: when a
 // store's circuit breaker changes state it writes one line with the

@@ -62,6 +62,15 @@ const (
 	// log lines use (KeyRequestID), so one Logs Insights filter finds a
 	// request's metric lines and its logs. Absent outside Lambda.
 	PropertyRequestID = KeyRequestID
+	// PropertyKeyHash is the decision's hashed client key
+	// (edgelimit.Event.Key, the hash a store keeps), never the raw key.
+	// A property, not a dimension: a dimension makes a metric of each of
+	// its values, and CloudWatch bills each metric, so one per client
+	// would cost per client. As a property it is only in the log line,
+	// where a Contributor Insights rule (template.yaml's
+	// TopDeniedKeysRule) or `edgelimit top` ranks the keys.
+	// Absent for a list's decision, which has no hashed key.
+	PropertyKeyHash = "KeyHash"
 	// DimensionStore names the store of a breaker line
 	// (edgelimit.BreakerEvent.Store).
 	DimensionStore = "Store"
@@ -231,6 +240,11 @@ func (m *EMF) AppendLine(b []byte, ev edgelimit.Event) []byte {
 			b = jsonenc.AppendString(b, lc.AwsRequestID)
 			b = append(b, ',')
 		}
+	}
+	if ev.Key != "" {
+		b = append(b, `"`+PropertyKeyHash+`":`...)
+		b = jsonenc.AppendString(b, ev.Key)
+		b = append(b, ',')
 	}
 	// Allowed counts what the policy let through: not a decision another
 	// policy's denial undid (Refunded), nor a peek. Denied counts every

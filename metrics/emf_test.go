@@ -431,6 +431,18 @@ func BenchmarkEMFObserve(b *testing.B) {
 	}
 }
 
+// BenchmarkEMFObserveWithKey: a decision's line with its hashed key, as
+// the engine's events carry it.
+func BenchmarkEMFObserveWithKey(b *testing.B) {
+	m, _ := metrics.NewEMF(metrics.EMFConfig{Writer: discard{}, Function: "paid"})
+	ev := edgelimit.Event{Route: "GET /paid/*", Policy: "paid-daily", Strategy: "durable", Allowed: true, Latency: 3 * time.Millisecond,
+		Key: "dGhpcyBpcyBhIGhhc2gxMg"}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Observe(ev)
+	}
+}
+
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
@@ -514,6 +526,32 @@ func TestEMFBreakerLines(t *testing.T) {
 		for k, w := range want {
 			if got := string(raw[k]); got != w {
 				t.Errorf("line %d: %s = %s, want %s", i, k, got, w)
+			}
+		}
+	}
+}
+
+// TestEMFKeyHashIsAPropertyNotADimension: a decision's hashed key is written
+// as the KeyHash property, never named in the directive's dimension sets
+// (a dimension per client would be a metric per client); a decision without
+// one (a list's) has no KeyHash.
+func TestEMFKeyHashIsAPropertyNotADimension(t *testing.T) {
+	for _, key := range []string{"dGhpcyBpcyBhIGhhc2g", ""} {
+		var out bytes.Buffer
+		m, _ := metrics.NewEMF(metrics.EMFConfig{Writer: &out, Now: fixedNow})
+		m.Observe(edgelimit.Event{Route: "GET /", Policy: "p", Allowed: false, Key: key})
+		line := checkEMF(t, out.Bytes())
+		got, ok := line[metrics.PropertyKeyHash]
+		if key == "" && ok || key != "" && got != key {
+			t.Errorf("key %q: line has %s = %v (present %v)", key, metrics.PropertyKeyHash, got, ok)
+		}
+		for _, d := range line["_aws"].(map[string]any)["CloudWatchMetrics"].([]any) {
+			for _, set := range d.(map[string]any)["Dimensions"].([]any) {
+				for _, name := range set.([]any) {
+					if name == metrics.PropertyKeyHash {
+						t.Errorf("%s is a dimension: %s", metrics.PropertyKeyHash, out.Bytes())
+					}
+				}
 			}
 		}
 	}

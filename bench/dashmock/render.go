@@ -60,6 +60,10 @@ func render(d *dashboard.Dashboard, points []dashboard.Point, start, end time.Ti
 		var err error
 		switch w.Type {
 		case "metric":
+			if w.Insight != nil {
+				p, err = insightWidget(w, d.Rule, points, start, end)
+				break
+			}
 			p, err = metricWidget(w, points, start, end)
 		case "alarm":
 			p, err = alarmWidget(w, d.Alarm, points, start, end)
@@ -240,5 +244,48 @@ func alarmWidget(w dashboard.Widget, a dashboard.Alarm, points []dashboard.Point
 	cmp := map[string]string{"GreaterThanOrEqualToThreshold": "≥", "GreaterThanThreshold": ">"}[a.Comparison]
 	p.Title.Text = fmt.Sprintf("%s: %s (%d of %d minutes with %s %g %s) — %s",
 		w.Title, a.Name, a.DatapointsToAlarm, a.EvaluationPeriods, cmp, a.Threshold, a.Metric, state)
+	return p, nil
+}
+
+// insightWidget draws a Contributor Insights widget: its rule evaluated
+// over the lines, one line per top contributor (policy · key hash), its
+// value per period, as CloudWatch graphs a rule's top contributors.
+func insightWidget(w dashboard.Widget, r dashboard.InsightRule, points []dashboard.Point, start, end time.Time) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = w.Title
+	timeAxis(p, start, end)
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	p.Legend.ThumbnailWidth = 0.25 * vg.Inch
+	period := time.Duration(w.Period) * time.Second
+	top := r.Body.Top(points, start, end, period, w.Insight.MaxContributorCount)
+	ymax := 0.0
+	for n, c := range top {
+		var xys plotter.XYs
+		for i, v := range c.Values {
+			if math.IsNaN(v) {
+				continue
+			}
+			t := c.Start.Add(time.Duration(i)*c.Period + c.Period/2)
+			xys = append(xys, plotter.XY{X: float64(t.Unix()), Y: v})
+			ymax = math.Max(ymax, v)
+		}
+		// Points as well as lines: a key denied in one minute only is one
+		// point.
+		l, sc, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return nil, err
+		}
+		l.Color, l.Width = plotutil.Color(n), vg.Points(1.2)
+		sc.Color, sc.Shape, sc.Radius = plotutil.Color(n), draw.CircleGlyph{}, vg.Points(2.2)
+		p.Add(l, sc)
+		p.Legend.Add(fmt.Sprintf("%s (%g)", c.Label, c.Total), l, sc)
+	}
+	if len(top) == 0 {
+		p.Title.Text += " (no data)"
+	}
+	p.Y.Label.Text = "denials"
+	p.Y.Min = 0
+	p.Y.Max = math.Max(ymax, 1) * (1.25 + 0.12*float64(len(top)))
 	return p, nil
 }

@@ -24,6 +24,11 @@ import (
 	"github.com/edgelimit/edgelimit/middleware"
 	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/setup"
+	"github.com/edgelimit/edgelimit/setup/dynamodb"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/inflight"
+	"github.com/edgelimit/edgelimit/setup/dynamodb/kv"
+	"github.com/edgelimit/edgelimit/setup/signed"
 	"github.com/edgelimit/edgelimit/signedwindow"
 )
 
@@ -208,6 +213,9 @@ func simulate(ctx context.Context, dynalite string, sc scenario) ([]byte, error)
 		e, err := setup.FromEnv(ctx, setup.EnvConfig{
 			Policies: f.Policies, PolicyFile: f.PolicyFile, Function: f.Name,
 			Getenv: func(k string) string { return env[k] }, Stdout: lines, Stderr: io.Discard, Now: clock.Now,
+			// Each function's backends, as its main package passes them.
+			Backends: []setup.Backend{durable.Backend(dynamodb.Config{}), kv.Backend(dynamodb.Config{}),
+				inflight.Backend(dynamodb.Config{}), signed.Backend()},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f.Name, err)

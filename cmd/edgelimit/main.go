@@ -7,6 +7,7 @@
 //	edgelimit keygen
 //	edgelimit create-table [--table NAME] [--dynamodb-endpoint URL]
 //	edgelimit usage|reset|grant|override [flags] POLICY KEY ...
+//	edgelimit top     [-n N] [--policy NAME] [--key KEY] [--json] [FILE...]
 //
 // serve runs every route of a policy file locally, translating each HTTP
 // request into an API Gateway HTTP API event and passing it through the same
@@ -16,7 +17,9 @@
 // the signed strategy; solve and keygen are its small tools. create-table
 // makes the table the durable, kv and inflight strategies keep their state
 // in. usage, reset, grant and override are the operator's commands on a
-// client key's quota in the deployed table.
+// client key's quota in the deployed table. top ranks the client keys
+// (hashed) with the most denials in the decision lines of serve --emf or of
+// the functions.
 //
 // Every subcommand takes its flags before, between or after its arguments,
 // and exits 0 when it did its work (or printed the help -h asked for), 1
@@ -45,6 +48,7 @@ Usage:
   edgelimit reset POLICY KEY  forget a client key's usage
   edgelimit grant POLICY KEY UNITS   give a client key units beyond its quota
   edgelimit override set|get|delete POLICY KEY   a client key's own limits
+  edgelimit top [FILE...]     the client keys (hashed) with the most denials, from decision lines
 
 Run 'edgelimit COMMAND -h' for a command's flags. Flags may come before or
 after the arguments. Exit status: 0 done, 1 failed, 2 a wrong command line.
@@ -77,6 +81,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runGet(ctx, args[1:], stdout, stderr)
 	case "usage", "reset", "grant", "override":
 		return runQuota(ctx, args[0], args[1:], stdout, stderr)
+	case "top":
+		return runTop(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -17,6 +17,7 @@ import (
 	"github.com/edgelimit/edgelimit/internal/apigwlocal"
 	"github.com/edgelimit/edgelimit/internal/ddb"
 	isecret "github.com/edgelimit/edgelimit/internal/secret"
+	"github.com/edgelimit/edgelimit/metrics"
 	"github.com/edgelimit/edgelimit/middleware"
 	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/pow"
@@ -41,6 +42,10 @@ type serveFlags struct {
 	logFormat   string
 	// exitWithParent: stop when the parent process exits (make run).
 	exitWithParent bool
+	// emf: write each decision's EMF line (package metrics) to emfOut,
+	// standard output, as the functions do on Lambda (edgelimit top reads them).
+	emf    bool
+	emfOut io.Writer
 }
 
 const serveUsage = `usage: edgelimit serve [flags]
@@ -62,6 +67,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&f.kvRegions, "kv-regions", "", "with --store dynamodb: the regions of a kv table replicated over regions (a Global Table), comma separated, this one included (the client's region, AWS_REGION); each region writes only its own part of a bucket (default: "+setup.EnvKVRegions+", else one region)")
 	fs.BoolVar(&f.createTable, "create-table", false, "with --store dynamodb: create the table if it does not exist")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.BoolVar(&f.emf, "emf", false, "write each decision's metric line (CloudWatch EMF, as the functions write them on Lambda) to standard output, for 'edgelimit top'")
 	fs.BoolVar(&f.exitWithParent, "exit-with-parent", false, "stop when the process that started serve exits (make run sets it, so that stopping make stops the server)")
 	pos, code, ok := c.parse(args, stdout, stderr)
 	if !ok {
@@ -83,6 +89,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if f.logFormat != "text" && f.logFormat != "json" {
 		return c.usageError(stderr, "--log-format %q is not one of text, json", f.logFormat)
+	}
+	if f.emf {
+		f.emfOut = stdout
 	}
 	if f.exitWithParent {
 		var cancel context.CancelFunc
@@ -215,7 +224,15 @@ func newEngine(ctx context.Context, f serveFlags, pf *policy.File, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	return edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr})
+	cfg := edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr}
+	if f.emfOut != nil {
+		m, err := metrics.NewEMF(metrics.EMFConfig{Writer: f.emfOut})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Observe, cfg.ObserveBreaker = m.Observe, m.ObserveBreaker
+	}
+	return edgelimit.New(cfg)
 }
 
 // kvRegionsEnv is getenv with --kv-regions, when given, as

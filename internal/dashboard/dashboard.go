@@ -8,7 +8,9 @@
 // whose metrics are SEARCH expressions over one namespace and dimension set
 // with a statistic of Sum, Average, Minimum, Maximum, SampleCount or pNN, a
 // horizontal annotation, alarm widgets, and an alarm on a Metrics Insights
-// query `SELECT SUM(metric) FROM SCHEMA("namespace", dimensions...)`.
+// query `SELECT SUM(metric) FROM SCHEMA("namespace", dimensions...)`, and
+// a Contributor Insights rule (JSON logs, Count or Sum) with the metric
+// widget that graphs its top contributors.
 package dashboard
 
 import (
@@ -35,6 +37,9 @@ type Dashboard struct {
 	Condition string
 	Widgets   []Widget
 	Alarm     Alarm
+	// Rule is the Contributor Insights rule (RuleID), under the same
+	// condition.
+	Rule InsightRule
 }
 
 // Widget is one widget of the dashboard, in its grid of 24 columns.
@@ -51,6 +56,10 @@ type Widget struct {
 	Horizontal map[string]float64
 	// Alarms are an alarm widget's alarm ARNs.
 	Alarms []string
+	// Insight is set for a metric widget that graphs the rule's top
+	// contributors (its insightRule), over periods of Period seconds.
+	Insight *InsightWidget
+	Period  int
 }
 
 // Search is a SEARCH('{namespace,dims...} MetricName="name"', 'stat', period).
@@ -138,6 +147,14 @@ func Load(template []byte, params map[string]string) (*Dashboard, error) {
 		values[k] = v
 	}
 	res := get(root, "Resources")
+	// A log group's Ref is its name.
+	for name, r := range entries(res) {
+		if get(r, "Type").Value == "AWS::Logs::LogGroup" {
+			if v, err := scalar(get(r, "Properties", "LogGroupName"), values); err == nil {
+				values[name] = v
+			}
+		}
+	}
 	an, dn := get(res, AlarmID), get(res, DashboardID)
 	if an == nil || dn == nil {
 		return nil, fmt.Errorf("dashboard: template has no %s or %s", DashboardID, AlarmID)
@@ -196,6 +213,10 @@ func Load(template []byte, params map[string]string) (*Dashboard, error) {
 	a.Comparison = get(ap, "ComparisonOperator").Value
 	a.Actions = get(ap, "AlarmActions") != nil
 
+	if err := loadRule(d, get(res, RuleID), values); err != nil {
+		return nil, err
+	}
+
 	body := get(dn, "Properties", "DashboardBody")
 	text, err := scalar(body, values)
 	if err != nil {
@@ -206,10 +227,12 @@ func Load(template []byte, params map[string]string) (*Dashboard, error) {
 			Type                string `json:"type"`
 			X, Y, Width, Height int
 			Properties          struct {
-				Title   string              `json:"title"`
-				Metrics [][]json.RawMessage `json:"metrics"`
-				Alarms  []string            `json:"alarms"`
-				YAxis   struct {
+				Title       string              `json:"title"`
+				Metrics     [][]json.RawMessage `json:"metrics"`
+				InsightRule *InsightWidget      `json:"insightRule"`
+				Period      int                 `json:"period"`
+				Alarms      []string            `json:"alarms"`
+				YAxis       struct {
 					Left struct {
 						Min   *float64 `json:"min"`
 						Label string   `json:"label"`
@@ -230,7 +253,21 @@ func Load(template []byte, params map[string]string) (*Dashboard, error) {
 	for i, rw := range raw.Widgets {
 		p := rw.Properties
 		w := Widget{Type: rw.Type, X: rw.X, Y: rw.Y, Width: rw.Width, Height: rw.Height, Title: p.Title,
-			YLabel: p.YAxis.Left.Label, YMin: p.YAxis.Left.Min, Alarms: p.Alarms}
+			YLabel: p.YAxis.Left.Label, YMin: p.YAxis.Left.Min, Alarms: p.Alarms, Insight: p.InsightRule, Period: p.Period}
+		if w.Insight != nil {
+			switch iw := w.Insight; {
+			case len(p.Metrics) > 0:
+				return nil, fmt.Errorf("dashboard: widget %d (%s): a widget graphs metrics or a rule, not both", i, p.Title)
+			case iw.RuleName != d.Rule.Name:
+				return nil, fmt.Errorf("dashboard: widget %d (%s) graphs rule %q, not the template's %q", i, p.Title, iw.RuleName, d.Rule.Name)
+			case iw.MaxContributorCount < 1 || iw.MaxContributorCount > 100:
+				return nil, fmt.Errorf("dashboard: widget %d (%s): maxContributorCount %d is not 1 to 100", i, p.Title, iw.MaxContributorCount)
+			case iw.OrderBy != "Sum":
+				return nil, fmt.Errorf("dashboard: widget %d (%s): orderBy %q: only Sum is evaluated here", i, p.Title, iw.OrderBy)
+			case p.Period < 60 || p.Period%60 != 0:
+				return nil, fmt.Errorf("dashboard: widget %d (%s): period %d is not whole minutes", i, p.Title, p.Period)
+			}
+		}
 		for _, h := range p.Annotations.Horizontal {
 			if w.Horizontal == nil {
 				w.Horizontal = map[string]float64{}
@@ -327,4 +364,39 @@ func entries(n *yaml.Node) map[string]*yaml.Node {
 		}
 	}
 	return m
+}
+
+// loadRule reads the Contributor Insights rule n into d.Rule and makes its
+// name known to the dashboard body (${RuleID.RuleName}).
+func loadRule(d *Dashboard, n *yaml.Node, values map[string]string) error {
+	if n == nil {
+		return fmt.Errorf("dashboard: template has no %s", RuleID)
+	}
+	if t := get(n, "Type").Value; t != "AWS::CloudWatch::InsightRule" {
+		return fmt.Errorf("dashboard: %s is a %s", RuleID, t)
+	}
+	r := &d.Rule
+	if r.Condition = get(n, "Condition").Value; r.Condition != d.Condition {
+		return fmt.Errorf("dashboard: the rule's condition %q is not the dashboard's %q", r.Condition, d.Condition)
+	}
+	p := get(n, "Properties")
+	var err error
+	if r.Name, err = scalar(get(p, "RuleName"), values); err != nil {
+		return fmt.Errorf("dashboard: rule RuleName: %w", err)
+	}
+	if r.State, err = scalar(get(p, "RuleState"), values); err != nil {
+		return fmt.Errorf("dashboard: rule RuleState: %w", err)
+	}
+	if r.State != "ENABLED" && r.State != "DISABLED" {
+		return fmt.Errorf("dashboard: rule RuleState %q is not ENABLED or DISABLED", r.State)
+	}
+	body, err := scalar(get(p, "RuleBody"), values)
+	if err != nil {
+		return fmt.Errorf("dashboard: rule RuleBody: %w", err)
+	}
+	if r.Body, err = ParseRuleBody(body); err != nil {
+		return err
+	}
+	values[RuleID+".RuleName"] = r.Name
+	return nil
 }

@@ -21,7 +21,7 @@ func TestLoadTheTemplate(t *testing.T) {
 	if d.Condition == "" {
 		t.Error("the dashboard and alarm have no condition")
 	}
-	var metricWidgets, alarmWidgets int
+	var metricWidgets, alarmWidgets, insightWidgets int
 	for _, w := range d.Widgets {
 		if w.Width <= 0 || w.Height <= 0 || w.X < 0 || w.X+w.Width > 24 {
 			t.Errorf("widget %q: x %d width %d height %d outside the 24-column grid", w.Title, w.X, w.Width, w.Height)
@@ -29,6 +29,13 @@ func TestLoadTheTemplate(t *testing.T) {
 		switch w.Type {
 		case "metric":
 			metricWidgets++
+			if w.Insight != nil {
+				insightWidgets++
+				if w.Insight.RuleName != d.Rule.Name || w.Period != 60 {
+					t.Errorf("widget %q graphs rule %q every %d s, want %q every 60 s", w.Title, w.Insight.RuleName, w.Period, d.Rule.Name)
+				}
+				continue
+			}
 			if len(w.Searches) == 0 {
 				t.Errorf("widget %q has no SEARCH", w.Title)
 			}
@@ -44,8 +51,12 @@ func TestLoadTheTemplate(t *testing.T) {
 			}
 		}
 	}
-	if metricWidgets < 5 || alarmWidgets != 1 {
-		t.Errorf("%d metric and %d alarm widgets, want at least 5 and 1", metricWidgets, alarmWidgets)
+	if metricWidgets < 5 || alarmWidgets != 1 || insightWidgets != 1 {
+		t.Errorf("%d metric, %d alarm and %d rule widgets, want at least 5, 1 and 1", metricWidgets, alarmWidgets, insightWidgets)
+	}
+	if r := d.Rule; r.Name != StackName+"-edgelimit-top-denied-keys" || r.State != "ENABLED" || len(r.Body.LogGroupNames) != 4 ||
+		!strings.HasPrefix(r.Body.LogGroupNames[0], "/aws/lambda/"+StackName+"-") {
+		t.Errorf("rule %+v", r)
 	}
 	a := d.Alarm
 	if a.Namespace != "probe" || a.Period != 60 || a.Threshold <= 0 || a.EvaluationPeriods < a.DatapointsToAlarm || a.DatapointsToAlarm < 1 ||

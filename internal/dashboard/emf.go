@@ -20,6 +20,10 @@ type Point struct {
 	Dimensions []string          // the dimension set's names, in order
 	Dims       map[string]string // their values
 	Values     map[string]float64
+	// Fields are the line's members, for a Contributor Insights rule
+	// (RuleBody.Top): on the first Point of each line only, since a line
+	// is one log event however many dimension sets it has.
+	Fields map[string]json.RawMessage
 }
 
 // ReadEMF reads the EMF lines of r, skipping every other line (a log mixes
@@ -49,6 +53,7 @@ func ReadEMF(r io.Reader) ([]Point, error) {
 		if json.Unmarshal(raw["_aws"], &meta) != nil {
 			continue
 		}
+		fields := raw
 		for _, d := range meta.CloudWatchMetrics {
 			values := map[string]float64{}
 			for _, m := range d.Metrics {
@@ -65,7 +70,8 @@ func ReadEMF(r io.Reader) ([]Point, error) {
 					dims[name] = v
 				}
 				points = append(points, Point{Time: time.UnixMilli(meta.Timestamp).UTC(), Namespace: d.Namespace,
-					Dimensions: set, Dims: dims, Values: values})
+					Dimensions: set, Dims: dims, Values: values, Fields: fields})
+				fields = nil
 			}
 		}
 	}
