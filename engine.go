@@ -49,6 +49,16 @@ type Config struct {
 	// Getenv reads the environment variables allow and deny lists name
 	// (env:); default os.Getenv.
 	Getenv func(string) string
+	// Sleep waits d for a request a policy with max_delay admitted for a
+	// later turn, or until ctx ends, and then returns ctx's error; default
+	// a time.Timer. Tests inject one that moves their clock (Now) instead.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// WaitMargin is the time a request's deadline (its context's: on
+	// Lambda, the invocation's) must still leave after a max_delay wait,
+	// for the handler; a wait that would leave less is not begun: the
+	// request is answered 429 at once and its units given back. Default
+	// 1s.
+	WaitMargin time.Duration
 }
 
 // Event describes one policy's part in one request, for metrics.
@@ -95,6 +105,11 @@ type Event struct {
 	// property, for a view of the keys being limited. Like Context, it is
 	// only valid during the call: copy it (strings.Clone) to keep it.
 	Key string
+	// Wait is how long the request waited for its turn (max_delay) before
+	// it was served, or, with Reason "wait-cut", before the wait was cut
+	// short (the request's context ended or its deadline was too near)
+	// and the request denied.
+	Wait time.Duration
 }
 
 // Engine decides requests against a policy file. It is the one core behind
@@ -121,6 +136,10 @@ type Engine struct {
 	lists     []*compiledList
 	sets      sync.Map // uint64 mask -> *routeSet
 	bigSets   sync.Map // string mask -> *routeSet, for files with > 64 policies
+	// sleep and waitMargin are Config.Sleep and Config.WaitMargin, with
+	// their defaults.
+	sleep      func(context.Context, time.Duration) error
+	waitMargin time.Duration
 }
 
 // compiled is a policy with its limiter and what rendering it needs.
@@ -209,6 +228,7 @@ func New(cfg Config) (*Engine, error) {
 	if e.now == nil {
 		e.now, e.realClock = time.Now, true
 	}
+	e.sleep, e.waitMargin = waitConfig(cfg)
 	getenv := cfg.Getenv
 	if getenv == nil {
 		getenv = os.Getenv

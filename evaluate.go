@@ -52,6 +52,9 @@ type slot struct {
 	// bud is the budget context of the policy's first store call, in the
 	// Verdict's allocation; nil once used.
 	bud *budgetCtx
+	// wait is how long the request waited for the turn the policy
+	// reserved (max_delay; wait.go).
+	wait time.Duration
 }
 
 // requests fills each policy's Request in slots, or renders a 400 for a
@@ -162,6 +165,9 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, v *Verdict, slots [
 		if !blocked {
 			spent = append(spent, g)
 		}
+	}
+	if !blocked && rs.delays {
+		blocked = e.wait(ctx, rs, slots) // gives back what was spent if cut
 	}
 	if blocked {
 		e.refund(ctx, start, rs, rs.plain, slots)
@@ -392,7 +398,7 @@ func (e *Engine) refund(ctx context.Context, start time.Time, rs *routeSet, cs [
 func (e *Engine) emit(ctx context.Context, rs *routeSet, c *compiled, s *slot) {
 	e.observe(Event{Route: rs.label, Policy: c.Name, Strategy: c.StrategyName(), Allowed: s.d.Allowed, Shadow: c.Shadow,
 		Peeked: s.peeked || s.o == known, Refunded: s.o == refunded, Degraded: s.d.Degraded, StoreError: s.storeErr,
-		RefundError: s.refundErr, Latency: s.lat, Reason: reasonOf(s), Context: ctx, Key: s.req.Key})
+		RefundError: s.refundErr, Latency: s.lat, Reason: reasonOf(s), Context: ctx, Key: s.req.Key, Wait: s.wait})
 }
 
 // clockIfTimed reads the clock for a latency, only when someone will read

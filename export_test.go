@@ -11,6 +11,7 @@ import (
 var (
 	CanonicalPath = urlpath.Canonical
 	TemplatePath  = templatePath
+	SleepTimer    = sleepTimer
 )
 
 // AbilitiesOf is abilitiesOf, for the test that every strategy declares

@@ -78,6 +78,11 @@ type Decision struct {
 	// proof of work is asked for, package powgate), "proof-of-work" (a
 	// proof paid for the request). Empty otherwise.
 	Reason string
+	// Delay, for an allowed decision of a policy with max_delay, is how
+	// long the request must wait for its turn: its units are already
+	// spent for then, and the engine holds the request that long before
+	// it is served. Zero: served at once.
+	Delay time.Duration
 }
 
 // Field is one HTTP header field.

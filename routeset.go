@@ -24,6 +24,9 @@ type routeSet struct {
 	groups [][]member
 	// finishes: some policy has work after the response (Verdict.Finish).
 	finishes bool
+	// delays: some policy may admit for a later turn (max_delay), so an
+	// admitted request may wait (wait.go).
+	delays bool
 	// policyVals is policyHeader as a header value, shared by every
 	// response (never changed).
 	policyVals []string
@@ -120,7 +123,10 @@ func (e *Engine) newRouteSet(matches func(policy.Route) bool) *routeSet {
 			items = append(items, c.item)
 		}
 		rs.finishes = rs.finishes || c.finishes
-		if c.batch != nil && !c.Shadow && !c.deferred {
+		rs.delays = rs.delays || c.MaxDelay > 0
+		// A policy that may admit for a later turn is decided on its own:
+		// an atomic batch has no turn to report.
+		if c.batch != nil && !c.Shadow && !c.deferred && c.MaxDelay == 0 {
 			k := c.batch.BatchKey()
 			gi, ok := groups[k]
 			if !ok {

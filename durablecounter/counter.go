@@ -114,6 +114,8 @@ type Counter struct {
 	marker grantMarker
 	// cfg is what New was given, for Local.
 	cfg Config
+	// maxDelay is the policy's max_delay (gcra), in nanoseconds.
+	maxDelay int64
 }
 
 var (
@@ -182,6 +184,9 @@ func New(cfg Config) (*Counter, error) {
 	}
 	c := &Counter{name: p.Name, alg: alg, shards: shards, store: cfg.Store, clock: cfg.Now, cfg: cfg,
 		burstFollows: burst == p.Limit}
+	if err := c.delayOf(p); err != nil {
+		return nil, err
+	}
 	if p.Overrides {
 		c.pool = newGrantPool(p.Name)
 	}

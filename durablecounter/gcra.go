@@ -1,10 +1,12 @@
 package durablecounter
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
 // gcra is the generic cell rate algorithm: a token bucket of capacity burst
@@ -56,6 +58,19 @@ import (
 // moment, if the slot was then at the head of the schedule: at most that
 // moment's worth. The period check keeps a refund from taking units of a
 // later period.
+//
+// With max_delay D (the policy's; delay below), a request that does not fit
+// the tolerance but would fit it within D is admitted for its turn:
+//
+//	max(TAT, t) + c*T - t <= burst*T + D
+//
+// TAT moves on at once, as for any admission, and the decision's Delay is
+// the time until the request conforms, TAT - burst*T - t: the request is
+// served then (the engine waits), and a request arriving meanwhile is
+// decided against the turns already reserved. That is nginx's limit_req
+// without nodelay: `burst=B` (no nodelay) is our burst 1 with max_delay
+// B*T, each request beyond the rate served one T after the one before it;
+// `burst=B delay=d` is our burst d+1 with max_delay (B-d)*T.
 type gcra struct {
 	prefix string
 	limit  int64
@@ -63,13 +78,35 @@ type gcra struct {
 	burst  int64
 	// T is the emission interval; tau = burst*T the tolerance.
 	T, tau int64
+	// delay is max_delay: how far beyond tau a request may be admitted,
+	// for a later turn.
+	delay int64
+}
+
+// delayOf checks and keeps the policy's max_delay: only a gcra reserves a
+// later turn, and only unsharded (a request waiting on one shard while
+// another has room would wait for nothing).
+func (c *Counter) delayOf(p *policy.Policy) error {
+	if p.MaxDelay == 0 {
+		return nil
+	}
+	switch {
+	case p.MaxDelay < 0:
+		return fmt.Errorf("%w: policy %q: max_delay %s is negative", ErrConfig, p.Name, p.MaxDelay)
+	case c.alg != GCRA:
+		return fmt.Errorf("%w: policy %q: max_delay applies only to algorithm gcra", ErrConfig, p.Name)
+	case c.shards > 1:
+		return fmt.Errorf("%w: policy %q: max_delay does not go with shards", ErrConfig, p.Name)
+	}
+	c.maxDelay = int64(p.MaxDelay)
+	return nil
 }
 
 // maxTolerance bounds burst*T, so that TAT arithmetic never overflows.
 const maxTolerance = int64(1) << 60
 
 func newGCRA(p params) algorithm {
-	a := &gcra{prefix: "gcra#" + p.name + "#", limit: p.limit, window: int64(p.window), burst: p.burst}
+	a := &gcra{prefix: "gcra#" + p.name + "#", limit: p.limit, window: int64(p.window), burst: p.burst, delay: p.delay}
 	if p.limit > 0 {
 		a.T = (a.window + p.limit - 1) / p.limit
 		a.tau = a.burst * a.T
@@ -100,7 +137,7 @@ func (a *gcra) fits(s state, t, cost int64) bool {
 		return false
 	}
 	te := a.instant(s, t)
-	return max(a.tat(&s), te)-te <= (a.burst-cost)*a.T
+	return max(a.tat(&s), te)-te <= (a.burst-cost)*a.T+a.delay
 }
 
 // newPeriod returns a new bucket period, a random number in [1, 2^47), so
@@ -170,6 +207,9 @@ func (a *gcra) decision(s state, t, cost int64, allowed bool) edgelimit.Decision
 	// now takes to come back).
 	d.Reset = time.Duration(te + (units+1)*a.T - x - t)
 	if allowed {
+		// Its turn: when the bucket, with the request in it, is back
+		// within the tolerance (zero without max_delay).
+		d.Delay = time.Duration(max(0, -x))
 		return d
 	}
 	d.Remaining = min(d.Remaining, cost-1)
@@ -194,3 +234,20 @@ func (a *gcra) compact(s state, _ int64) state {
 }
 
 func (a *gcra) windowEnd(t int64) int64 { return t + a.window }
+
+// parseMaxDelay refuses a durable policy's max_delay where it cannot be a
+// turn: a window's count (fixed, sliding, log) has no schedule of turns to
+// reserve one in, only a count of the window, so a waiting request could
+// not be told when it fits; a sharded gcra would make a request wait on
+// one shard while another has room.
+func parseMaxDelay(f *policy.Fields, o *Options) {
+	if f.Policy().MaxDelay == 0 {
+		return
+	}
+	switch {
+	case o.Algorithm != GCRA:
+		f.Errorf("max_delay", "max_delay applies only to algorithm gcra: a %s keeps a count per window, not a schedule of turns, so it cannot reserve a unit for a later instant", o.Algorithm)
+	case o.Shards > 1:
+		f.Errorf("max_delay", "max_delay does not go with shards: a request could wait for a turn on one shard while another has room")
+	}
+}

@@ -16,6 +16,8 @@ import (
 //	idle (TAT <= t):  SET tat = :t_plus_cT  if attribute_not_exists(tat) OR tat <= :t
 //	busy (TAT > t):   SET tat = tat + :cT   if tat > :t AND tat <= :t_plus_burst_minus_c_T
 //
+// (plus max_delay in the bound, for a policy that admits for a later turn).
+//
 // No read precedes either. Concurrent requests on a busy key all take the
 // busy update, which commutes, so they never conflict; a wrong choice (a key
 // that turned busy since this instance last saw it, or one that went idle)
@@ -36,7 +38,10 @@ import (
 func (a *gcra) unknown(_, _ int64, allowed bool) edgelimit.Decision {
 	// Nothing left: a unit comes back within one interval.
 	d := edgelimit.Decision{Allowed: allowed, Reset: time.Duration(max(a.T, 1))}
-	if !allowed {
+	if allowed {
+		// The turn is unknown: wait the longest it can be away.
+		d.Delay = time.Duration(a.delay)
+	} else {
 		d.RetryAfter = time.Duration(max(a.tau, 1))
 	}
 	return d
@@ -56,8 +61,8 @@ func (a *gcra) update(view state, t, cost int64, margin time.Duration, u *condUp
 		u.Expr = "SET #t = #t + :ct, #a = :te, expires_at = :e"
 		u.Cond = "#t > :te AND #t <= :lim"
 		u.Value(":ct", cost*a.T)
-		u.Value(":lim", te+(a.burst-cost)*a.T)
-		u.Value(":e", expSec(te+a.tau+int64(margin))) // the TAT can be at most te + tau
+		u.Value(":lim", te+(a.burst-cost)*a.T+a.delay)
+		u.Value(":e", expSec(te+a.tau+a.delay+int64(margin))) // the TAT can be at most te + tau + delay
 		// Without a reply the slot's end is known only to be after
 		// te + cT, and the period only if the condition pins it.
 		u.rc = edgelimit.Receipt{At: te}

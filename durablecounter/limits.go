@@ -55,6 +55,9 @@ type params struct {
 	tag string
 	// cal, if set, is the calendar of a period window (window: month).
 	cal *policy.Calendar
+	// delay is the policy's max_delay in nanoseconds (gcra only): how far
+	// beyond its tolerance a request may be admitted for a later turn.
+	delay int64
 }
 
 // share returns shard i's part of total split over n shards.
@@ -94,7 +97,7 @@ func (c *Counter) build(l policy.Limits) (*variant, error) {
 	v.period = cal != nil
 	newAlg := algorithms[c.alg]
 	for i := range c.shards {
-		sp := params{name: name, limit: share(l.Limit, c.shards, i), window: l.Window, burst: share(l.Burst, c.shards, i), tag: tag, cal: cal}
+		sp := params{name: name, limit: share(l.Limit, c.shards, i), window: l.Window, burst: share(l.Burst, c.shards, i), tag: tag, cal: cal, delay: c.maxDelay}
 		switch c.alg {
 		case SlidingLog:
 			if sp.limit > MaxSlidingLogLimit {

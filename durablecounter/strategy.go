@@ -99,6 +99,7 @@ var Strategy = &policy.Strategy{
 	OnStoreError: policy.FailClosed,
 	Limits:       true,
 	Calendar:     true,
+	Delay:        true,
 	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanSettle | policy.CanBatch | policy.CanLocal |
 		policy.CanQuota | policy.CanReset | policy.CanGrant,
 }
@@ -149,6 +150,7 @@ func parseOptions(f *policy.Fields) any {
 	}
 	o.ProofOfWork = powgate.Parse(f, powgate.Field, capacity)
 	parsePeriods(f, o)
+	parseMaxDelay(f, o)
 	return o
 }
 

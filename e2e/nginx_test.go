@@ -75,9 +75,15 @@ type nginxProcess struct {
 // request.)
 func startNginx(t *testing.T, locations map[string]string) *nginxProcess {
 	t.Helper()
+	return startNginxRate(t, "1r/m", locations)
+}
+
+// startNginxRate is startNginx with every zone at the given rate.
+func startNginxRate(t *testing.T, rate string, locations map[string]string) *nginxProcess {
+	t.Helper()
 	bin := nginxPath(t)
 	for attempt := 1; ; attempt++ {
-		p, err := tryStartNginx(t, bin, locations)
+		p, err := tryStartNginx(t, bin, rate, locations)
 		if err == nil {
 			return p
 		}
@@ -87,7 +93,7 @@ func startNginx(t *testing.T, locations map[string]string) *nginxProcess {
 	}
 }
 
-func tryStartNginx(t *testing.T, bin string, locations map[string]string) (*nginxProcess, error) {
+func tryStartNginx(t *testing.T, bin, rate string, locations map[string]string) (*nginxProcess, error) {
 	dir := t.TempDir()
 	port := freePort(t)
 	var zones, locs strings.Builder
@@ -100,7 +106,7 @@ func tryStartNginx(t *testing.T, bin string, locations map[string]string) (*ngin
 		if err := os.WriteFile(file, []byte("ok\n"), 0o644); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(&zones, "  limit_req_zone $binary_remote_addr zone=z%d:1m rate=1r/m;\n", i)
+		fmt.Fprintf(&zones, "  limit_req_zone $binary_remote_addr zone=z%d:1m rate=%s;\n", i, rate)
 		fmt.Fprintf(&locs, "    location = %s { limit_req zone=z%d %s; }\n", path, i, args)
 		i++
 	}

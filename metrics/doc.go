@@ -20,6 +20,12 @@
 //   - StoreLatency: how long the limiter took, in milliseconds (microsecond
 //     precision). Near 0 for storage-free strategies and cache hits.
 //
+// The line of a policy that held its request for a later turn (max_delay)
+// also declares and carries Delayed (1) and WaitTime (how long the request
+// waited, in milliseconds); a wait cut short is a Denied line with Reason
+// "wait-cut". Other lines have neither, so the Sum of Delayed counts the
+// requests that waited.
+//
 // Every line carries all five values, zeros included, so the Sum of a metric
 // is its count, SampleCount is the number of decisions, and an alarm on
 // Denied or Degraded never sees missing data while traffic flows. Function

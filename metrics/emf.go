@@ -30,6 +30,12 @@ const (
 	MetricRefunded     = "Refunded"
 	MetricRefundFailed = "RefundFailed"
 	MetricStoreLatency = "StoreLatency"
+	// MetricDelayed and MetricWaitTime are on the lines of a policy that
+	// held its request for a later turn (max_delay), and only there: 1,
+	// and how long the request waited, in milliseconds (served after it,
+	// or denied when the wait was cut short: Reason "wait-cut").
+	MetricDelayed  = "Delayed"
+	MetricWaitTime = "WaitTime"
 )
 
 // Metric names of the lines ObserveBreaker writes, one per change of a
@@ -121,6 +127,9 @@ type EMF struct {
 	function         []byte // `"Function":"name",` or empty
 	mu               sync.Mutex
 	buf              []byte
+	// delayDirective is directive with Delayed and WaitTime, for the lines
+	// of a request that waited (max_delay).
+	delayDirective []byte
 }
 
 // NewEMF validates cfg and returns an EMF.
@@ -151,6 +160,8 @@ func NewEMF(cfg EMFConfig) (*EMF, error) {
 		`{"Name":"`+MetricRefundFailed+`","Unit":"Count"},`+
 		`{"Name":"`+MetricStoreLatency+`","Unit":"Milliseconds"}]}]},`...)
 	m.directive = d
+	m.delayDirective = append(append(d[:len(d)-len(`]}]},`):len(d)-len(`]}]},`)],
+		`,{"Name":"`+MetricDelayed+`","Unit":"Count"},{"Name":"`+MetricWaitTime+`","Unit":"Milliseconds"}`...), `]}]},`...)
 	bd := []byte(`,"CloudWatchMetrics":[{"Namespace":`)
 	bd = jsonenc.AppendString(bd, ns)
 	bd = append(bd, `,"Dimensions":[["`+DimensionStore+`"]],"Metrics":[`+
@@ -201,7 +212,12 @@ func (m *EMF) Observe(ev edgelimit.Event) {
 func (m *EMF) AppendLine(b []byte, ev edgelimit.Event) []byte {
 	b = append(b, `{"_aws":{"Timestamp":`...)
 	b = strconv.AppendInt(b, m.now().UnixMilli(), 10)
-	b = append(b, m.directive...)
+	delayed := ev.Wait > 0 || ev.Reason == "wait-cut"
+	if delayed {
+		b = append(b, m.delayDirective...)
+	} else {
+		b = append(b, m.directive...)
+	}
 	b = append(b, `"`+DimensionPolicy+`":`...)
 	b = jsonenc.AppendString(b, dimension(ev.Policy))
 	b = append(b, `,"`+DimensionRoute+`":`...)
@@ -247,6 +263,10 @@ func (m *EMF) AppendLine(b []byte, ev edgelimit.Event) []byte {
 	b = append(b, `"`+MetricStoreLatency+`":`...)
 	lat := max(ev.Latency, 0)
 	b = strconv.AppendFloat(b, float64(lat.Microseconds())/1000, 'f', -1, 64)
+	if delayed {
+		b = append(b, `,"`+MetricDelayed+`":1,"`+MetricWaitTime+`":`...)
+		b = strconv.AppendFloat(b, float64(max(ev.Wait, 0).Microseconds())/1000, 'f', -1, 64)
+	}
 	return append(b, "}\n"...)
 }
 

@@ -42,6 +42,7 @@ var commonFields = []commonField{
 	{"period_start", parsePeriodStart},
 	{"time_zone", parseTimeZone},
 	{"reserve", parseReserve},
+	{"max_delay", parseMaxDelay},
 }
 
 // required are the common fields a policy must have, with how the message
@@ -139,6 +140,7 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 		before := len(p.errs)
 		pol.Options = s.Parse(&Fields{p: p, policy: pol, nodes: own, all: fields, line: n.Line})
 		p.needAbilities(pol, fields, n.Line, before)
+		p.needDelay(pol, fields, n.Line, before)
 	}
 	return pol
 }

@@ -77,6 +77,11 @@ type Policy struct {
 	// Period, if set, makes the window a calendar period (window: month,
 	// period_start, time_zone); Window is then its unit's nominal length.
 	Period Period
+	// MaxDelay, if set, is how long a request that does not fit now may
+	// wait for its turn instead of being denied: its unit is reserved at
+	// once and the engine holds the request until then (nginx's limit_req
+	// with burst and without nodelay). Zero (the default) never waits.
+	MaxDelay time.Duration
 }
 
 // Tiers choose a request's quota by a key source: each tier overrides some

@@ -46,6 +46,11 @@ type Strategy struct {
 	// Calendar: the strategy counts calendar periods (window: month); a
 	// policy file giving one to a strategy without it is refused.
 	Calendar bool
+	// Delay: the strategy's limiters can admit a request for a later turn
+	// (edgelimit.Decision.Delay), so its policies may have max_delay. Its
+	// Parse refuses max_delay where only some of its policies can (an
+	// algorithm).
+	Delay bool
 }
 
 // Abilities is a set of a limiter's optional abilities, each an interface
