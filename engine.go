@@ -49,6 +49,10 @@ type Config struct {
 	// Getenv reads the environment variables allow and deny lists name
 	// (env:); default os.Getenv.
 	Getenv func(string) string
+	// Bans keeps the bans of the policies with a ban field, shared by
+	// every instance; it is required when a policy has one (bans.NewMemory,
+	// bans/dynamostore.New; setup.Bans chooses by the backends).
+	Bans BanStore
 }
 
 // Event describes one policy's part in one request, for metrics.
@@ -115,6 +119,9 @@ type Engine struct {
 	lists     []*compiledList
 	sets      sync.Map // uint64 mask -> *routeSet
 	bigSets   sync.Map // string mask -> *routeSet, for files with > 64 policies
+	// bans is Config.Bans, banBreaker its breaker (ban.go).
+	bans       BanStore
+	banBreaker *breaker
 }
 
 // compiled is a policy with its limiter and what rendering it needs.
@@ -158,6 +165,8 @@ type compiled struct {
 	charger  Charger
 	finisher Finisher
 	finishes bool
+	// bans caches this policy's bans, or is nil (no ban field).
+	bans *banCache
 }
 
 type routeRef struct {
@@ -260,6 +269,9 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 	if err := e.breakers(); err != nil {
+		return nil, err
+	}
+	if err := e.compileBans(cfg.Bans); err != nil {
 		return nil, err
 	}
 	return e, nil

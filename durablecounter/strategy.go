@@ -100,6 +100,7 @@ var Strategy = &policy.Strategy{
 	Limits:       true,
 	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanBatch | policy.CanLocal |
 		policy.CanQuota | policy.CanReset | policy.CanGrant,
+	Bans: true,
 }
 
 func init() { policy.Register(Strategy) }

@@ -39,6 +39,7 @@ var commonFields = []commonField{
 	{"charge", parseCharge},
 	{"charge_status", parseChargeStatus},
 	{"refund_status", parseRefundStatus},
+	{"ban", parseBan},
 }
 
 // required are the common fields a policy must have, with how the message
@@ -132,6 +133,7 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 		before := len(p.errs)
 		pol.Options = s.Parse(&Fields{p: p, policy: pol, nodes: own, all: fields, line: n.Line})
 		p.needAbilities(pol, fields, n.Line, before)
+		p.needBans(pol, fields, n.Line)
 	}
 	return pol
 }

@@ -67,6 +67,9 @@ type Policy struct {
 	Options any
 	// Line is the policy's line in its file.
 	Line int
+	// Ban, if set, bans a key the policy keeps denying, for longer on each
+	// repeat (see Ban); nil: no ban.
+	Ban *Ban
 }
 
 // Tiers choose a request's quota by a key source: each tier overrides some

@@ -43,6 +43,10 @@ type Strategy struct {
 	// policies may have tiers and overrides. A policy file giving either to
 	// a strategy without it is refused rather than silently ignored.
 	Limits bool
+	// Bans: the strategy's policies may have a ban (Policy.Ban), whose
+	// denial counts the engine keeps in the store of the strategy's
+	// backend; a ban on another strategy is refused.
+	Bans bool
 }
 
 // Abilities is a set of a limiter's optional abilities, each an interface
