@@ -7,6 +7,7 @@
 //	edgelimit keygen
 //	edgelimit create-table [--table NAME] [--dynamodb-endpoint URL]
 //	edgelimit usage|reset|grant|override [flags] POLICY KEY ...
+//	edgelimit ban list|lift [flags] POLICY KEY
 //
 // serve runs every route of a policy file locally, translating each HTTP
 // request into an API Gateway HTTP API event and passing it through the same
@@ -45,6 +46,7 @@ Usage:
   edgelimit reset POLICY KEY  forget a client key's usage
   edgelimit grant POLICY KEY UNITS   give a client key units beyond its quota
   edgelimit override set|get|delete POLICY KEY   a client key's own limits
+  edgelimit ban list|lift POLICY KEY   a client key's ban: show it, or lift it
 
 Run 'edgelimit COMMAND -h' for a command's flags. Flags may come before or
 after the arguments. Exit status: 0 done, 1 failed, 2 a wrong command line.
@@ -77,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runGet(ctx, args[1:], stdout, stderr)
 	case "usage", "reset", "grant", "override":
 		return runQuota(ctx, args[0], args[1:], stdout, stderr)
+	case "ban":
+		return runBan(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -215,7 +215,11 @@ func newEngine(ctx context.Context, f serveFlags, pf *policy.File, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	return edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr})
+	bans, err := setup.Bans(pf, backends, benv)
+	if err != nil {
+		return nil, err
+	}
+	return edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr, Bans: bans})
 }
 
 // kvRegionsEnv is getenv with --kv-regions, when given, as
