@@ -1,6 +1,7 @@
 package edgelimit_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/edgelimit/edgelimit/bans"
 	"github.com/edgelimit/edgelimit/internal/banrule"
 	"github.com/edgelimit/edgelimit/limitertest"
+	"github.com/edgelimit/edgelimit/metrics"
 	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 	"github.com/edgelimit/edgelimit/setup/memory"
@@ -295,5 +297,41 @@ func TestBanErrors(t *testing.T) {
 	}
 	if _, err := fx.e.Ban(context.Background(), "b", "not an address"); err == nil {
 		t.Error("Ban of a bad key: no error")
+	}
+}
+
+// TestBanEMFReason: the EMF decision line of a banned request carries
+// Reason banned.
+func TestBanEMFReason(t *testing.T) {
+	clock := limitertest.NewClock(limitertest.WindowStart(limitertest.T0, time.Hour))
+	fx := newBanEngine(t, banPolicy, bans.NewMemory(clock.Now), clock)
+	var buf bytes.Buffer
+	m, err := metrics.NewEMF(metrics.EMFConfig{Writer: &buf, Namespace: "Test", Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.mu.Lock()
+	fx.events = nil
+	fx.mu.Unlock()
+	for range 4 {
+		fx.get("k")
+	}
+	fx.mu.Lock()
+	for _, ev := range fx.events {
+		m.Observe(ev)
+	}
+	fx.mu.Unlock()
+	banned := 0
+	for line := range strings.Lines(buf.String()) {
+		var doc map[string]any
+		if err := json.Unmarshal([]byte(line), &doc); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if doc[metrics.PropertyReason] == "banned" {
+			banned++
+		}
+	}
+	if banned != 2 { // the denial that bans, and the request after it
+		t.Errorf("%d EMF lines with Reason banned, want 2:\n%s", banned, buf.String())
 	}
 }

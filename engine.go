@@ -86,7 +86,8 @@ type Event struct {
 	// asked), "degraded" (the store failed; on_store_error decided), or
 	// "breaker-open" (the store's circuit breaker was open, so the store
 	// was not asked and on_store_error decided at once), or what the
-	// limiter said (Decision.Reason: "soft-threshold", "proof-of-work").
+	// limiter said (Decision.Reason: "soft-threshold", "proof-of-work"),
+	// or "banned" (the policy's ban refused the key; see policy.Ban).
 	Reason string
 	// Context is the request's context, for what an observer reads from
 	// its values: metrics.EMF takes the Lambda request id from it, so that
