@@ -278,6 +278,12 @@ func TestBanStoreFailing(t *testing.T) {
 }
 
 func TestBanErrors(t *testing.T) {
+	// inflight cannot ban (signed's refusal is in policy's tests, which
+	// do not link inflight).
+	_, err := policy.Parse("ban.yaml", []byte("version: 1\npolicies:\n  - {name: j, routes: [\"GET /j\"], key: ip, strategy: inflight, limit: 2, window: 1m, ban: {after: 1, for: 1m}}\n"))
+	if err == nil || !strings.Contains(err.Error(), "strategy inflight cannot ban") {
+		t.Errorf("a ban on inflight: %v", err)
+	}
 	f, err := policy.Parse("ban.yaml", []byte(banPolicy))
 	if err != nil {
 		t.Fatal(err)
