@@ -59,6 +59,10 @@ type Config struct {
 	// request is answered 429 at once and its units given back. Default
 	// 1s.
 	WaitMargin time.Duration
+	// Bans keeps the bans of the policies with a ban field, shared by
+	// every instance; it is required when a policy has one (bans.NewMemory,
+	// bans/dynamostore.New; setup.Bans chooses by the backends).
+	Bans BanStore
 }
 
 // Event describes one policy's part in one request, for metrics.
@@ -92,7 +96,8 @@ type Event struct {
 	// asked), "degraded" (the store failed; on_store_error decided), or
 	// "breaker-open" (the store's circuit breaker was open, so the store
 	// was not asked and on_store_error decided at once), or what the
-	// limiter said (Decision.Reason: "soft-threshold", "proof-of-work").
+	// limiter said (Decision.Reason: "soft-threshold", "proof-of-work"),
+	// or "banned" (the policy's ban refused the key; see policy.Ban).
 	Reason string
 	// Context is the request's context, for what an observer reads from
 	// its values: metrics.EMF takes the Lambda request id from it, so that
@@ -140,6 +145,9 @@ type Engine struct {
 	// their defaults.
 	sleep      func(context.Context, time.Duration) error
 	waitMargin time.Duration
+	// bans is Config.Bans, banBreaker its breaker (ban.go).
+	bans       BanStore
+	banBreaker *breaker
 }
 
 // compiled is a policy with its limiter and what rendering it needs.
@@ -184,6 +192,8 @@ type compiled struct {
 	settler  Settler
 	finisher Finisher
 	finishes bool
+	// bans caches this policy's bans, or is nil (no ban field).
+	bans *banCache
 }
 
 type routeRef struct {
@@ -287,6 +297,9 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 	if err := e.breakers(); err != nil {
+		return nil, err
+	}
+	if err := e.compileBans(cfg.Bans); err != nil {
 		return nil, err
 	}
 	return e, nil

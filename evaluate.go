@@ -132,6 +132,9 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, v *Verdict, slots [
 	if start.IsZero() {
 		start = time.Now()
 	}
+	if e.bans != nil && e.banned(ctx, start, rs, slots) {
+		return // a ban denies before any limiter is asked
+	}
 	blocked := false
 	for _, c := range rs.plain {
 		s := &slots[c.slot]
@@ -177,6 +180,9 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, v *Verdict, slots [
 	} else if rs.finishes {
 		v.finish = e.finishing(rs, slots)
 		e.beforeReservations(rs, slots)
+	}
+	if blocked && e.bans != nil {
+		e.countDenials(ctx, start, rs, slots)
 	}
 	if e.observe != nil {
 		for _, c := range rs.policies {

@@ -102,6 +102,7 @@ var Strategy = &policy.Strategy{
 	Delay:        true,
 	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanSettle | policy.CanBatch | policy.CanLocal |
 		policy.CanQuota | policy.CanReset | policy.CanGrant,
+	Bans: true,
 }
 
 func init() { policy.Register(Strategy) }

@@ -171,6 +171,24 @@ func TestPaidFunction(t *testing.T) {
 	}
 	wantEMF(t, e, "paid-daily", "GET /paid/*", map[string]float64{"Allowed": 0, "Denied": 1, "Degraded": 0})
 
+	// A key that keeps hammering past its quota is banned: the 20th
+	// denial within the hour bans it for 15 minutes (paid-daily's ban).
+	for i := 2; i < 20; i++ {
+		if resp := get(key, "/paid/report"); resp.StatusCode != 429 || strings.Contains(resp.Body, `"ban":`) {
+			t.Fatalf("denial %d: %d %s, want a plain 429", i, resp.StatusCode, resp.Body)
+		}
+	}
+	for i := range 2 {
+		banned := get(key, "/paid/report")
+		wantProblem(t, "banned", banned, 429, "https://iana.org/assignments/http-problem-types#quota-exceeded")
+		if retry := header(banned, "Retry-After"); retry != "900" && (i == 0 || retry != "899") {
+			t.Errorf("banned: Retry-After %q, want the ban's 900 seconds", retry)
+		}
+		if !strings.Contains(banned.Body, `"ban":{"policy":"paid-daily"`) || !strings.Contains(banned.Body, `"level":1`) {
+			t.Errorf("banned: body %s does not name the ban", banned.Body)
+		}
+	}
+
 	// Another key has its own quota, and a bad resource is the handler's 400.
 	other := "key-" + randomID(t)
 	wantStatus(t, "another key", get(other, "/paid/summary"), 200)

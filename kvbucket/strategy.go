@@ -69,6 +69,7 @@ var Strategy = &policy.Strategy{
 	Limits:       true,
 	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanSettle | policy.CanLocal | policy.CanQuota |
 		policy.CanReset | policy.CanGrant,
+	Bans: true,
 }
 
 func init() { policy.Register(Strategy) }

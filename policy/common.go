@@ -43,6 +43,7 @@ var commonFields = []commonField{
 	{"time_zone", parseTimeZone},
 	{"reserve", parseReserve},
 	{"max_delay", parseMaxDelay},
+	{"ban", parseBan},
 }
 
 // required are the common fields a policy must have, with how the message
@@ -141,6 +142,7 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 		pol.Options = s.Parse(&Fields{p: p, policy: pol, nodes: own, all: fields, line: n.Line})
 		p.needAbilities(pol, fields, n.Line, before)
 		p.needDelay(pol, fields, n.Line, before)
+		p.needBans(pol, fields, n.Line)
 	}
 	return pol
 }

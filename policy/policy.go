@@ -82,6 +82,9 @@ type Policy struct {
 	// once and the engine holds the request until then (nginx's limit_req
 	// with burst and without nodelay). Zero (the default) never waits.
 	MaxDelay time.Duration
+	// Ban, if set, bans a key the policy keeps denying, for longer on each
+	// repeat (see Ban); nil: no ban.
+	Ban *Ban
 }
 
 // Tiers choose a request's quota by a key source: each tier overrides some

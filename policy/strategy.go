@@ -51,6 +51,10 @@ type Strategy struct {
 	// Parse refuses max_delay where only some of its policies can (an
 	// algorithm).
 	Delay bool
+	// Bans: the strategy's policies may have a ban (Policy.Ban), whose
+	// denial counts the engine keeps in the store of the strategy's
+	// backend; a ban on another strategy is refused.
+	Bans bool
 }
 
 // Abilities is a set of a limiter's optional abilities, each an interface

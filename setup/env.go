@@ -190,8 +190,14 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		return nil, err
 	}
 
+	banStore, err := Bans(pf, cfg.Backends, BackendEnv{Getenv: getenv, Logger: log, Now: cfg.Now, warm: warm})
+	if err != nil {
+		return nil, err
+	}
+
 	env := &Env{Logger: log, Policies: pf}
 	ecfg := edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Now: now, Overrides: ovr}
+	ecfg.Bans = banStore
 	switch ns := strings.TrimSpace(getenv(EnvMetricsNamespace)); ns {
 	case "off":
 	default:

@@ -8,6 +8,7 @@
 //	edgelimit create-table [--table NAME] [--dynamodb-endpoint URL]
 //	edgelimit usage|reset|grant|override [flags] POLICY KEY ...
 //	edgelimit top     [-n N] [--policy NAME] [--key KEY] [--json] [FILE...]
+//	edgelimit ban list|lift [flags] POLICY KEY
 //
 // serve runs every route of a policy file locally, translating each HTTP
 // request into an API Gateway HTTP API event and passing it through the same
@@ -49,6 +50,7 @@ Usage:
   edgelimit grant POLICY KEY UNITS   give a client key units beyond its quota
   edgelimit override set|get|delete POLICY KEY   a client key's own limits
   edgelimit top [FILE...]     the client keys (hashed) with the most denials, from decision lines
+  edgelimit ban list|lift POLICY KEY   a client key's ban: show it, or lift it
 
 Run 'edgelimit COMMAND -h' for a command's flags. Flags may come before or
 after the arguments. Exit status: 0 done, 1 failed, 2 a wrong command line.
@@ -83,6 +85,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runQuota(ctx, args[0], args[1:], stdout, stderr)
 	case "top":
 		return runTop(ctx, args[1:], os.Stdin, stdout, stderr)
+	case "ban":
+		return runBan(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

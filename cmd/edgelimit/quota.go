@@ -341,7 +341,11 @@ func operatorEngine(ctx context.Context, f opFlags, pol, cmd string) (*edgelimit
 	if err != nil {
 		return nil, nil, at, err
 	}
-	e, err := edgelimit.New(edgelimit.Config{Policies: one, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr})
+	bans, err := cfg.Bans(&benv)
+	if err != nil {
+		return nil, nil, at, err
+	}
+	e, err := edgelimit.New(edgelimit.Config{Policies: one, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr, Bans: bans})
 	return e, p, at, err
 }
 

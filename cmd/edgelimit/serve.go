@@ -224,7 +224,11 @@ func newEngine(ctx context.Context, f serveFlags, pf *policy.File, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	cfg := edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr}
+	bans, err := setup.Bans(pf, backends, benv)
+	if err != nil {
+		return nil, err
+	}
+	cfg := edgelimit.Config{Policies: pf, Limiters: factory, HashSecret: secret, Logger: log, Overrides: ovr, Bans: bans}
 	if f.emfOut != nil {
 		m, err := metrics.NewEMF(metrics.EMFConfig{Writer: f.emfOut})
 		if err != nil {

@@ -385,7 +385,11 @@ func memoryEngine(t *testing.T, f handlers.Function, now func() time.Time) *edge
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, Now: now, Overrides: overrides})
+	bans, err := setup.Bans(pf, backends, setup.BackendEnv{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := edgelimit.New(edgelimit.Config{Policies: pf, Limiters: factory, Now: now, Overrides: overrides, Bans: bans})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,10 +29,11 @@ var mayImport = map[string][]string{
 	"middleware":     {"", "policy"},
 	"metrics":        {"", "policy"},
 	"overrides":      {"", "policy"},
+	"bans":           {"", "policy"},
 	"client":         {"", "policy", "pow"},
 	// setup's own package names no strategy (see setupCore); its backends,
 	// setup/<store>, each import their strategies.
-	"setup": {"", "policy", "pow", "powgate", "metrics", "overrides", "durablecounter", "kvbucket", "inflight", "signedwindow"},
+	"setup": {"", "policy", "pow", "powgate", "metrics", "overrides", "bans", "durablecounter", "kvbucket", "inflight", "signedwindow"},
 	// The programs and their tests may import anything.
 	"cmd": nil, "functions": nil, "examples": nil, "e2e": nil,
 }
