@@ -30,6 +30,11 @@ const (
 	MetricRefunded     = "Refunded"
 	MetricRefundFailed = "RefundFailed"
 	MetricStoreLatency = "StoreLatency"
+	// MetricOverrideErrors counts the decisions whose override read failed
+	// (edgelimit.Event.OverrideError): on_store_error decided them, as a
+	// store failure, unless the policy fails open with an override the
+	// instance knew.
+	MetricOverrideErrors = "OverrideErrors"
 )
 
 // Metric names of the lines ObserveBreaker writes, one per change of a
@@ -140,6 +145,7 @@ func NewEMF(cfg EMFConfig) (*EMF, error) {
 		`{"Name":"`+MetricStoreErrors+`","Unit":"Count"},`+
 		`{"Name":"`+MetricRefunded+`","Unit":"Count"},`+
 		`{"Name":"`+MetricRefundFailed+`","Unit":"Count"},`+
+		`{"Name":"`+MetricOverrideErrors+`","Unit":"Count"},`+
 		`{"Name":"`+MetricStoreLatency+`","Unit":"Milliseconds"}]}]},`...)
 	m.directive = d
 	bd := []byte(`,"CloudWatchMetrics":[{"Namespace":`)
@@ -230,6 +236,7 @@ func (m *EMF) AppendLine(b []byte, ev edgelimit.Event) []byte {
 	b = appendCount(b, MetricStoreErrors, ev.StoreError != nil)
 	b = appendCount(b, MetricRefunded, ev.Refunded && ev.RefundError == nil)
 	b = appendCount(b, MetricRefundFailed, ev.RefundError != nil)
+	b = appendCount(b, MetricOverrideErrors, ev.OverrideError != nil)
 	b = append(b, `"`+MetricStoreLatency+`":`...)
 	lat := max(ev.Latency, 0)
 	b = strconv.AppendFloat(b, float64(lat.Microseconds())/1000, 'f', -1, 64)
