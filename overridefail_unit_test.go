@@ -196,3 +196,38 @@ func equalInts(a, b []int64) bool {
 	}
 	return true
 }
+
+// A batch group whose member's override read fails is decided one member
+// at a time: the failing member by on_store_error (deny: 503), and the
+// atomic batch is not asked.
+func TestOverrideReadFailureInABatchGroup(t *testing.T) {
+	f, err := policy.Parse("p.yaml", []byte(`version: 1
+policies:
+  - {name: a, routes: ["GET /p"], key: header:X-Key, strategy: durable, limit: 6, window: 1h, overrides: true, store_breaker: off}
+  - {name: b, routes: ["GET /p"], key: header:X-Key, strategy: durable, limit: 6, window: 1h, store_breaker: off}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &store{mode: "ok"}
+	ovr := &flakyOverrides{m: map[string]policy.Limits{}, err: errors.New("AccessDeniedException")}
+	var events []edgelimit.Event
+	e, err := edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("k", 32)), Overrides: ovr,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Observe: func(ev edgelimit.Event) { events = append(events, ev) },
+		Limiters: func(*policy.Policy) (edgelimit.Limiter, error) { return &storeLimiter{s: st, batchKey: "t"}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/p", SourceIP: "192.0.2.1",
+		Header: limitertest.Headers{"X-Key": "k"}})
+	defer v.Release()
+	if v.Status != 503 {
+		t.Errorf("status %d, want 503 (policy a fails closed)", v.Status)
+	}
+	if n := st.calls.Load(); n != 0 {
+		t.Errorf("%d store calls, want none: b is only peeked once a failed closed (and cannot be)", n)
+	}
+	if len(events) != 1 || events[0].Policy != "a" || events[0].OverrideError == nil || !events[0].Degraded {
+		t.Errorf("events %+v, want a's, degraded, with its override error", events)
+	}
+}
