@@ -479,12 +479,12 @@ func (failingOverrides) DeleteOverride(context.Context, string, string) error { 
 
 // TestBreakerOverrideStore: the override lookups of new keys go through a
 // breaker of their own, so that a dead override store stops taxing every
-// new client's first request.
+// new client's first request (on_store_error decides them: allow admits).
 func TestBreakerOverrideStore(t *testing.T) {
 	f, err := policy.Parse("test.yaml", []byte(`version: 1
 policies:
   - {name: p, routes: ["GET /p"], key: header:X-Key, strategy: durable, limit: 10, window: 1m, overrides: true,
-     store_breaker: {failures: 2}}
+     on_store_error: allow, store_breaker: {failures: 2}}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -505,7 +505,7 @@ policies:
 		v := e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/p", SourceIP: "192.0.2.1",
 			Header: limitertest.Headers(map[string]string{"X-Key": fmt.Sprint("client-", i)})})
 		if !v.Allowed {
-			t.Fatalf("request %d: status %d; a broken override store must not block", i, v.Status)
+			t.Fatalf("request %d: status %d; on_store_error: allow admits", i, v.Status)
 		}
 	}
 	if ov.calls.Load() != 2 || strings.Join(states, " ") != "overrides:open" {

@@ -88,6 +88,11 @@ type Event struct {
 	// RefundError is why a refund could not land (already logged): the
 	// units it should have given back stay spent until their window ends.
 	RefundError error
+	// OverrideError is why the policy's override read failed (already
+	// logged; overrides: true): a failure of the policy's store, decided
+	// by on_store_error, unless the policy fails open with an override
+	// this instance knows, which its limiter then applied.
+	OverrideError error
 	// Latency is how long the limiter took.
 	Latency time.Duration
 	// Reason says why a decision was not made by counting at request time,

@@ -49,6 +49,11 @@ type slot struct {
 	lat       time.Duration
 	storeErr  error
 	refundErr error
+	// ovrErr: the policy's override read failed (overrides.go); ovrFail:
+	// so on_store_error decides, not the limiter; ovrSkipped: the override
+	// store's breaker was open.
+	ovrErr              error
+	ovrFail, ovrSkipped bool
 	// bud is the budget context of the policy's first store call, in the
 	// Verdict's allocation; nil once used.
 	bud *budgetCtx
@@ -91,9 +96,7 @@ func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdi
 			req.Limits = l
 		}
 		if c.overrides != nil {
-			if o := e.override(ctx, c.compiled, req.Key, at); !o.IsZero() {
-				req.Limits = o.Or(req.Limits)
-			}
+			e.applyOverride(ctx, rs, c.compiled, &req, &slots[c.slot])
 		}
 		slots[c.slot].req = req
 	}
@@ -141,18 +144,27 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, v *Verdict, slots [
 		if s.req.Key == "" {
 			continue // shadow policy without a key
 		}
-		if blocked {
+		if e.overrideFailed(ctx, rs, c.compiled, s, blocked) {
+			// decided by on_store_error
+		} else if blocked {
 			e.peekOne(ctx, start, rs, c.compiled, s)
 			continue
+		} else {
+			// A policy that settles after the response reserves here (settle.go).
+			e.allowOne(ctx, start, rs, c.compiled, s)
 		}
-		// A policy that settles after the response reserves here (settle.go).
-		e.allowOne(ctx, start, rs, c.compiled, s)
 		if (s.o == denied || s.o == failedClosed) && !c.Shadow {
 			blocked = true
 		}
 	}
 	var spent [][]member
 	for _, g := range rs.groups {
+		if ok, b := e.overrideGroup(ctx, start, rs, g, slots, blocked); ok {
+			if blocked = b; !b {
+				spent = append(spent, g)
+			}
+			continue
+		}
 		switch {
 		case blocked:
 			for _, c := range g {
@@ -186,7 +198,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, v *Verdict, slots [
 	}
 	if e.observe != nil {
 		for _, c := range rs.policies {
-			if s := &slots[c.slot]; s.o != notEvaluated || s.storeErr != nil {
+			if s := &slots[c.slot]; s.o != notEvaluated || s.storeErr != nil || s.ovrErr != nil {
 				e.emit(ctx, rs, c.compiled, s)
 			}
 		}
@@ -345,7 +357,7 @@ func (e *Engine) storeFailed(ctx context.Context, rs *routeSet, c *compiled, s *
 			o = outcomeOf(d)
 		}
 	}
-	if !skipped {
+	if !skipped && !s.ovrFail { // a failed override read logged itself
 		e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: store failed",
 			slog.String("policy", c.Name), slog.String("route", rs.label), slog.String("strategy", c.StrategyName()),
 			slog.String("on_store_error", c.OnStoreError.String()), slog.Float64("latency_ms", float64(s.lat.Microseconds())/1000), slog.String("error", err.Error()))
@@ -404,7 +416,7 @@ func (e *Engine) refund(ctx context.Context, start time.Time, rs *routeSet, cs [
 func (e *Engine) emit(ctx context.Context, rs *routeSet, c *compiled, s *slot) {
 	e.observe(Event{Route: rs.label, Policy: c.Name, Strategy: c.StrategyName(), Allowed: s.d.Allowed, Shadow: c.Shadow,
 		Peeked: s.peeked || s.o == known, Refunded: s.o == refunded, Degraded: s.d.Degraded, StoreError: s.storeErr,
-		RefundError: s.refundErr, Latency: s.lat, Reason: reasonOf(s), Context: ctx, Key: s.req.Key, Wait: s.wait})
+		RefundError: s.refundErr, OverrideError: s.ovrErr, Latency: s.lat, Reason: reasonOf(s), Context: ctx, Key: s.req.Key, Wait: s.wait})
 }
 
 // clockIfTimed reads the clock for a latency, only when someone will read

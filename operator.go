@@ -87,31 +87,69 @@ func (e *Engine) lookup(name string) (*compiled, error) {
 	return nil, fmt.Errorf("edgelimit: no policy %q%s", name, suggest.DidYouMean(name, names))
 }
 
+// Usage is a key's state as an operator reads it back (Engine.Usage).
+type Usage struct {
+	// Decision is the quota in force (Limit, Window: the tier's, the
+	// override's), when it resets (Reset), and whether a request of one
+	// unit would be admitted now (Allowed, with the grant's help).
+	// Remaining is what the key's next requests can spend: what the quota
+	// has left and what its grant has left, together.
+	Decision
+	// Quota is what the quota alone has left.
+	Quota int64
+	// Grant is what the key's grant in force has left, and until when
+	// (zero: none).
+	Grant Grant
+}
+
+// Grant is what an operator's grant (Engine.Grant) has left for a key:
+// units beyond the quota, spent once the quota is, until an instant.
+type Grant struct {
+	Units int64
+	Until time.Time
+}
+
+// UsageReader is an optional ability for Engine.Usage: a limiter that
+// reads a key's usage itself, its grants included. req is as for
+// Resetter. A limiter without it is read with Peek (its grants, if any,
+// then count only once its quota is spent).
+type UsageReader interface {
+	Usage(ctx context.Context, req Request) (Usage, error)
+}
+
 // Usage reports the raw key's state under the named policy, without
 // spending anything: the quota in force (the tier's, when the policy has
 // tiers: tier names it, "" is the default tier; an override, if one is
-// set), what is left and when it resets. It needs a limiter that can peek
-// (durable, kv).
-func (e *Engine) Usage(ctx context.Context, name, raw, tierName string) (Decision, error) {
+// set), what the key's next requests can spend (its grant's units
+// included) and when the quota resets. It needs a limiter that can peek
+// (durable, kv, inflight).
+func (e *Engine) Usage(ctx context.Context, name, raw, tierName string) (Usage, error) {
 	c, err := e.lookup(name)
 	if err != nil {
-		return Decision{}, err
+		return Usage{}, err
 	}
-	if c.peek == nil {
-		return Decision{}, fmt.Errorf("%w: policy %q (%s) keeps no usage to read back", errors.ErrUnsupported, c.Name, c.StrategyName())
+	ur, hasUsage := ability[UsageReader](c.limiter)
+	if c.peek == nil && !hasUsage {
+		return Usage{}, fmt.Errorf("%w: policy %q (%s) keeps no usage to read back", errors.ErrUnsupported, c.Name, c.StrategyName())
 	}
 	req, err := e.operatorRequest(ctx, c, raw, tierName)
 	if err != nil {
-		return Decision{}, err
+		return Usage{}, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, max(c.StoreTimeout, time.Second))
 	defer cancel()
-	d, err := c.peek.Peek(cctx, req)
-	if err != nil {
-		return Decision{}, err
+	var u Usage
+	if hasUsage {
+		u, err = ur.Usage(cctx, req)
+	} else {
+		u.Decision, err = c.peek.Peek(cctx, req)
+		u.Quota = u.Remaining
 	}
-	d.Policy = c.Name
-	return d, nil
+	if err != nil {
+		return Usage{}, err
+	}
+	u.Policy = c.Name
+	return u, nil
 }
 
 // operatorRequest is the Request of an operation on raw: one unit, now, the

@@ -137,6 +137,8 @@ type Bucket struct {
 	maxFill atomic.Int64
 	// cfg is what New was given, for Local.
 	cfg Config
+	// writingIdle: the idle write-back runs (idle.go).
+	writingIdle atomic.Bool
 }
 
 // maxScaled bounds the limits whose units a Bucket keeps: the tiers of a

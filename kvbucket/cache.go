@@ -75,6 +75,10 @@ type entry struct {
 	// wait is closed when the in-flight first read of an unknown key ends;
 	// writing when the write-through in flight ends.
 	wait, writing chan struct{}
+	// idleSince is used as the idle write-back last saw it (idle.go): a
+	// key whose used has not moved between two of its passes is idle.
+	idleSince int64
+	idleSeen  bool
 }
 
 // setBusy keeps busy in step with flight and inflight. s.mu is held.

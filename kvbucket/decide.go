@@ -340,6 +340,7 @@ func (b *Bucket) allow(ctx context.Context, u *units, s *shard, e *entry, n, cos
 func (b *Bucket) spendLocal(u *units, e *entry, n, cost int64, d *edgelimit.Decision) {
 	w := u.tokens(cost)
 	e.pend.thenSpend(u.at(n), w, u.spentOf(cost))
+	b.markDirty()
 	if e.syncing {
 		e.spentFlight = e.spentFlight.Add(w)
 	}

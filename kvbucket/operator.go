@@ -149,6 +149,7 @@ func (b *Bucket) charge(ctx context.Context, u *units, s *shard, e *entry, n, co
 	if w.Sign() > 0 {
 		sp := op{f: u.at(n), p: w, spent: min(c, w.Div(u.sw, true)), hasFloor: true, has: true}
 		e.pend = e.pend.then(sp)
+		b.markDirty()
 		e.spent = e.spent.Add(w)
 		if e.syncing {
 			e.spentFlight = e.spentFlight.Add(w)

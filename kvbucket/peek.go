@@ -100,29 +100,37 @@ func (b *Bucket) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.Dec
 // (Remaining is what is left now), carries no Receipt and is not to be
 // refunded.
 func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Request) (edgelimit.Decision, error) {
+	d, own, grants, err := b.peekBucket(ctx, now, req)
+	if err == nil && grants {
+		withGrant(own, now.UnixNano(), req.Units(), &d)
+	}
+	return d, err
+}
+
+// peekBucket is PeekAt of the bucket alone: its answer, without the
+// grant, and this region's part of the key, whose grant counts when
+// grants is true.
+func (b *Bucket) peekBucket(ctx context.Context, now time.Time, req edgelimit.Request) (d edgelimit.Decision, own wire.Part, grants bool, err error) {
 	if err := checkKey(req.Key); err != nil {
-		return edgelimit.Decision{}, err
+		return edgelimit.Decision{}, wire.Part{}, false, err
 	}
 	u, err := b.unitsOf(req.Limits)
 	switch {
 	case err != nil:
-		return edgelimit.Decision{}, err
+		return edgelimit.Decision{}, wire.Part{}, false, err
 	case u == nil:
-		return b.closedDecision(), nil
+		return b.closedDecision(), wire.Part{}, false, nil
 	}
 	n, cost := now.UnixNano(), req.Units()
 	s, h := b.cache.shard(req.Key)
 	s.mu.Lock()
 	e := s.find(req.Key, h)
-	var d edgelimit.Decision
 	if e != nil && e.known && (e.syncing || b.degraded(e, n) || b.shareValid(e, n) || b.through(e, n) && !b.stale(e, n)) {
 		b.peekLocal(u, e, n, cost, &d)
-		if !b.degraded(e, n) {
-			withGrant(e.v.own, n, cost, &d)
-		}
+		own, grants = e.v.own, !b.degraded(e, n)
 		s.stats.Local++
 		s.mu.Unlock()
-		return d, nil
+		return d, own, grants, nil
 	}
 	c := wire.Strong
 	if e != nil && e.known {
@@ -137,7 +145,7 @@ func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Reques
 	defer s.mu.Unlock()
 	if err != nil {
 		s.stats.Errors++
-		return edgelimit.Decision{}, err
+		return edgelimit.Decision{}, wire.Part{}, false, err
 	}
 	var v view
 	v.own = t.Own
@@ -149,8 +157,7 @@ func (b *Bucket) PeekAt(ctx context.Context, now time.Time, req edgelimit.Reques
 		tat = b.withInflight(e, e.pend.apply(e.flight.apply(tat)), n)
 	}
 	u.peek(tat, n, cost, &d)
-	withGrant(t.Own, n, cost, &d)
-	return d, nil
+	return d, t.Own, true, nil
 }
 
 // peekLocal answers a peek from e's local state, as Allow would decide.

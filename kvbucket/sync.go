@@ -106,6 +106,7 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 	if err != nil {
 		s.stats.Errors++
 		e.pend = snap.then(e.pend)
+		b.markDirty()
 		e.degradedUntil = n + b.sync
 		return err
 	}
@@ -120,6 +121,7 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 	if cost > 0 && !fits {
 		un := u.undo(cost)
 		e.pend = un.then(e.pend)
+		b.markDirty()
 		fresh = un.apply(fresh)
 	}
 	if !b.through(e, n) {
@@ -176,6 +178,7 @@ func (b *Bucket) refund(ctx context.Context, u *units, s *shard, e *entry, n int
 	if b.shareValid(e, n) || b.degraded(e, n) || e.syncing || e.inflight.Sign() != 0 {
 		e.pend = e.pend.then(rf)
 		e.spent = e.spent.Add(rf.p)
+		b.markDirty()
 		if e.syncing {
 			e.spentFlight = e.spentFlight.Add(rf.p)
 		}
@@ -211,6 +214,7 @@ func (b *Bucket) flush(ctx context.Context, s *shard, victim *entry, n int64) {
 		// Counted in Stats.Errors; the entry stays.
 		s.stats.Errors++
 		victim.pend = o.then(victim.pend)
+		b.markDirty()
 		return
 	}
 	s.stats.Writes++

@@ -17,6 +17,10 @@
 //     shadow policies never block, so they never count in Denied.
 //   - Degraded: 1 when the store failed (error or time budget) and the
 //     policy's on_store_error decided instead of the count.
+//   - OverrideErrors: 1 when the policy's override read failed (a policy
+//     with overrides: true): on_store_error decided, as for a store failure
+//     (unless the policy fails open and the instance knew the key's
+//     override, which then applied).
 //   - StoreLatency: how long the limiter took, in milliseconds (microsecond
 //     precision). Near 0 for storage-free strategies and cache hits.
 //
@@ -26,7 +30,7 @@
 // "wait-cut". Other lines have neither, so the Sum of Delayed counts the
 // requests that waited.
 //
-// Every line carries all five values, zeros included, so the Sum of a metric
+// Every line carries all these values, zeros included, so the Sum of a metric
 // is its count, SampleCount is the number of decisions, and an alarm on
 // Denied or Degraded never sees missing data while traffic flows. Function
 // and Strategy are written as plain properties (searchable with CloudWatch

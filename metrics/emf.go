@@ -36,6 +36,11 @@ const (
 	// or denied when the wait was cut short: Reason "wait-cut").
 	MetricDelayed  = "Delayed"
 	MetricWaitTime = "WaitTime"
+	// MetricOverrideErrors counts the decisions whose override read failed
+	// (edgelimit.Event.OverrideError): on_store_error decided them, as a
+	// store failure, unless the policy fails open with an override the
+	// instance knew.
+	MetricOverrideErrors = "OverrideErrors"
 )
 
 // Metric names of the lines ObserveBreaker writes, one per change of a
@@ -158,6 +163,7 @@ func NewEMF(cfg EMFConfig) (*EMF, error) {
 		`{"Name":"`+MetricStoreErrors+`","Unit":"Count"},`+
 		`{"Name":"`+MetricRefunded+`","Unit":"Count"},`+
 		`{"Name":"`+MetricRefundFailed+`","Unit":"Count"},`+
+		`{"Name":"`+MetricOverrideErrors+`","Unit":"Count"},`+
 		`{"Name":"`+MetricStoreLatency+`","Unit":"Milliseconds"}]}]},`...)
 	m.directive = d
 	m.delayDirective = append(append(d[:len(d)-len(`]}]},`):len(d)-len(`]}]},`)],
@@ -260,6 +266,7 @@ func (m *EMF) AppendLine(b []byte, ev edgelimit.Event) []byte {
 	b = appendCount(b, MetricStoreErrors, ev.StoreError != nil)
 	b = appendCount(b, MetricRefunded, ev.Refunded && ev.RefundError == nil)
 	b = appendCount(b, MetricRefundFailed, ev.RefundError != nil)
+	b = appendCount(b, MetricOverrideErrors, ev.OverrideError != nil)
 	b = append(b, `"`+MetricStoreLatency+`":`...)
 	lat := max(ev.Latency, 0)
 	b = strconv.AppendFloat(b, float64(lat.Microseconds())/1000, 'f', -1, 64)

@@ -303,7 +303,7 @@ func TestEMFDirectiveNamesEveryMetric(t *testing.T) {
 		def := d.(map[string]any)
 		names = append(names, fmt.Sprintf("%s/%s", def["Name"], def["Unit"]))
 	}
-	want := "Allowed/Count Denied/Count ShadowDenied/Count Degraded/Count StoreErrors/Count Refunded/Count RefundFailed/Count StoreLatency/Milliseconds"
+	want := "Allowed/Count Denied/Count ShadowDenied/Count Degraded/Count StoreErrors/Count Refunded/Count RefundFailed/Count OverrideErrors/Count StoreLatency/Milliseconds"
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("Metrics = %s, want %s", got, want)
 	}

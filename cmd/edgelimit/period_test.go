@@ -39,7 +39,7 @@ func TestUsageAndGrantOfAPeriod(t *testing.T) {
 	usageNow = func() time.Time { return now }
 	defer func() { usageNow = old }()
 
-	d := edgelimit.Decision{Policy: p.Name, Limit: 10000, Window: 30 * 24 * time.Hour, Remaining: 9997, Reset: 14 * 24 * time.Hour, Allowed: true}
+	d := edgelimit.Usage{Decision: edgelimit.Decision{Policy: p.Name, Limit: 10000, Window: 30 * 24 * time.Hour, Remaining: 9997, Reset: 14 * 24 * time.Hour, Allowed: true}, Quota: 9997}
 	var out bytes.Buffer
 	printUsage(&out, opFlags{}, p, d, policy.Limits{}, false)
 	if want := "api-monthly  free  10000  30d     9997       14d (at 2026-05-15T00:00:00Z)  -"; !strings.Contains(out.String(), want) {
@@ -52,7 +52,7 @@ func TestUsageAndGrantOfAPeriod(t *testing.T) {
 	}
 	out.Reset()
 	// A tier whose window is a duration has no period's end to print.
-	printUsage(&out, opFlags{tier: "hourly"}, p, edgelimit.Decision{Limit: 10000, Window: time.Hour, Reset: time.Hour}, policy.Limits{}, false)
+	printUsage(&out, opFlags{tier: "hourly"}, p, edgelimit.Usage{Decision: edgelimit.Decision{Limit: 10000, Window: time.Hour, Reset: time.Hour}}, policy.Limits{}, false)
 	if strings.Contains(out.String(), "(at ") {
 		t.Errorf("usage of an hourly tier:\n%s\nwant no period's end", out.String())
 	}

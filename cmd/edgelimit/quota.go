@@ -356,7 +356,10 @@ func loadPolicyFile(path string) (*policy.File, error) {
 	return policy.Load(path)
 }
 
-func printUsage(w io.Writer, f opFlags, p *policy.Policy, d edgelimit.Decision, ovr policy.Limits, hasOverride bool) {
+// printUsage says the key's usage: REMAINING is what its next requests
+// can spend (the quota's and the grant's units), GRANT the grant's units
+// left and its end.
+func printUsage(w io.Writer, f opFlags, p *policy.Policy, d edgelimit.Usage, ovr policy.Limits, hasOverride bool) {
 	tier := f.tier
 	if p.Tiers != nil && tier == "" {
 		tier = p.Tiers.Default
@@ -364,7 +367,10 @@ func printUsage(w io.Writer, f opFlags, p *policy.Policy, d edgelimit.Decision, 
 	if f.json {
 		// Whole seconds, rounded up, as the RateLimit headers say them.
 		out := map[string]any{"policy": p.Name, "limit": d.Limit, "window_seconds": wholeSeconds(d.Window), "remaining": d.Remaining,
-			"reset_seconds": wholeSeconds(d.Reset), "allowed": d.Allowed}
+			"quota_remaining": d.Quota, "reset_seconds": wholeSeconds(d.Reset), "allowed": d.Allowed, "grant": nil}
+		if d.Grant.Units > 0 {
+			out["grant"] = map[string]any{"units": d.Grant.Units, "until": jsonTime(d.Grant.Until)}
+		}
 		if end, ok := periodEnd(inForce(p, tier, ovr, hasOverride), usageNow()); ok {
 			out["reset_at"] = end.Format(time.RFC3339)
 		}
@@ -378,7 +384,7 @@ func printUsage(w io.Writer, f opFlags, p *policy.Policy, d edgelimit.Decision, 
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POLICY\tTIER\tLIMIT\tWINDOW\tREMAINING\tRESET\tOVERRIDE")
+	fmt.Fprintln(tw, "POLICY\tTIER\tLIMIT\tWINDOW\tREMAINING\tRESET\tOVERRIDE\tGRANT")
 	o := "-"
 	if hasOverride {
 		o = describeLimits(ovr)
@@ -391,7 +397,11 @@ func printUsage(w io.Writer, f opFlags, p *policy.Policy, d edgelimit.Decision, 
 	if end, ok := periodEnd(inForce(p, tier, ovr, hasOverride), usageNow()); ok {
 		reset += " (at " + end.Format(time.RFC3339) + ")" // a calendar period's end
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", p.Name, t, d.Limit, formatDuration(d.Window), d.Remaining, reset, o)
+	g := "-"
+	if d.Grant.Units > 0 {
+		g = fmt.Sprintf("%d until %s", d.Grant.Units, d.Grant.Until.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", p.Name, t, d.Limit, formatDuration(d.Window), d.Remaining, reset, o, g)
 	tw.Flush()
 }
 

@@ -132,6 +132,11 @@ type usageJSON struct {
 	Reset     int64          `json:"reset_seconds"`
 	Allowed   bool           `json:"allowed"`
 	Override  map[string]any `json:"override"`
+	Quota     int64          `json:"quota_remaining"`
+	Grant     *struct {
+		Units int64  `json:"units"`
+		Until string `json:"until"`
+	} `json:"grant"`
 }
 
 func usageOf(t *testing.T, args ...string) usageJSON {
@@ -192,8 +197,17 @@ func TestQuotaCommandsAgainstServe(t *testing.T) {
 
 	// A grant: 2 units beyond the quota, which serve honours within its
 	// deny cache's second.
-	if out := mustCLI(t, "grant", "api-daily", "key-acme", "2", "--for", "1h"); !strings.HasPrefix(out, "policy api-daily: granted 2 units until ") {
+	out = mustCLI(t, "grant", "api-daily", "key-acme", "2", "--for", "1h")
+	if !strings.HasPrefix(out, "policy api-daily: granted 2 units until ") {
 		t.Errorf("grant printed %q", out)
+	}
+	// usage says what the key can spend now: the grant's 2.
+	until := strings.TrimSuffix(strings.TrimPrefix(out, "policy api-daily: granted 2 units until "), "\n")
+	if u := usageOf(t, "api-daily", "key-acme"); u.Remaining != 2 || u.Quota != 0 || u.Grant == nil || u.Grant.Units != 2 || u.Grant.Until != until || !u.Allowed {
+		t.Errorf("usage with a grant of 2 = %+v (grant %+v), want 2 left, all of the grant's, until %s", u, u.Grant, until)
+	}
+	if table := strings.Join(strings.Fields(mustCLI(t, "usage", "api-daily", "key-acme")), " "); !strings.Contains(table, " 2 until "+until) {
+		t.Errorf("usage's table with a grant:\n%s", table)
 	}
 	c.afterStaleness()
 	if got := c.admitted("/api/report", "key-acme", 3); got != 2 {

@@ -92,8 +92,8 @@ func TestStoreAgainstMemory(t *testing.T) {
 			t.Errorf("expires_at = %v, want 1700000001", out.Item["expires_at"])
 		}
 
-		// A corrupt item is an error, which the engine treats as no
-		// override (its own limits apply) and logs.
+		// A corrupt item is an error, which the engine treats as a failed
+		// read (the policy's on_store_error decides) and logs.
 		if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{
 			"pk": &types.AttributeValueMemberS{Value: "ovr#paid#bad"}, "limit": &types.AttributeValueMemberN{Value: "-3"}}}); err != nil {
 			t.Fatal(err)
