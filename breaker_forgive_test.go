@@ -125,7 +125,7 @@ func TestBreakerHalfOpenTriesEveryProbe(t *testing.T) {
 	fx := newBreakerFixture(t, `version: 1
 policies:
   - {name: p, routes: ["GET /p"], key: ip, strategy: durable, limit: 10, window: 1m, on_store_error: deny,
-     store_breaker: {failures: 1, cool_down: 1s, probes: 3}}
+     store_timeout: 30s, store_breaker: {failures: 1, cool_down: 1s, probes: 3}}
 `, map[string]*store{"p": s}, map[string]string{"p": "table"})
 	fx.get("/p") // opens it
 	for cycle := range 2 {
