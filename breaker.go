@@ -175,7 +175,7 @@ func (b *breaker) admit(ctx context.Context, now time.Time) ticket {
 		return pass
 	}
 	if BreakerState(b.state.Load()) == BreakerClosed {
-		return ticket(b.run.Load()>>runBits<<2) | pass
+		return b.passTicket()
 	}
 	b.mu.Lock()
 	st := BreakerState(b.state.Load())
@@ -183,7 +183,7 @@ func (b *breaker) admit(ctx context.Context, now time.Time) ticket {
 	tk := refused
 	switch {
 	case st == BreakerClosed:
-		tk = ticket(b.run.Load()>>runBits<<2) | pass
+		tk = b.passTicket()
 	case st == BreakerOpen && now.Before(b.until):
 	default:
 		if st == BreakerOpen {
@@ -203,6 +203,9 @@ func (b *breaker) admit(ctx context.Context, now time.Time) ticket {
 	b.emit(ctx, ev)
 	return tk
 }
+
+// passTicket is a pass (kind 0) of the current generation of successes.
+func (b *breaker) passTicket() ticket { return ticket(b.run.Load() >> runBits << 2) }
 
 // done records how a call admitted with tk ended.
 func (b *breaker) done(ctx context.Context, tk ticket, r callResult, err error) {
