@@ -189,6 +189,7 @@ func TestDocPrograms(t *testing.T) {
 				runHelloServer(t, bin, helloAddr(t))
 			case kind == "lambda":
 				runREADMEFunction(t, bin)
+				t.Run("cold-start", func(t *testing.T) { runREADMEColdStart(t, bin) })
 			default:
 				runREADMEServer(t, bin)
 			}

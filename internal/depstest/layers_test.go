@@ -34,11 +34,11 @@ var mayImport = map[string][]string{
 	// setup/<store>, each import their strategies.
 	"setup": {"", "policy", "pow", "powgate", "metrics", "overrides", "durablecounter", "kvbucket", "inflight", "signedwindow"},
 	// The programs and their tests may import anything.
-	"cmd": nil, "functions": nil, "e2e": nil,
+	"cmd": nil, "functions": nil, "examples": nil, "e2e": nil,
 }
 
 // programs are the first elements whose packages may import anything.
-var programs = map[string]bool{"cmd": true, "functions": true, "e2e": true}
+var programs = map[string]bool{"cmd": true, "functions": true, "examples": true, "e2e": true}
 
 // setupCore is what package setup itself may import: it builds an engine
 // from a file and backends, and names no strategy, so that a program links
