@@ -233,7 +233,7 @@ func (b *breaker) done(ctx context.Context, tk ticket, r callResult, err error) 
 			}
 			if b.run.CompareAndSwap(old, next) {
 				if r == failed && int(n) >= b.cfg.Failures {
-					b.trip(ctx, int(n), err)
+					b.trip(ctx, int(n), gen, err)
 				}
 				return
 			}
@@ -264,10 +264,11 @@ func (b *breaker) done(ctx context.Context, tk ticket, r callResult, err error) 
 }
 
 // trip opens a closed breaker after n failures in a row.
-func (b *breaker) trip(ctx context.Context, n int, err error) {
+func (b *breaker) trip(ctx context.Context, n int, gen uint64, err error) {
 	b.mu.Lock()
 	var ev *BreakerEvent
-	if BreakerState(b.state.Load()) == BreakerClosed {
+	// (Not if it opened and closed again since the count reached n.)
+	if BreakerState(b.state.Load()) == BreakerClosed && b.run.Load()>>runBits == gen {
 		now := b.e.now()
 		b.since, b.until = now, now.Add(b.cfg.CoolDown)
 		b.state.Store(uint32(BreakerOpen))
