@@ -17,10 +17,11 @@ import (
 // whole time budget for as long as it is down, and the requests it slows
 // keep it saturated as it comes back. The engine keeps a circuit breaker
 // per store (not per key), as Envoy's outlier detection and resilience4j
-// do: after a few store calls in a row fail or miss their budget it opens,
-// and the policies on the store are decided by their on_store_error at
-// once; after a cool-down it lets a probe through (half-open), and the
-// first probe that succeeds closes it.
+// do: after a few store calls in a row fail or miss their budget, with no
+// call answered in time while they were out, it opens, and the policies on
+// the store are decided by their on_store_error at once; after a cool-down
+// it lets a few probes through (half-open): the first that succeeds closes
+// it, and it opens again once all of them failed.
 //
 // The breaker is a layer around store calls, not a limiter: it only says
 // whether a call may take its budget (admit) and hears how the call ended
@@ -87,8 +88,11 @@ type BreakerEvent struct {
 // context.Cause of its context.
 var errBreakerOpen = errors.New("edgelimit: store breaker open")
 
-// ticket is what the breaker allowed one call.
-type ticket uint8
+// ticket is what the breaker allowed one call: its kind in the low two
+// bits, and above them the generation it was given in (for pass, the
+// breaker's run of successes, see breaker.run; for probe, its half-open
+// period), so that done can tell what happened while the call was out.
+type ticket uint64
 
 const (
 	// pass: the breaker is closed; the call has its budget.
@@ -96,9 +100,13 @@ const (
 	// probe: the breaker is half-open and this call probes the store.
 	probe
 	// refused: the breaker is open (or half-open with its probes taken):
-	// the call gets no budget.
+	// the call gets no budget. A refused ticket carries no generation, so
+	// it compares equal to refused.
 	refused
 )
+
+func (tk ticket) kind() ticket { return tk & 3 }
+func (tk ticket) gen() uint64  { return uint64(tk) >> 2 }
 
 // budget is the time budget a call with the ticket gets, of the policy's
 // d: none when refused.
@@ -122,9 +130,26 @@ const (
 	failed
 )
 
+// run packs, for a closed breaker, the generation of its last success (the
+// high bits) and the failures counted since (the low runBits): one word,
+// so that a success and a failure landing together cannot lose either.
+const (
+	runBits = 24
+	runMax  = 1<<runBits - 1
+)
+
 // breaker is one store's circuit breaker. A closed breaker costs a call
-// one atomic load, and a success one more; its lock is taken only to
-// change state and while it is not closed.
+// two atomic loads, and a success or a failure one compare-and-swap; its
+// lock is taken only to change state and while it is not closed.
+//
+// A failure counts against the store only if the store answered no other
+// call while it was out (no success since the call was admitted): with
+// many calls in flight at once, calls that fail while others are answered
+// in time say that those calls were slow (one hot item that many
+// concurrent writes queue on, a throttled partition), not that the store
+// is down, and opening for them would refuse the store to every key while
+// it answers. In particular the calls still in flight when the breaker
+// closes, admitted before it opened, cannot open it again.
 type breaker struct {
 	label    string
 	policies []string
@@ -132,19 +157,25 @@ type breaker struct {
 	e        *Engine
 
 	state atomic.Uint32 // BreakerState
-	fails atomic.Int32  // calls in a row that failed, while closed
+	run   atomic.Uint64 // generation<<runBits | failures counted, while closed
 
 	mu sync.Mutex
 	// until is when an open breaker may probe; since is when it opened
-	// after being closed; probes are the probes in flight.
-	until, since time.Time
-	probes       int
+	// after being closed. In half-open, period numbers the half-open
+	// periods (a probe of an earlier one is ignored), probes are the
+	// probes in flight and tried the probes that failed.
+	until, since  time.Time
+	period        uint64
+	probes, tried int
 }
 
 // admit says whether a call at now may ask the store.
 func (b *breaker) admit(ctx context.Context, now time.Time) ticket {
-	if b == nil || BreakerState(b.state.Load()) == BreakerClosed {
+	if b == nil {
 		return pass
+	}
+	if BreakerState(b.state.Load()) == BreakerClosed {
+		return b.passTicket()
 	}
 	b.mu.Lock()
 	st := BreakerState(b.state.Load())
@@ -152,16 +183,20 @@ func (b *breaker) admit(ctx context.Context, now time.Time) ticket {
 	tk := refused
 	switch {
 	case st == BreakerClosed:
-		tk = pass
+		tk = b.passTicket()
 	case st == BreakerOpen && now.Before(b.until):
 	default:
 		if st == BreakerOpen {
 			b.state.Store(uint32(BreakerHalfOpen))
+			b.period++
+			b.probes, b.tried = 0, 0
 			ev = &BreakerEvent{State: BreakerHalfOpen, From: BreakerOpen, At: now}
 		}
-		if b.probes < b.cfg.Probes {
+		// At most cfg.Probes probes of one half-open period fail: a store
+		// still down costs that many budgets per cool-down.
+		if b.probes+b.tried < b.cfg.Probes {
 			b.probes++
-			tk = probe
+			tk = ticket(b.period<<2) | probe
 		}
 	}
 	b.mu.Unlock()
@@ -169,39 +204,59 @@ func (b *breaker) admit(ctx context.Context, now time.Time) ticket {
 	return tk
 }
 
+// passTicket is a pass (kind 0) of the current generation of successes.
+func (b *breaker) passTicket() ticket { return ticket(b.run.Load() >> runBits << 2) }
+
 // done records how a call admitted with tk ended.
 func (b *breaker) done(ctx context.Context, tk ticket, r callResult, err error) {
-	if b == nil || tk == refused {
-		return
-	}
-	if tk == pass {
-		switch r {
-		case answered:
-			if b.fails.Load() != 0 {
-				b.fails.Store(0)
+	if b == nil || tk == refused || r == neutral {
+		if b != nil && tk.kind() == probe {
+			b.mu.Lock()
+			if b.period == tk.gen() && BreakerState(b.state.Load()) == BreakerHalfOpen {
+				b.probes-- // answered from memory: another call may probe
 			}
-		case failed:
-			if n := b.fails.Add(1); int(n) >= b.cfg.Failures {
-				b.trip(ctx, int(n), err)
-			}
+			b.mu.Unlock()
 		}
 		return
 	}
+	if tk.kind() == pass {
+		for {
+			old := b.run.Load()
+			gen, n := old>>runBits, old&runMax
+			next := (gen + 1) << runBits // a success: a new generation, nothing counted
+			if r == failed {
+				if gen != tk.gen() {
+					return // the store answered another call meanwhile
+				}
+				n = min(n+1, runMax)
+				next = gen<<runBits | n
+			}
+			if b.run.CompareAndSwap(old, next) {
+				if r == failed && int(n) >= b.cfg.Failures {
+					b.trip(ctx, int(n), gen, err)
+				}
+				return
+			}
+		}
+	}
 	b.mu.Lock()
-	b.probes--
 	var ev *BreakerEvent
-	if BreakerState(b.state.Load()) == BreakerHalfOpen {
+	if b.period == tk.gen() && BreakerState(b.state.Load()) == BreakerHalfOpen {
+		b.probes--
+		now := b.e.now()
 		switch r {
 		case answered:
-			now := b.e.now()
-			b.fails.Store(0)
+			// A new generation: the calls admitted before it opened, still
+			// out, cannot count against it.
+			b.run.Store((b.run.Load()>>runBits + 1) << runBits)
 			b.state.Store(uint32(BreakerClosed))
 			ev = &BreakerEvent{State: BreakerClosed, From: BreakerHalfOpen, Open: now.Sub(b.since), At: now}
 		case failed:
-			now := b.e.now()
-			b.until = now.Add(b.cfg.CoolDown)
-			b.state.Store(uint32(BreakerOpen))
-			ev = &BreakerEvent{State: BreakerOpen, From: BreakerHalfOpen, Err: err, At: now}
+			if b.tried++; b.tried >= b.cfg.Probes {
+				b.until = now.Add(b.cfg.CoolDown)
+				b.state.Store(uint32(BreakerOpen))
+				ev = &BreakerEvent{State: BreakerOpen, From: BreakerHalfOpen, Err: err, At: now}
+			}
 		}
 	}
 	b.mu.Unlock()
@@ -209,10 +264,11 @@ func (b *breaker) done(ctx context.Context, tk ticket, r callResult, err error) 
 }
 
 // trip opens a closed breaker after n failures in a row.
-func (b *breaker) trip(ctx context.Context, n int, err error) {
+func (b *breaker) trip(ctx context.Context, n int, gen uint64, err error) {
 	b.mu.Lock()
 	var ev *BreakerEvent
-	if BreakerState(b.state.Load()) == BreakerClosed {
+	// (Not if it opened and closed again since the count reached n.)
+	if BreakerState(b.state.Load()) == BreakerClosed && b.run.Load()>>runBits == gen {
 		now := b.e.now()
 		b.since, b.until = now, now.Add(b.cfg.CoolDown)
 		b.state.Store(uint32(BreakerOpen))

@@ -82,8 +82,11 @@ func TestConformanceMemoryOneShard(t *testing.T) {
 // TransactWriteItems); on moto they are transactions.
 //
 // moto answers one call at a time, in about 10 ms: the concurrency claims
-// run there in full, with the deny cache on (the default of a policy file),
-// and the randomised model comparison is shortened. dynalite runs every
+// run there with the deny cache on (the default of a policy file), at the
+// sizes of limitertest.Options.Serialized (a quarter: a serialized server
+// gives them no interleaving that a larger size would add, and the moto
+// lane is the package's longest), and the randomised model comparison is
+// shortened. dynalite runs every
 // test in full and without the deny cache, so that every denial reaches
 // the server.
 func TestConformanceDynamo(t *testing.T) {
@@ -93,7 +96,7 @@ func TestConformanceDynamo(t *testing.T) {
 		forEachAlgorithm(t, func(t *testing.T, alg string) {
 			opts := capabilities(alg)
 			if s.Name == "moto" {
-				opts.DenyCache, opts.Quick = true, true
+				opts.DenyCache, opts.Quick, opts.Serialized = true, true, true
 			}
 			limitertest.Run(t, func(t *testing.T) limitertest.NewLimiter {
 				return counters(dynamoStore(t, s, dynamostore.TransactionsAuto))

@@ -45,11 +45,14 @@ func hammer(n int, fn func(i int) error) error {
 // phase 2 sends the other 3,064 free-running across the moment the quota
 // runs out: exactly 64 more are admitted, and no denial completed before an
 // admitted request was sent (that denial would have met a quota with room:
-// a spurious denial).
+// a spurious denial). (Serialized: 1,000 requests, a limit of 250.)
 func (s *suite) testConcurrentOneKey(t *testing.T) {
 	e := s.env(t)
-	const limit, requests = 1000, 4000
-	l := e.limiter("hot", limit, time.Hour)
+	limit, requests := 1000, 4000
+	if s.opts.Serialized {
+		limit, requests = 250, 1000
+	}
+	l := e.limiter("hot", int64(limit), time.Hour)
 	ask := func(i int) (bool, error) {
 		d, err := l.l.Allow(e.ctx(), edgelimit.Request{Key: "hot", Cost: 1})
 		if err != nil {
@@ -99,8 +102,8 @@ func (s *suite) testConcurrentOneKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := limit - Workers - denied1.Load() + admitted2.Load()
-	if total != limit {
+	total := int64(limit-Workers) - denied1.Load() + admitted2.Load()
+	if total != int64(limit) {
 		t.Errorf("%d goroutines, %d requests, limit %d: admitted %d; want exactly %d", Workers, requests, limit, total, limit)
 	}
 	if firstDenialEnd.Load() < lastAdmitStart.Load() {
@@ -111,17 +114,20 @@ func (s *suite) testConcurrentOneKey(t *testing.T) {
 
 // testConcurrentDistinctKeys: 1,000 keys with a limit of 2 get 3 requests
 // each, interleaved over 64 goroutines; every key gets exactly 2. (Quick:
-// a limit of 1 and 2 requests a key.)
+// a limit of 1 and 2 requests a key; Serialized: 250 keys.)
 func (s *suite) testConcurrentDistinctKeys(t *testing.T) {
 	e := s.env(t)
-	const keys = 1000
+	keys := 1000
+	if s.opts.Serialized {
+		keys = 250
+	}
 	limit := int64(2)
 	if s.opts.Quick {
 		limit = 1
 	}
 	perKey := int(limit) + 1
 	l := e.limiter("many", limit, time.Hour)
-	var admitted [keys]atomic.Int64
+	admitted := make([]atomic.Int64, keys)
 	err := hammer(keys*perKey, func(i int) error {
 		k := i % keys
 		d, err := l.l.Allow(e.ctx(), edgelimit.Request{Key: fmt.Sprintf("key-%04d", k), Cost: 1})

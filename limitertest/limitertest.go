@@ -182,6 +182,17 @@ type Options struct {
 	// goroutines, 4,000 requests, limit 1,000) and every other test run in
 	// full.
 	Quick bool
+	// Serialized is for a server that answers one call at a time (moto
+	// behind the test-server runner's lock): there the concurrency claims'
+	// interleavings are the client's alone (64 goroutines reading, deciding
+	// and writing around one another), which do not grow with the
+	// claims' sizes, while their time does, call by call. The one-key claim
+	// runs at a quarter (64 goroutines, 1,000 requests, limit 250: every
+	// unit still contended by 64), the distinct-keys claim with 250 keys
+	// (each key's requests are more than 64 apart either way, so no two of
+	// one key meet at any size). A server that answers concurrently runs
+	// them in full.
+	Serialized bool
 }
 
 // Run runs the conformance suite as subtests of t.

@@ -43,6 +43,9 @@ func funcEngine(t *testing.T, policies string, allow func(p *policy.Policy, ctx 
 	return e
 }
 
+// onePolicy's budget is the longest a policy may set: TestLimiterContext checks
+// that the budget has not run out during the call, which a loaded machine
+// must not be able to make false.
 const onePolicy = `
 version: 1
 policies:
@@ -52,7 +55,7 @@ policies:
     strategy: durable
     limit: 10
     window: 1m
-    store_timeout: 250ms
+    store_timeout: 30s
 `
 
 type ctxKey struct{}
@@ -132,7 +135,7 @@ func TestLimiterContext(t *testing.T) {
 // TestLimiterContextExpires: a limiter that waits on Done is released by the
 // store_timeout budget, and the policy's on_store_error decides.
 func TestLimiterContextExpires(t *testing.T) {
-	policies := strings.Replace(onePolicy, "store_timeout: 250ms", "store_timeout: 1ms", 1)
+	policies := strings.Replace(onePolicy, "store_timeout: 30s", "store_timeout: 1ms", 1)
 	var got error
 	e := funcEngine(t, policies, func(_ *policy.Policy, ctx context.Context, _ edgelimit.Request) (edgelimit.Decision, error) {
 		<-ctx.Done() // a store that never answers

@@ -11,11 +11,11 @@ import (
 
 // Breaker configures the circuit breaker of a policy's store
 // (store_breaker). The engine keeps one breaker per store: after Failures
-// store calls in a row failed or missed their budget, it opens, and every
-// policy on the store is decided by its on_store_error at once, without a
-// store call, for CoolDown; then it lets Probes calls at a time through
-// (half-open), and the first that succeeds closes it, the first that fails
-// opens it for another CoolDown. Policies on one store must configure it
+// store calls in a row failed or missed their budget, with no call answered
+// while they were out, it opens, and every policy on the store is decided
+// by its on_store_error at once, without a store call, for CoolDown; then
+// it lets Probes calls through (half-open): the first that succeeds closes
+// it, and once all of them failed it opens for another CoolDown. Policies on one store must configure it
 // alike. A zero field takes its default (DefaultBreaker).
 type Breaker struct {
 	// Off: no breaker; every request asks the store, however long it has
@@ -27,8 +27,8 @@ type Breaker struct {
 	// CoolDown is how long the breaker stays open before it probes the
 	// store; default 1s.
 	CoolDown time.Duration
-	// Probes is how many calls may probe the store at once while the
-	// breaker is half-open; default 3.
+	// Probes is how many calls may probe the store (and fail) while the
+	// breaker is half-open, before it opens again; default 3.
 	Probes int
 }
 

@@ -90,7 +90,10 @@ type Result struct {
 	// calls passed on after it was back (the proxy's view).
 	StoreP50ms, StoreP90ms float64
 	// WarmStoreP50ms is the same before the store hung.
-	WarmStoreP50ms   float64
+	WarmStoreP50ms float64
+	// Reopened is how often the store breaker opened again after the
+	// store was back (from the server's log; the build before it has none).
+	Reopened         int
 	ServerErrors     int // 5xx answers over the whole run
 	DynaliteRequests int64
 	Memory           bool
@@ -137,20 +140,20 @@ func main() {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("store_timeout %s; the store hangs %s under a flood of one key (%d/s over %d connections) and %d probes/s of fresh keys; then back for %s; load average %s\n\n",
 		o.storeTimeout, o.hang, o.floodRate, o.conns, o.probeRate, o.after, strings.Join(strings.Fields(string(load))[:3], " "))
-	fmt.Println("| build | store calls per request (hang, after 1 s) | flood p50 / p95 (hang) | probe p50 (hang) | probes not counted by the store after it is back | every probe counted again after | store's own p50 / p90 once back (before it hung) |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| build | store calls per request (hang, after 1 s) | flood p50 / p95 (hang) | probe p50 (hang) | probes not counted by the store after it is back | every probe counted again after | store's own p50 / p90 once back (before it hung) | breaker opened again once back |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {
 		if r.Memory {
-			fmt.Printf("| %s | — | %.2f / %.2f ms | %.2f ms | — | — | — |\n", r.Label, r.FloodP50ms, r.FloodP95ms, r.ProbeP50ms)
+			fmt.Printf("| %s | — | %.2f / %.2f ms | %.2f ms | — | — | — | — |\n", r.Label, r.FloodP50ms, r.FloodP95ms, r.ProbeP50ms)
 			continue
 		}
 		recovery := fmt.Sprintf("%.0f ms", r.RecoveryMs)
 		if r.AfterUncounted > 0 && r.RecoveryMs >= ms(o.after) {
 			recovery = "not within " + o.after.String()
 		}
-		fmt.Printf("| %s | %.3f (%d of %d) | %.2f / %.2f ms | %.2f ms | %d of %d | %s | %.1f / %.1f ms (%.1f ms) |\n", r.Label, r.CallsPerRequest,
+		fmt.Printf("| %s | %.3f (%d of %d) | %.2f / %.2f ms | %.2f ms | %d of %d | %s | %.1f / %.1f ms (%.1f ms) | %d |\n", r.Label, r.CallsPerRequest,
 			r.HangStoreCalls, r.HangRequests, r.FloodP50ms, r.FloodP95ms, r.ProbeP50ms, r.AfterUncounted, r.AfterProbes, recovery,
-			r.StoreP50ms, r.StoreP90ms, r.WarmStoreP50ms)
+			r.StoreP50ms, r.StoreP90ms, r.WarmStoreP50ms, r.Reopened)
 	}
 }
 
@@ -403,8 +406,25 @@ func measure(o options, bin, label string, memory bool) (Result, error) {
 	} else {
 		r.RecoveryMs = ms(recovered.Sub(backAt))
 	}
+	if logText, err := os.ReadFile(logf.Name()); err == nil {
+		r.Reopened = reopened(string(logText), backAt)
+	}
 	fmt.Fprintf(os.Stderr, "%s: %+v\n", label, r)
 	return r, nil
+}
+
+var openLine = regexp.MustCompile(`time=(\S+) level=WARN msg="edgelimit: store breaker open"`)
+
+// reopened counts the breaker's openings in the server's log at or after
+// back.
+func reopened(log string, back time.Time) int {
+	n := 0
+	for _, m := range openLine.FindAllStringSubmatch(log, -1) {
+		if at, err := time.Parse(time.RFC3339Nano, m[1]); err == nil && !at.Before(back) {
+			n++
+		}
+	}
+	return n
 }
 
 var listenLine = regexp.MustCompile(`listening on (http://[0-9.:]+)`)
