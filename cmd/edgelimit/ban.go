@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgelimit/edgelimit/policy"
 	"github.com/edgelimit/edgelimit/setup"
 )
 
@@ -88,7 +89,7 @@ func runBan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		report(stdout, f, map[string]any{"policy": pol, "lifted": true},
 			"policy %s: the key's ban, denials and level are lifted; every instance applies it within the policy's ban.staleness (%s)\n",
-			pol, formatDuration(p.Ban.Staleness))
+			pol, policy.FormatDuration(p.Ban.Staleness))
 	}
 	return exitOK
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/edgelimit/edgelimit/policy"
 )
@@ -71,7 +70,7 @@ func printTable(w io.Writer, f *policy.File) {
 			notes = append(notes, "tiers="+p.Tiers.By.String())
 		}
 		if p.Overrides {
-			notes = append(notes, "overrides="+formatDuration(p.OverrideStaleness))
+			notes = append(notes, "overrides="+policy.FormatDuration(p.OverrideStaleness))
 		}
 		opts := "-"
 		if s, ok := p.Options.(fmt.Stringer); ok {
@@ -175,15 +174,6 @@ func printLists(w io.Writer, lists []*policy.List) {
 }
 
 // formatDuration writes d compactly (1d, 24h, 1m30s).
-func formatDuration(d time.Duration) string {
-	if d > 0 && d%(24*time.Hour) == 0 {
-		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
-	}
-	s := d.String()
-	s = strings.Replace(s, "m0s", "m", 1)
-	s = strings.Replace(s, "h0m", "h", 1)
-	return s
-}
 
 func countOf(n int, one, many string) string {
 	if n == 1 {

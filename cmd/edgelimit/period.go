@@ -44,7 +44,7 @@ func windowText(w time.Duration, p policy.Period) string {
 	if !p.IsZero() {
 		return p.String()
 	}
-	return formatDuration(w)
+	return policy.FormatDuration(w)
 }
 
 // usageNow is the instant usage finds the period's end at (a test's clock).

@@ -197,7 +197,7 @@ func runQuota(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		}
 		report(stdout, f, map[string]any{"policy": pol, "override": limitsJSON(l), "until": jsonTime(until)},
 			"policy %s: override %s set %s; every instance applies it within the policy's override_staleness (%s)\n",
-			pol, describeLimits(l), when, formatDuration(p.OverrideStaleness))
+			pol, describeLimits(l), when, policy.FormatDuration(p.OverrideStaleness))
 	case action == "get":
 		l, ok, err := e.Override(cctx, pol, key)
 		if err != nil {
@@ -213,7 +213,7 @@ func runQuota(ctx context.Context, cmd string, args []string, stdout, stderr io.
 			return fail(err)
 		}
 		report(stdout, f, map[string]any{"policy": pol, "override": nil}, "policy %s: override removed; the policy's limits apply again within %s\n",
-			pol, formatDuration(p.OverrideStaleness))
+			pol, policy.FormatDuration(p.OverrideStaleness))
 	}
 	return exitOK
 }
@@ -393,7 +393,7 @@ func printUsage(w io.Writer, f opFlags, p *policy.Policy, d edgelimit.Usage, ovr
 	if t == "" {
 		t = "-"
 	}
-	reset := formatDuration(d.Reset.Round(time.Second))
+	reset := policy.FormatDuration(d.Reset.Round(time.Second))
 	if end, ok := periodEnd(inForce(p, tier, ovr, hasOverride), usageNow()); ok {
 		reset += " (at " + end.Format(time.RFC3339) + ")" // a calendar period's end
 	}
@@ -401,7 +401,7 @@ func printUsage(w io.Writer, f opFlags, p *policy.Policy, d edgelimit.Usage, ovr
 	if d.Grant.Units > 0 {
 		g = fmt.Sprintf("%d until %s", d.Grant.Units, d.Grant.Until.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", p.Name, t, d.Limit, formatDuration(d.Window), d.Remaining, reset, o, g)
+	fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", p.Name, t, d.Limit, policy.FormatDuration(d.Window), d.Remaining, reset, o, g)
 	tw.Flush()
 }
 
@@ -451,7 +451,7 @@ func describeLimits(l policy.Limits) string {
 		parts = append(parts, "limit "+strconv.FormatInt(l.Limit, 10))
 	}
 	if l.Window > 0 {
-		parts = append(parts, "window "+formatDuration(l.Window))
+		parts = append(parts, "window "+policy.FormatDuration(l.Window))
 	}
 	if l.Burst > 0 {
 		parts = append(parts, "burst "+strconv.FormatInt(l.Burst, 10))
