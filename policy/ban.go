@@ -3,11 +3,9 @@ package policy
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 
-	"github.com/edgelimit/edgelimit/internal/suggest"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -77,16 +75,8 @@ func parseBan(p *fileParser, pol *Policy, v *yaml.Node) {
 			*dst = d
 		}
 	}
-	for i := 0; i+1 < len(v.Content); i += 2 {
-		k, fv := v.Content[i], v.Content[i+1]
-		switch {
-		case !slices.Contains(known, k.Value):
-			p.errorf(k.Line, pol.Name, "unknown field ban.%s%s", k.Value, suggest.DidYouMean(k.Value, known))
-			continue
-		case seen[k.Value]:
-			p.errorf(k.Line, pol.Name, "field ban.%s appears twice", k.Value)
-			continue
-		}
+	for _, kv := range p.subfields(pol.Name, "ban.", v, known) {
+		k, fv := kv.key, kv.value
 		seen[k.Value] = true
 		switch k.Value {
 		case "after":

@@ -2,10 +2,8 @@ package policy
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
-	"github.com/edgelimit/edgelimit/internal/suggest"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -88,18 +86,8 @@ func parseStoreBreaker(p *fileParser, pol *Policy, v *yaml.Node) {
 	}
 	b := DefaultBreaker
 	known := []string{"failures", "cool_down", "probes"}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(v.Content); i += 2 {
-		k, fv := v.Content[i], v.Content[i+1]
-		switch {
-		case !slices.Contains(known, k.Value):
-			p.errorf(k.Line, pol.Name, "unknown field store_breaker.%s%s", k.Value, suggest.DidYouMean(k.Value, known))
-			continue
-		case seen[k.Value]:
-			p.errorf(k.Line, pol.Name, "field store_breaker.%s appears twice", k.Value)
-			continue
-		}
-		seen[k.Value] = true
+	for _, kv := range p.subfields(pol.Name, "store_breaker.", v, known) {
+		k, fv := kv.key, kv.value
 		switch k.Value {
 		case "failures":
 			if n, ok := p.int(fv, pol.Name, "store_breaker.failures"); ok {

@@ -110,16 +110,33 @@ func (f *Fields) Map(name string, known ...string) (*Fields, bool) {
 		return nil, false
 	}
 	sub := &Fields{p: f.p, policy: f.policy, nodes: map[string]*yaml.Node{}, all: f.all, line: n.Line, prefix: f.prefix + name + "."}
+	for _, kv := range f.p.subfields(f.policy.Name, sub.prefix, n, known) {
+		sub.nodes[kv.key.Value] = kv.value
+	}
+	return sub, true
+}
+
+// subfield is one field of a nested mapping, its key and value nodes.
+type subfield struct{ key, value *yaml.Node }
+
+// subfields returns the fields of the mapping n (a policy's field whose
+// value is a mapping: prefix is its name and a dot) in the file's order,
+// recording each field not among known, with a "did you mean", and each
+// field given twice, which it leaves out.
+func (p *fileParser) subfields(pol, prefix string, n *yaml.Node, known []string) []subfield {
+	var out []subfield
+	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		switch {
 		case !slices.Contains(known, k.Value):
-			f.p.errorf(k.Line, f.policy.Name, "unknown field %s%s%s", sub.prefix, k.Value, suggest.DidYouMean(k.Value, known))
-		case sub.nodes[k.Value] != nil:
-			f.p.errorf(k.Line, f.policy.Name, "field %s%s appears twice", sub.prefix, k.Value)
+			p.errorf(k.Line, pol, "unknown field %s%s%s", prefix, k.Value, suggest.DidYouMean(k.Value, known))
+		case seen[k.Value]:
+			p.errorf(k.Line, pol, "field %s%s appears twice", prefix, k.Value)
 		default:
-			sub.nodes[k.Value] = v
+			seen[k.Value] = true
+			out = append(out, subfield{k, v})
 		}
 	}
-	return sub, true
+	return out
 }
