@@ -13,11 +13,24 @@ import (
 // go command cannot say.
 func Links(t testing.TB, pkg string) []string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-deps", pkg).Output()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v", pkg, err)
+	// go list shares the module and build caches with the other packages'
+	// tests running at the same time; one failed once in a clean-clone run,
+	// its reason unsaid. Say the reason, and ask a second time before failing.
+	var stderr strings.Builder
+	for attempt := 1; ; attempt++ {
+		stderr.Reset()
+		cmd := exec.Command("go", "list", "-deps", pkg)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		switch {
+		case err == nil:
+			return strings.Fields(string(out))
+		case attempt == 1:
+			t.Logf("go list -deps %s: %v: %s (asking again)", pkg, err, strings.TrimSpace(stderr.String()))
+		default:
+			t.Fatalf("go list -deps %s: %v: %s", pkg, err, strings.TrimSpace(stderr.String()))
+		}
 	}
-	return strings.Fields(string(out))
 }
 
 // ConfigLoader reports whether p is part of the AWS SDK's shared-config
