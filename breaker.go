@@ -318,7 +318,8 @@ func (b *breaker) State() BreakerState {
 // the request's context: the store answered when the limiter reached for
 // it (started the budget's timer: a store call, or a wait for one) and
 // succeeded; it failed when the limiter reached for it and failed while
-// the request was still there. An error without reaching for the store
+// the request was still there, unless it only waited for another request's
+// call (ErrWaited: that call counts). An error without reaching for the store
 // (a request the limiter refused, a full in-process store) and a client
 // that went away say nothing about the store.
 func resultOf(cctx *budgetCtx, parent context.Context, err error) callResult {
@@ -328,7 +329,7 @@ func resultOf(cctx *budgetCtx, parent context.Context, err error) callResult {
 	switch {
 	case err == nil:
 		return answered
-	case parent.Err() != nil:
+	case parent.Err() != nil, errors.Is(err, ErrWaited):
 		return neutral
 	}
 	return failed

@@ -91,6 +91,12 @@ func (l *storeLimiter) Allow(ctx context.Context, r edgelimit.Request) (edgelimi
 	if r.Header != nil && r.Header.Get("X-Memo") != "" {
 		return edgelimit.Decision{Allowed: true, Limit: 10, Remaining: 9}, nil
 	}
+	if r.Header != nil && r.Header.Get("X-Waited") != "" {
+		// Waited for another request's call (a deny cache's refresh) until
+		// the budget ran out: the error a durable Counter returns then.
+		<-ctx.Done()
+		return edgelimit.Decision{}, fmt.Errorf("store: %w: %w", edgelimit.ErrWaited, ctx.Err())
+	}
 	if r.Header != nil && r.Header.Get("X-Slow") != "" {
 		return edgelimit.Decision{}, l.s.slowCall(ctx)
 	}
@@ -532,5 +538,38 @@ policies:
 	}
 	if ov.calls.Load() != 2 || strings.Join(states, " ") != "overrides:open" {
 		t.Errorf("%d override reads, breaker changes %v; want 2 and the override store's open", ov.calls.Load(), states)
+	}
+}
+
+// TestBreakerDoesNotCountWaits: requests that waited for another request's
+// store call until their budget ran out (ErrWaited) are decided by
+// on_store_error, but do not open the breaker, however many: the call
+// they waited for counts once, with its own result. Three calls of their
+// own that fail do open it.
+func TestBreakerDoesNotCountWaits(t *testing.T) {
+	s := &store{mode: "fail"}
+	fx := newBreakerFixture(t, `version: 1
+policies:
+  - {name: paid, routes: ["GET /paid"], key: ip, strategy: durable, limit: 10, window: 1m, on_store_error: deny,
+     store_timeout: 1ms, store_breaker: {failures: 3, cool_down: 2s, probes: 1}}
+`, map[string]*store{"paid": s}, map[string]string{"paid": "table"})
+	waited := limitertest.Headers(map[string]string{"X-Waited": "1"})
+	for i := range 10 {
+		v := fx.e.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/paid", SourceIP: "192.0.2.1", Header: waited})
+		if v.Status != 503 {
+			t.Fatalf("waited request %d: status %d, want 503 (on_store_error: deny decides it)", i, v.Status)
+		}
+		if ev := fx.lastEvent(); ev.Reason != "degraded" || ev.StoreError == nil || !errors.Is(ev.StoreError, edgelimit.ErrWaited) {
+			t.Errorf("waited request %d: reason %q, store error %v; want degraded with ErrWaited", i, ev.Reason, ev.StoreError)
+		}
+	}
+	if got := fx.transitions(); len(got) != 0 {
+		t.Fatalf("breaker changes %v after 10 waits, want none", got)
+	}
+	for i := range 3 {
+		fx.get("/paid")
+		if got := fx.transitions(); (i < 2) != (len(got) == 0) {
+			t.Fatalf("after %d failed calls of its own: breaker changes %v", i+1, got)
+		}
 	}
 }

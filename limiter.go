@@ -2,6 +2,7 @@ package edgelimit
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/edgelimit/edgelimit/policy"
@@ -136,6 +137,16 @@ type Receipt struct {
 type Limiter interface {
 	Allow(ctx context.Context, req Request) (Decision, error)
 }
+
+// ErrWaited marks a limiter's error that ended a wait for another
+// request's store call (one call answers many requests of a hot key, see
+// durablecounter's deny cache) rather than a store call of this request:
+// wrap it with the context's error (fmt.Errorf("...: %w: %w", ErrWaited,
+// ctx.Err())). The policy's on_store_error still decides the request, but
+// the store breaker does not count it: the call waited for is counted
+// once, with its own result, so one slow call cannot count as a failure
+// for each request that waited for it.
+var ErrWaited = errors.New("edgelimit: waited for another request's store call")
 
 // Quoter is an optional ability: a limiter whose decisions announce a
 // quota other than its policy's limit and window (a bucket: its burst over

@@ -1,6 +1,8 @@
 package durablecounter
 
 import (
+	"context"
+	"errors"
 	"hash/maphash"
 	"strings"
 	"sync"
@@ -209,28 +211,40 @@ func (c *stateCache) len() int {
 // expires its entry ten times a second).
 type flights struct {
 	mu sync.Mutex
-	m  map[itemID]chan struct{}
+	m  map[itemID]*flight
 }
 
-// join returns the channel closed when the leader's store call ends, and
-// whether the caller is the leader (then it must call done).
-func (f *flights) join(id itemID) (wait chan struct{}, leader bool) {
+// flight is one leader's store call: done is closed when it ends, and err
+// is then its failure, if the store failed it (not the leader's client
+// going away), which the requests that waited share.
+type flight struct {
+	done chan struct{}
+	err  error
+}
+
+// join returns the leader's flight, and whether the caller is the leader
+// (then it must call land).
+func (f *flights) join(id itemID) (fl *flight, leader bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.m == nil {
-		f.m = make(map[itemID]chan struct{})
+		f.m = make(map[itemID]*flight)
 	}
-	if ch, ok := f.m[id]; ok {
-		return ch, false
+	if fl, ok := f.m[id]; ok {
+		return fl, false
 	}
-	ch := make(chan struct{})
-	f.m[id] = ch
-	return ch, true
+	fl = &flight{done: make(chan struct{})}
+	f.m[id] = fl
+	return fl, true
 }
 
-func (f *flights) done(id itemID, ch chan struct{}) {
+// land ends the leader's flight; err is its store call's error, or nil.
+func (f *flights) land(id itemID, fl *flight, err error) {
 	f.mu.Lock()
 	delete(f.m, id)
 	f.mu.Unlock()
-	close(ch)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fl.err = err
+	}
+	close(fl.done)
 }

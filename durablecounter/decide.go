@@ -100,32 +100,45 @@ func (c *Counter) decide(ctx context.Context, v *variant, req edgelimit.Request,
 	if denied {
 		return d, nil
 	}
+	var fl *flight // this request leads a refresh: its result lands there
 	if expired {
 		// The key was denied until just now: one request asks the store,
 		// the others wait for its answer and look again, so a flood costs
-		// one store call per expiry, not one per request in flight.
-		wait, leader := c.refresh.join(o.id)
+		// one store call per expiry, not one per request in flight. If
+		// the store fails that call, the requests that waited for it
+		// share its failure (ErrWaited: the engine counts the one call
+		// against the store) rather than each asking a failing store.
+		f, leader := c.refresh.join(o.id)
 		if !leader {
 			select {
-			case <-wait:
+			case <-f.done:
 			case <-ctx.Done():
-				return edgelimit.Decision{}, fmt.Errorf("durablecounter: waiting for %q: %w", o.id.pk(), ctx.Err())
+				return edgelimit.Decision{}, fmt.Errorf("durablecounter: %q: %w: %w", o.id.pk(), edgelimit.ErrWaited, ctx.Err())
+			}
+			if f.err != nil {
+				return edgelimit.Decision{}, fmt.Errorf("durablecounter: %q: %w: %w", o.id.pk(), edgelimit.ErrWaited, f.err)
 			}
 			o = c.op(v, shard, req.Key, cost, c.later(req, t))
 			if d, denied, held, _ = c.cached(&o); denied {
 				return d, nil
 			}
 		} else {
-			defer c.refresh.done(o.id, wait)
+			fl = f
 			// A leader that finished between our lookup and our join
 			// may have refreshed the entry already.
 			if d, denied, held, _ = c.cached(&o); denied {
+				c.refresh.land(o.id, fl, nil)
 				return d, nil
 			}
 		}
 	}
 	gen := c.denyGen(&o)
 	r, err := c.store.apply(ctx, o)
+	if fl != nil {
+		// Landed on return, once the cache has the answer (below), or
+		// with the failure the waiters then share.
+		defer c.refresh.land(o.id, fl, err)
+	}
 	if err != nil {
 		return edgelimit.Decision{}, err
 	}

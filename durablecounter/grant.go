@@ -70,7 +70,7 @@ func (c *Counter) grantsMayExist(ctx context.Context, t int64) (bool, error) {
 			case <-ch:
 				continue
 			case <-ctx.Done():
-				return false, fmt.Errorf("durablecounter: waiting for the grant marker of %q: %w", c.name, ctx.Err())
+				return false, fmt.Errorf("durablecounter: the grant marker of %q: %w: %w", c.name, edgelimit.ErrWaited, ctx.Err())
 			}
 		}
 		ch := make(chan struct{})
