@@ -19,6 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	bandynamo "github.com/edgelimit/edgelimit/bans/dynamostore"
 	"github.com/edgelimit/edgelimit/durablecounter/dynamostore"
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	ifdynamo "github.com/edgelimit/edgelimit/inflight/dynamostore"
@@ -107,15 +108,27 @@ func (c cfn) env(t *testing.T, fn handlers.Function) map[string]*yaml.Node {
 // strategies returns the strategies fn's embedded policies use.
 func strategies(t *testing.T, fn handlers.Function) map[string]bool {
 	t.Helper()
+	s := map[string]bool{}
+	for _, p := range parsePolicies(t, fn).Policies {
+		s[p.StrategyName()] = true
+	}
+	return s
+}
+
+func parsePolicies(t *testing.T, fn handlers.Function) *policy.File {
+	t.Helper()
 	pf, err := policy.Parse(fn.PolicyFile, fn.Policies)
 	if err != nil {
 		t.Fatalf("%s: %v", fn.PolicyFile, err)
 	}
-	s := map[string]bool{}
-	for _, p := range pf.Policies {
-		s[p.StrategyName()] = true
-	}
-	return s
+	return pf
+}
+
+// bans says whether one of fn's embedded policies has a ban: the
+// function then also keeps bans in the table (bans/dynamostore).
+func bans(t *testing.T, fn handlers.Function) bool {
+	t.Helper()
+	return slices.ContainsFunc(parsePolicies(t, fn).Policies, func(p *policy.Policy) bool { return p.Ban != nil })
 }
 
 func TestTemplateRunsEachFunctionAsBuilt(t *testing.T) {
@@ -393,7 +406,8 @@ func transactMembers(t *testing.T, dir string) []string {
 // TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls derives each
 // function's DynamoDB actions from its strategies' narrow SDK interfaces
 // (durablecounter/dynamostore.DynamoAPI, kvbucket/dynamostore.DynamoAPI,
-// inflight/dynamostore.API) and compares them with
+// inflight/dynamostore.API) and, for a function with a banning policy,
+// the ban store's (bans/dynamostore.API), and compares them with
 // the template's policy statements: the same set, on the table only.
 func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 	c := loadTemplate(t)
@@ -403,7 +417,14 @@ func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 		"inflight": sdkActions(t, reflect.TypeFor[ifdynamo.API](), "inflight/dynamostore"),
 		"signed":   nil,
 	}
-	t.Logf("actions by strategy: %v", byStrategy)
+	banActions := sdkActions(t, reflect.TypeFor[bandynamo.API](), "bans/dynamostore")
+	t.Logf("actions by strategy: %v; of the ban store: %v", byStrategy, banActions)
+	banning := 0
+	defer func() {
+		if banning == 0 {
+			t.Errorf("no function has a banning policy, so the ban store's actions were not checked")
+		}
+	}()
 	secretGrants := map[string]bool{}
 	defer func() {
 		for _, fn := range handlers.All() {
@@ -416,6 +437,12 @@ func TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls(t *testing.T) {
 		want := map[string]bool{}
 		for s := range strategies(t, fn) {
 			for _, a := range byStrategy[s] {
+				want[a] = true
+			}
+		}
+		if bans(t, fn) {
+			banning++
+			for _, a := range banActions {
 				want[a] = true
 			}
 		}

@@ -39,15 +39,25 @@ import (
 	"github.com/edgelimit/edgelimit/internal/ddb/ddbcore"
 )
 
-// API is the part of the DynamoDB client the store calls, normally a
-// *dynamodb.Client: the IAM actions a function with bans needs.
+// API is the part of the DynamoDB client the functions' store calls,
+// normally a *dynamodb.Client: the IAM actions a function with bans needs
+// (a read of a key's ban, a count of its denial). e2e's
+// TestTemplateGrantsOnlyTheDynamoDBActionsTheCodeCalls derives the
+// template's grants from it.
 type API interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}
+
+// OperatorAPI is API and what an operator's LiftBan also calls. The
+// functions never lift a ban, so their role needs no DeleteItem; a Store
+// whose client lacks it refuses LiftBan with ErrConfig.
+type OperatorAPI interface {
+	API
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
-var _ API = (*dynamodb.Client)(nil)
+var _ OperatorAPI = (*dynamodb.Client)(nil)
 
 // Config configures a Store.
 type Config struct {
@@ -283,7 +293,11 @@ func isNameByte(c byte) bool {
 
 // LiftBan deletes the key's item: its ban, count and level.
 func (s *Store) LiftBan(ctx context.Context, k banrule.Key) error {
-	if _, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: s.table, Key: keyOf(k)}); err != nil {
+	d, ok := s.client.(OperatorAPI)
+	if !ok {
+		return fmt.Errorf("%w: the DynamoDB client (%T) cannot DeleteItem, which lifting a ban needs (dynamostore.OperatorAPI)", ErrConfig, s.client)
+	}
+	if _, err := d.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: s.table, Key: keyOf(k)}); err != nil {
 		return fmt.Errorf("bans/dynamostore: lifting a ban: %w", err)
 	}
 	return nil

@@ -108,14 +108,15 @@ func (r *callRecorder) take() string {
 }
 
 // iamPolicies are the kinds of policy whose calls docs/operations.md
-// lists, each with overrides: true (a policy an operator manages). The
-// durable one's quota is spent by one request, so that usage also asks
-// its grants, as it does for a customer at the limit.
+// lists, each with overrides: true (a policy an operator manages) and,
+// but for inflight, which cannot have one, a ban. The durable one's quota
+// is spent by one request, so that usage also asks its grants, as it does
+// for a customer at the limit.
 const iamPolicies = `version: 1
 policies:
-  - {name: quota, routes: ["GET /q"], key: header:X-Api-Key, strategy: durable, limit: 1, window: 24h, store_timeout: 5s, overrides: true}
-  - {name: sharded, routes: ["GET /s"], key: global, strategy: durable, limit: 100, window: 24h, shards: 4, store_timeout: 5s, overrides: true}
-  - {name: soft, routes: ["GET /k"], key: header:X-Api-Key, strategy: kv, limit: 100, window: 1m, store_timeout: 5s, overrides: true}
+  - {name: quota, routes: ["GET /q"], key: header:X-Api-Key, strategy: durable, limit: 1, window: 24h, store_timeout: 5s, overrides: true, ban: {after: 3, for: 15m}}
+  - {name: sharded, routes: ["GET /s"], key: global, strategy: durable, limit: 100, window: 24h, shards: 4, store_timeout: 5s, overrides: true, ban: {after: 3, for: 15m}}
+  - {name: soft, routes: ["GET /k"], key: header:X-Api-Key, strategy: kv, limit: 100, window: 1m, store_timeout: 5s, overrides: true, ban: {after: 3, for: 15m}}
   - {name: jobs, routes: ["GET /j"], key: header:X-Api-Key, strategy: inflight, limit: 2, window: 1m, store_timeout: 5s, overrides: true}
 `
 
@@ -160,6 +161,8 @@ func TestOperatorIAMTable(t *testing.T) {
 		{"`edgelimit override set`", []string{"override", "set", "--limit", "7"}},
 		{"`edgelimit override get`", []string{"override", "get"}},
 		{"`edgelimit override delete`", []string{"override", "delete"}},
+		{"`edgelimit ban list`", []string{"ban", "list"}},
+		{"`edgelimit ban lift`", []string{"ban", "lift"}},
 	}
 	for _, col := range columns {
 		t.Setenv(setup.EnvKVRegions, col.regions)
@@ -191,8 +194,8 @@ func TestOperatorIAMTable(t *testing.T) {
 			} else {
 				args = append(args, col.policy, key)
 			}
-			if col.policy == "jobs" && (args[0] == "reset" || args[0] == "grant") {
-				// An inflight policy has nothing to reset or grant.
+			if col.policy == "jobs" && (args[0] == "reset" || args[0] == "grant" || args[0] == "ban") {
+				// An inflight policy has nothing to reset or grant, and no ban.
 				if code, _, _ := cli(args...); code != 1 {
 					t.Errorf("%s on an inflight policy: exit %d, want 1", cmd.row, code)
 				}

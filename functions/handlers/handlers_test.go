@@ -70,7 +70,7 @@ func wantProblem(t *testing.T, what string, resp events.APIGatewayV2HTTPResponse
 
 func TestFunctionsHaveValidPolicies(t *testing.T) {
 	wantStrategies := map[string][]string{
-		"paid": {"durable", "durable"}, "contact": {"kv", "durable"}, "search": {"durable"}, "tts": {"signed", "durable", "inflight"},
+		"paid": {"durable", "durable", "durable"}, "contact": {"kv", "durable"}, "search": {"durable"}, "tts": {"signed", "durable", "inflight"},
 	}
 	for _, f := range handlers.All() {
 		pf, err := policy.Parse(f.PolicyFile, f.Policies)

@@ -21,7 +21,7 @@ type PaidResponse struct {
 }
 
 // NewPaid returns the handler of GET /paid/{resource}: an API-key metered
-// endpoint. The policies (paid-daily, paid-burst) key on X-Api-Key, so a
+// endpoint. The policies (paid-daily, paid-burst, paid-monthly) key on X-Api-Key, so a
 // request without one never reaches it (400 from the middleware). The
 // resource is 1-64 characters of a-z, 0-9, - and _.
 func NewPaid(d Deps) middleware.HTTPAPIHandler {

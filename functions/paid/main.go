@@ -1,4 +1,4 @@
-// Command paid is the example Lambda function for an API-key metered endpoint (durable: 10/s and 1,000/day per API key, fail closed).
+// Command paid is the example Lambda function for an API-key metered endpoint (durable: 10/s, 1,000/day and 20,000 a month from the billing day per API key, fail closed).
 // Its policies are embedded (functions/handlers/policies/paid.yaml); the
 // rest of its configuration is its environment (see setup.FromEnv and
 // template.yaml).
