@@ -47,15 +47,16 @@ func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry,
 	}
 	b.learn(e, t, n)
 	after := b.local(e, n)
-	// The answer's own part (the view may hold a later one already): the
-	// bucket just after this reservation, whose turn it is.
+	// The answer's own part (the view may hold a later one already), with
+	// this instance's unwritten spending, admitted before: the bucket just
+	// after this reservation, whose turn it is.
 	ans := e.v
 	ans.own = t.Own
 	if t.Applied {
 		s.stats.Writes++
 		u.report(u.avail(after, n), d)
 		d.Allowed = true
-		d.Delay = u.turn(ans.tat(u), n)
+		d.Delay = u.turn(e.pend.apply(ans.tat(u)), n)
 		d.Receipt = b.receipt(n, cost, d.Delay, e.hash)
 		if e.grantEnd > n {
 			countGrant(e.v.own, d)
