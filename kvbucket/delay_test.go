@@ -238,3 +238,38 @@ func TestMaxDelayUnderConcurrency(t *testing.T) {
 		})
 	})
 }
+
+// TestMaxDelayPeekAndGrant: Peek answers as Allow would, with the turn,
+// spending nothing; an operator's grant pays only for what the wait
+// cannot: a request that can wait for a turn waits, one whose turn would
+// be beyond max_delay is paid by the grant, at once.
+func TestMaxDelayPeekAndGrant(t *testing.T) {
+	clk := newClock(t0)
+	kv := NewMemory(MemoryConfig{Now: clk.Now})
+	b := mustNew(t, Config{Policy: delayPolicy("grant", time.Second), KV: kv, Now: clk.Now})
+	req := edgelimit.Request{Key: "k", Cost: 1}
+	if d, err := b.Allow(ctx, req); err != nil || !d.Allowed || d.Delay != 0 {
+		t.Fatalf("first: %+v, %v", d, err)
+	}
+	for range 2 {
+		if d, err := b.Peek(ctx, req); err != nil || !d.Allowed || d.Delay != 500*time.Millisecond {
+			t.Errorf("Peek: %+v, %v; want allowed for a turn 500ms away (and nothing spent)", d, err)
+		}
+	}
+	if err := b.Grant(ctx, req, 1, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []time.Duration{500 * time.Millisecond, time.Second, 1500 * time.Millisecond} {
+		d, err := b.Allow(ctx, req)
+		if err != nil || !d.Allowed || d.Delay != want || d.Receipt.ID == b.grantReceiptID(b.cacheEntry("k").hash) {
+			t.Errorf("Allow: %+v, %v; want a turn %s away, paid by the bucket", d, err, want)
+		}
+	}
+	d, err := b.Allow(ctx, req)
+	if err != nil || !d.Allowed || d.Delay != 0 || d.Receipt.ID != b.grantReceiptID(b.cacheEntry("k").hash) {
+		t.Errorf("beyond max_delay: %+v, %v; want paid by the grant, at once", d, err)
+	}
+	if d, _ := b.Allow(ctx, req); d.Allowed {
+		t.Errorf("with the grant spent: %+v; want denied", d)
+	}
+}
