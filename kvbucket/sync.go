@@ -56,7 +56,9 @@ func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry,
 		s.stats.Writes++
 		u.report(u.avail(after, n), d)
 		d.Allowed = true
-		d.Delay = u.turn(e.pend.apply(ans.tat(u)), n)
+		// Never beyond max_delay: the KV's condition held the turn within
+		// it without this instance's unwritten spending.
+		d.Delay = min(u.turn(e.pend.apply(ans.tat(u)), n), u.dur(u.dl))
 		d.Receipt = b.receipt(n, cost, d.Delay, e.hash)
 		if e.grantEnd > n {
 			countGrant(e.v.own, d)
