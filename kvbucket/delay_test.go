@@ -2,6 +2,7 @@ package kvbucket
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -271,5 +272,49 @@ func TestMaxDelayPeekAndGrant(t *testing.T) {
 	}
 	if d, _ := b.Allow(ctx, req); d.Allowed {
 		t.Errorf("with the grant spent: %+v; want denied", d)
+	}
+}
+
+// TestMaxDelayMatchesReference: one instance, random arrivals (several at
+// one instant, gaps of up to two intervals), against the textbook rule in
+// nanoseconds: tat' = max(tat, n) + T is admitted iff tat' − n − B·T ≤ D,
+// its wait tat' − n − B·T (at least 0), and a denial leaves tat as it was.
+// Cached (syncs every 1s) and NoCache.
+func TestMaxDelayMatchesReference(t *testing.T) {
+	const T = 250 * time.Millisecond // 4 a second
+	for _, tc := range []struct {
+		burst int64
+		delay time.Duration
+	}{{1, 1500 * time.Millisecond}, {3, 700 * time.Millisecond}, {2, 10 * time.Second}} {
+		for _, noCache := range []bool{false, true} {
+			t.Run(fmt.Sprintf("burst=%d,max_delay=%s,nocache=%v", tc.burst, tc.delay, noCache), func(t *testing.T) {
+				clk := newClock(t0)
+				p := kvPolicy("ref", 4, tc.burst, time.Second, time.Second)
+				p.MaxDelay = tc.delay
+				b := mustNew(t, Config{Policy: p, KV: NewMemory(MemoryConfig{Now: clk.Now}), Now: clk.Now, NoCache: noCache})
+				rng := rand.New(rand.NewPCG(uint64(tc.burst), uint64(tc.delay)))
+				n, tat := t0.UnixNano(), t0.UnixNano()
+				tol := int64(tc.burst) * int64(T)
+				for i := range 3000 {
+					if rng.IntN(3) == 0 {
+						n += rng.Int64N(int64(2 * T))
+					}
+					clk.Set(time.Unix(0, n))
+					next := max(tat, n) + int64(T)
+					wantOK := next-n-tol <= int64(tc.delay)
+					wantWait := time.Duration(max(0, next-n-tol))
+					d, err := b.Allow(ctx, edgelimit.Request{Key: "k", Cost: 1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed != wantOK || wantOK && d.Delay != wantWait {
+						t.Fatalf("request %d at t0+%s: allowed %v wait %s; want %v %s", i, time.Duration(n-t0.UnixNano()), d.Allowed, d.Delay, wantOK, wantWait)
+					}
+					if wantOK {
+						tat = next
+					}
+				}
+			})
+		}
 	}
 }
