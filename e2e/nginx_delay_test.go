@@ -102,9 +102,10 @@ func count(fs []fate, f fate) int { return strings.Count(string(fs), string(f)) 
 // TestNginxDelayIsEdgelimitMaxDelay sends three arrival schedules to a
 // real nginx (`limit_req zone=... burst=3`, rate=1r/s, no nodelay) and to
 // a real `edgelimit serve` (durable gcra, 1 per 1s, burst 1, max_delay
-// 3s), both at once, and requires each phase's served-at-once, delayed and
-// refused counts within one request of nginx's, request by request where
-// the order of arrival is fixed.
+// 3s, and a kv bucket of the same numbers), all at once, and requires each
+// phase's served-at-once, delayed and refused counts of each within one
+// request of nginx's, request by request where the order of arrival is
+// fixed.
 func TestNginxDelayIsEdgelimitMaxDelay(t *testing.T) {
 	const burst = 3
 	phases := []struct {
@@ -135,6 +136,10 @@ func TestNginxDelayIsEdgelimitMaxDelay(t *testing.T) {
 		locations["/nginx/"+ph.name] = fmt.Sprintf("burst=%d", burst)
 		fmt.Fprintf(&pol, "  - name: p%d\n    routes: [\"GET /edgelimit/%s\"]\n    key: ip\n    strategy: durable\n    algorithm: gcra\n"+
 			"    limit: 1\n    window: 1s\n    burst: 1\n    max_delay: %ds\n", i, ph.name, burst)
+		// The same bucket on kv: one instance alone holds the whole
+		// bucket, so its turns are nginx's too.
+		fmt.Fprintf(&pol, "  - name: k%d\n    routes: [\"GET /kv/%s\"]\n    key: ip\n    strategy: kv\n"+
+			"    limit: 1\n    window: 1s\n    burst: 1\n    max_delay: %ds\n", i, ph.name, burst)
 	}
 	file := filepath.Join(t.TempDir(), "policies.yaml")
 	if err := os.WriteFile(file, []byte(pol.String()), 0o644); err != nil {
@@ -151,31 +156,44 @@ func TestNginxDelayIsEdgelimitMaxDelay(t *testing.T) {
 	for _, ph := range phases {
 		t.Run(ph.name, func(t *testing.T) {
 			t.Parallel() // each phase has its own zone and policy
-			var gotNginx, gotEdge []fate
+			var gotNginx, gotDurable, gotKV []fate
 			var wg sync.WaitGroup
 			wg.Go(func() { gotNginx = sendAt(t, client, ngx.url+"/nginx/"+ph.name, ph.offsets, ph.n) })
-			wg.Go(func() { gotEdge = sendAt(t, client, el.url+"/edgelimit/"+ph.name, ph.offsets, ph.n) })
+			wg.Go(func() { gotDurable = sendAt(t, client, el.url+"/edgelimit/"+ph.name, ph.offsets, ph.n) })
+			wg.Go(func() { gotKV = sendAt(t, client, el.url+"/kv/"+ph.name, ph.offsets, ph.n) })
 			wg.Wait()
-			t.Logf("nginx %s, edgelimit %s (0 at once, w waited, x refused)", string(gotNginx), string(gotEdge))
-			for _, f := range []fate{atOnce, waited, refused} {
-				if d := count(gotEdge, f) - count(gotNginx, f); d < -1 || d > 1 {
-					t.Errorf("%q: edgelimit %d, nginx %d: more than one request apart", f, count(gotEdge, f), count(gotNginx, f))
-				}
-			}
-			if ph.ordered {
-				// Request by request, within one at every point of the
-				// schedule: after each request, each fate's count so far
-				// differs by at most one (a request at a refill instant may
-				// land on either side of it: two neighbours swapped).
-				for i := range min(len(gotNginx), len(gotEdge)) {
-					for _, f := range []fate{atOnce, waited, refused} {
-						if d := count(gotEdge[:i+1], f) - count(gotNginx[:i+1], f); d < -1 || d > 1 {
-							t.Errorf("after request %d, %q: edgelimit %d, nginx %d (nginx %s, edgelimit %s): more than one request apart",
-								i+1, f, count(gotEdge[:i+1], f), count(gotNginx[:i+1], f), string(gotNginx), string(gotEdge))
-						}
-					}
-				}
+			t.Logf("nginx %s, durable %s, kv %s (0 at once, w waited, x refused)", string(gotNginx), string(gotDurable), string(gotKV))
+			for _, edge := range []struct {
+				name string
+				got  []fate
+			}{{"durable", gotDurable}, {"kv", gotKV}} {
+				t.Run(edge.name, func(t *testing.T) { compareFates(t, gotNginx, edge.got, ph.ordered) })
 			}
 		})
+	}
+}
+
+// compareFates requires gotEdge's served-at-once, delayed and refused
+// counts within one request of gotNginx's, and with ordered at every point
+// of the schedule.
+func compareFates(t *testing.T, gotNginx, gotEdge []fate, ordered bool) {
+	for _, f := range []fate{atOnce, waited, refused} {
+		if d := count(gotEdge, f) - count(gotNginx, f); d < -1 || d > 1 {
+			t.Errorf("%q: edgelimit %d, nginx %d: more than one request apart", f, count(gotEdge, f), count(gotNginx, f))
+		}
+	}
+	if ordered {
+		// Request by request, within one at every point of the
+		// schedule: after each request, each fate's count so far
+		// differs by at most one (a request at a refill instant may
+		// land on either side of it: two neighbours swapped).
+		for i := range min(len(gotNginx), len(gotEdge)) {
+			for _, f := range []fate{atOnce, waited, refused} {
+				if d := count(gotEdge[:i+1], f) - count(gotNginx[:i+1], f); d < -1 || d > 1 {
+					t.Errorf("after request %d, %q: edgelimit %d, nginx %d (nginx %s, edgelimit %s): more than one request apart",
+						i+1, f, count(gotEdge[:i+1], f), count(gotNginx[:i+1], f), string(gotNginx), string(gotEdge))
+				}
+			}
+		}
 	}
 }

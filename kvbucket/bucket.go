@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
+	"github.com/edgelimit/edgelimit/kvbucket/internal/wire"
 	"github.com/edgelimit/edgelimit/policy"
 )
 
@@ -76,6 +77,7 @@ type policyParams struct {
 	cacheSize int
 	cost      int64
 	closed    bool
+	maxDelay  time.Duration
 }
 
 // paramsOf reads every Policy field and option the bucket uses, and only
@@ -89,6 +91,9 @@ func paramsOf(cfg Config) (policyParams, error) {
 	if err != nil {
 		return policyParams{}, err
 	}
+	if p.MaxDelay < 0 {
+		return policyParams{}, fmt.Errorf("%w: policy %q: max_delay %s is negative", ErrConfig, p.Name, p.MaxDelay)
+	}
 	capacity := p.Limit
 	if opts.Burst > 0 {
 		capacity = opts.Burst
@@ -101,6 +106,7 @@ func paramsOf(cfg Config) (policyParams, error) {
 		cacheSize: opts.CacheSize,
 		cost:      p.Cost,
 		closed:    p.Limit == 0,
+		maxDelay:  p.MaxDelay,
 	}, nil
 }
 
@@ -232,6 +238,7 @@ func New(cfg Config) (*Bucket, error) {
 		// (a tier, an override) read and write at this scale.
 		b.u = newUnits(Params{Capacity: 1, Limit: 1, Window: b.p.Window})
 	}
+	b.u.dl = wire.Mul(int64(pp.maxDelay), b.u.l) // max_delay's turns, at most 30s×MaxTokens: within 128 bits
 	b.cache = newCache(size, &b.u, b.prefix)
 	b.maxFill.Store(int64(b.u.fill()))
 	return b, nil

@@ -61,7 +61,11 @@ func (b *Bucket) budget(u *units, e *entry, n int64) wire.Wide {
 
 // withinShare reports whether cost more tokens at n fit e's share; when
 // they do not, it fills d with the denial (Remaining and the waits counted
-// in the share, bounded by when the next sync may renew it). s.mu is held.
+// in the share, bounded by when the next sync may renew it). With max_delay
+// (u.dl) the share holds its part of the turns beyond the bucket too, D·L
+// units shared by insts as the refill is: a request beyond the share but
+// within that is allowed, and d.Delay is its turn in the share (which
+// grows by Limit/insts units a nanosecond). s.mu is held.
 func (b *Bucket) withinShare(u *units, e *entry, n, cost int64, d *edgelimit.Decision) bool {
 	if e.insts <= 1 {
 		return true
@@ -70,6 +74,10 @@ func (b *Bucket) withinShare(u *units, e *entry, n, cost int64, d *edgelimit.Dec
 	total := b.budget(u, e, n)
 	used := mulK(e.spent.Add(need), e.insts)
 	if !total.Less(used) {
+		return true
+	}
+	if !total.Add(u.dl).Less(used) {
+		d.Delay = u.dur(used.Sub(total))
 		return true
 	}
 	// left is this instance's share left, in units, times insts.
@@ -325,6 +333,7 @@ func (b *Bucket) allow(ctx context.Context, u *units, s *shard, e *entry, n, cos
 			*d = sd
 			break
 		}
+		d.Delay = max(d.Delay, sd.Delay) // the later turn: the bucket's or the share's
 		b.spendLocal(u, e, n, cost, d)
 	default:
 		*d = edgelimit.Decision{}
@@ -348,18 +357,19 @@ func (b *Bucket) spendLocal(u *units, e *entry, n, cost int64, d *edgelimit.Deci
 	if e.insts > 1 && !b.degraded(e, n) {
 		// Remaining counts in the share as well as in the bucket.
 		var sd edgelimit.Decision
-		if !b.withinShare(u, e, n, d.Remaining+1, &sd) && sd.Remaining < d.Remaining {
+		if !b.withinShare(u.now(), e, n, d.Remaining+1, &sd) && sd.Remaining < d.Remaining {
 			d.Remaining, d.Reset = sd.Remaining, sd.Reset
 		}
 	}
-	d.Receipt = edgelimit.Receipt{At: n, Slot: cost, ID: e.rid}
+	d.Receipt = edgelimit.Receipt{At: turnAt(n, d.Delay), Slot: cost, ID: e.rid}
 	if e.grantEnd > n {
 		countGrant(e.v.own, d)
 	}
 }
 
 // insane reports that this region's part of e is far ahead of n (more
-// than MaxClockSkew beyond a bucket spent empty twice over, the bucket
+// than MaxClockSkew beyond a bucket spent empty twice over and the turns
+// of max_delay, the bucket
 // being the deepest of the limits this Bucket decided under: a TAT written
 // under a tier with more room is a debt under one with less, not a clock
 // ahead): written by a clock far ahead, it is repaired (set to an empty
@@ -369,7 +379,7 @@ func (b *Bucket) insane(u *units, e *entry, n int64) bool {
 		return false
 	}
 	own := e.v.own.TAT.Add(u.spentUnits(e.v.so))
-	deepest := wire.Max(u.bw, u.at(b.maxFill.Load()))
+	deepest := wire.Max(u.bw, u.at(b.maxFill.Load())).Add(u.dl)
 	return u.limit(n).Add(deepest).Add(u.at(int64(MaxClockSkew))).Less(own)
 }
 

@@ -19,7 +19,18 @@
 // instant passed in ([Params.TakeAt], [Bucket.AllowAt]); the Bucket
 // decides exactly as it does for a single client, but for a clock going
 // backwards (below) and sub-nanotoken roundings of a refill that is not a
-// whole number of units per step.
+// whole number of units per step. (Params has no max_delay: a Bucket's
+// policy gives it.)
+//
+// With max_delay D (Policy.MaxDelay) a request the bucket will hold room
+// for within D is allowed for its turn: its tokens are spent at once, the
+// bucket going below empty by at most D·Limit units (r·D tokens), and
+// Decision.Delay is the time until the bucket, with the request in it, is
+// back within its capacity; the engine holds the request that long. Its
+// Receipt's At is that turn, so a refund before it (a wait cut short)
+// gives every token back. A share holds its part of the turns as it holds
+// its part of the refill: one instance alone hands out each turn once,
+// and across instances the waits add r·D to the over-admission bound.
 //
 // A Decision tells the client (through the engine's RateLimit headers):
 //

@@ -45,6 +45,9 @@ type units struct {
 	advQ   int64
 	advW   time.Duration
 	window time.Duration
+	// dl is max_delay in units (D·L): how far beyond the limit a request
+	// may leave the TAT, admitted for its turn (zero: none).
+	dl wire.Wide
 }
 
 func newUnits(p Params) units {
@@ -73,7 +76,7 @@ func (u *units) scaled(p Params) (units, error) {
 	if w == math.MaxInt64 {
 		return units{}, fmt.Errorf("%w: a token of %d per %s is beyond the policy's scale (its limit %d)", ErrConfig, p.Limit, p.Window, u.l)
 	}
-	t := units{p: p, l: u.l, w: w, sw: u.sw, window: p.Window}
+	t := units{p: p, l: u.l, w: w, sw: u.sw, window: p.Window, dl: u.dl}
 	t.bw = wire.Mul(p.Capacity, w)
 	t.emit = time.Duration(wire.WideOf(w).Div(t.l, true))
 	t.advQ, t.advW = p.Limit, p.Window
@@ -110,6 +113,26 @@ func (u *units) tokens(c int64) wire.Wide {
 // limit returns the highest TAT a bucket may hold at n: n·L + B·W.
 func (u *units) limit(n int64) wire.Wide { return u.at(n).Add(u.bw) }
 
+// admit returns the highest TAT an admission may leave at n: the limit,
+// and with max_delay D the D·L units of turns beyond it.
+func (u *units) admit(n int64) wire.Wide { return u.limit(n).Add(u.dl) }
+
+// turn returns how long a request that left the bucket at tat at n waits
+// for its turn: until the bucket is back within its capacity (zero when
+// it is now).
+func (u *units) turn(tat wire.Wide, n int64) time.Duration { return u.dur(tat.Sub(u.limit(n))) }
+
+// now returns u without max_delay: the units of a decision that cannot
+// wait (the state a Charge reports).
+func (u *units) now() *units {
+	if u.dl.Sign() == 0 {
+		return u
+	}
+	c := *u
+	c.dl = wire.Wide{}
+	return &c
+}
+
 // avail returns the units the bucket of tat holds at n (≤ B·W; negative
 // when it is over-spent).
 func (u *units) avail(tat wire.Wide, n int64) wire.Wide {
@@ -118,12 +141,16 @@ func (u *units) avail(tat wire.Wide, n int64) wire.Wide {
 }
 
 // decide fills d (which is zero) with the bucket's answer to a request of
-// cost tokens at n against tat, and reports whether it is allowed.
+// cost tokens at n against tat, and reports whether it is allowed. With
+// max_delay a request the bucket holds no room for now but will within it
+// is allowed for its turn (d.Delay): its tokens are spent now, taking the
+// bucket below empty by at most D·L units, so that a request arriving
+// while it waits is decided behind it.
 func (u *units) decide(tat wire.Wide, n, cost int64, d *edgelimit.Decision) bool {
 	cost = max(cost, 1)
 	a := u.avail(tat, n)
 	need := u.tokens(cost)
-	if cost > u.p.Capacity || a.Less(need) {
+	if cost > u.p.Capacity || a.Add(u.dl).Less(need) {
 		u.report(a, d)
 		if cost > u.p.Capacity {
 			d.RetryAfter = max(u.window, d.Reset)
@@ -132,8 +159,12 @@ func (u *units) decide(tat wire.Wide, n, cost int64, d *edgelimit.Decision) bool
 		}
 		return false
 	}
-	u.report(a.Sub(need), d)
+	left := a.Sub(need)
+	u.report(left, d)
 	d.Allowed = true
+	if left.Sign() < 0 {
+		d.Delay = u.dur(left.Neg())
+	}
 	return true
 }
 
@@ -339,10 +370,11 @@ func (v *view) update(u *units, o op, n int64, conditional bool) wire.Update {
 		up.RaiseFirst = !v.own.Has || v.own.TAT.Less(up.Floor)
 	}
 	if conditional {
-		// The bucket's TAT after o must stay within the limit: for this
+		// The bucket's TAT after o must stay within the limit (with
+		// max_delay, its turns beyond it): for this
 		// region's term TAT_own + W·so + p ≤ limit, for the others'
 		// xo + W·(spent_own + so) + p ≤ limit.
-		room := u.limit(n).Sub(o.p).Sub(u.spentUnits(v.so))
+		room := u.admit(n).Sub(o.p).Sub(u.spentUnits(v.so))
 		up.Conditional, up.MaxTAT = true, room
 		if v.xoOK {
 			up.MaxSpent, up.HasMaxSpent = room.Sub(v.xo).Div(u.sw, false), true

@@ -156,7 +156,7 @@ func (b *Bucket) charge(ctx context.Context, u *units, s *shard, e *entry, n, co
 		}
 	}
 	if b.shareValid(e, n) || b.degraded(e, n) || e.syncing || e.inflight.Sign() != 0 || w.Sign() == 0 {
-		u.peek(b.local(e, n), n, 1, d)
+		u.now().peek(b.local(e, n), n, 1, d) // a charge's state: what fits now, no turn
 		s.stats.Local++
 		s.mu.Unlock()
 		return nil
@@ -167,7 +167,7 @@ func (b *Bucket) charge(ctx context.Context, u *units, s *shard, e *entry, n, co
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	u.peek(b.local(e, n), n, 1, d)
+	u.now().peek(b.local(e, n), n, 1, d) // a charge's state: what fits now, no turn
 	return nil
 }
 

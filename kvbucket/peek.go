@@ -169,6 +169,8 @@ func (b *Bucket) peekLocal(u *units, e *entry, n, cost int64, d *edgelimit.Decis
 		var sd edgelimit.Decision
 		if !b.withinShare(u, e, n, cost, &sd) {
 			*d = sd
+		} else {
+			d.Delay = max(d.Delay, sd.Delay)
 		}
 	}
 }
@@ -192,10 +194,18 @@ func (b *Bucket) local(e *entry, n int64) wire.Wide {
 	return b.withInflight(e, e.pend.apply(e.flight.apply(e.tat)), n)
 }
 
-// receipt records that cost tokens of the key of hash h were spent at n.
-func (b *Bucket) receipt(n, cost int64, h uint64) edgelimit.Receipt {
-	return edgelimit.Receipt{At: n, Slot: cost, ID: b.receiptID(h)}
+// receipt records that cost tokens of the key of hash h were spent at n
+// for the turn delay later.
+func (b *Bucket) receipt(n, cost int64, delay time.Duration, h uint64) edgelimit.Receipt {
+	return edgelimit.Receipt{At: turnAt(n, delay), Slot: cost, ID: b.receiptID(h)}
 }
+
+// turnAt is a receipt's instant: the turn of a spend at n that waits
+// delay (max_delay). Refill brings back a waiting spend's tokens only
+// from its turn on (the spends before it are refilled first), so a refund
+// before then (a wait cut short) gives all of them back, and one after it
+// what refill has not brought back since the turn.
+func turnAt(n int64, delay time.Duration) int64 { return n + int64(delay) }
 
 // receiptID names this Bucket and the key of hash h in a receipt.
 func (b *Bucket) receiptID(h uint64) [16]byte {

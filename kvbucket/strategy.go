@@ -67,6 +67,7 @@ var Strategy = &policy.Strategy{
 	Parse:        parseOptions,
 	OnStoreError: policy.FailOpen,
 	Limits:       true,
+	Delay:        true,
 	Abilities: policy.CanRefund | policy.CanPeek | policy.CanCharge | policy.CanSettle | policy.CanLocal | policy.CanQuota |
 		policy.CanReset | policy.CanGrant,
 	Bans: true,

@@ -47,11 +47,19 @@ func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry,
 	}
 	b.learn(e, t, n)
 	after := b.local(e, n)
+	// The answer's own part (the view may hold a later one already), with
+	// this instance's unwritten spending, admitted before: the bucket just
+	// after this reservation, whose turn it is.
+	ans := e.v
+	ans.own = t.Own
 	if t.Applied {
 		s.stats.Writes++
 		u.report(u.avail(after, n), d)
 		d.Allowed = true
-		d.Receipt = b.receipt(n, cost, e.hash)
+		// Never beyond max_delay: the KV's condition held the turn within
+		// it without this instance's unwritten spending.
+		d.Delay = min(u.turn(e.pend.apply(ans.tat(u)), n), u.dur(u.dl))
+		d.Receipt = b.receipt(n, cost, d.Delay, e.hash)
 		if e.grantEnd > n {
 			countGrant(e.v.own, d)
 		}
@@ -116,7 +124,7 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 	// already hold a later state (a write-through that landed after it).
 	ans := e.v
 	ans.own = t.Own
-	fits := cost > 0 && !u.limit(n).Less(ans.tat(u))
+	fits := cost > 0 && !u.admit(n).Less(ans.tat(u))
 	fresh := b.withInflight(e, e.tat, n) // the bucket now, this request's reservation undone
 	if cost > 0 && !fits {
 		un := u.undo(cost)
@@ -138,7 +146,8 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 	case fits:
 		u.report(u.avail(fresh, n), d)
 		d.Allowed = true
-		d.Receipt = b.receipt(n, cost, e.hash)
+		d.Delay = u.turn(ans.tat(u), n)
+		d.Receipt = b.receipt(n, cost, d.Delay, e.hash)
 		if e.grantEnd > n {
 			defer countGrant(e.v.own, d)
 		}

@@ -16,34 +16,53 @@ import (
 
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/durablecounter"
+	"github.com/edgelimit/edgelimit/kvbucket"
 	"github.com/edgelimit/edgelimit/limitertest"
 	"github.com/edgelimit/edgelimit/middleware"
 	"github.com/edgelimit/edgelimit/policy"
 )
 
-// delayEngine is an engine with one durable gcra policy with max_delay
-// (one a second, burst 1, max_delay 2s) on a memory store, its clock
-// standing still and its Sleep sleep.
-func delayEngine(t *testing.T, sleep func(ctx context.Context, d time.Duration) error, observe func(edgelimit.Event)) *edgelimit.Engine {
+// delayEngine is an engine with one gcra policy with max_delay (one a
+// second, burst 1, max_delay 2s) of strategy (durable, or kv: the same
+// bucket) on a memory store, its clock standing still at t0 and its Sleep
+// sleep. t0 is an hour ahead of the wall clock, so that a deadline in the
+// engine's clock is a real one that a store call's budget honours too.
+func delayEngine(t *testing.T, strategy string, sleep func(ctx context.Context, d time.Duration) error, observe func(edgelimit.Event)) (e *edgelimit.Engine, t0 time.Time) {
 	t.Helper()
+	alg := ""
+	if strategy == "durable" {
+		alg = "algorithm: gcra, "
+	}
 	f, err := policy.Parse("p.yaml", []byte(`version: 1
 policies:
-  - {name: paced, routes: ["ANY /a"], key: ip, strategy: durable, algorithm: gcra, limit: 1, window: 1s, burst: 1, max_delay: 2s}
+  - {name: paced, routes: ["ANY /a"], key: ip, strategy: `+strategy+`, `+alg+`limit: 1, window: 1s, burst: 1, max_delay: 2s}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := limitertest.NewClock(limitertest.T0)
+	t0 = time.Now().Add(time.Hour)
+	clock := limitertest.NewClock(t0)
 	store := durablecounter.NewMemory(durablecounter.MemoryConfig{})
-	e, err := edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("s", 32)),
+	kv := kvbucket.NewMemory(kvbucket.MemoryConfig{Now: clock.Now})
+	e, err = edgelimit.New(edgelimit.Config{Policies: f, HashSecret: []byte(strings.Repeat("s", 32)),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock.Now, Sleep: sleep, Observe: observe,
 		Limiters: func(p *policy.Policy) (edgelimit.Limiter, error) {
+			if p.Strategy == kvbucket.Strategy {
+				return kvbucket.New(kvbucket.Config{Policy: p, KV: kv})
+			}
 			return durablecounter.New(durablecounter.Config{Policy: p, Store: store})
 		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e
+	return e, t0
+}
+
+// forEachDelayStrategy runs f for a durable gcra and a kv bucket.
+func forEachDelayStrategy(t *testing.T, f func(t *testing.T, strategy string)) {
+	for _, s := range []string{"durable", "kv"} {
+		t.Run(s, func(t *testing.T) { f(t, s) })
+	}
 }
 
 // TestMaxDelayLambdaDeadline: through the HTTP API adapter, a request
@@ -51,8 +70,12 @@ policies:
 // leaves less than the margin after its wait is answered 429 at once,
 // without running the handler; with room, it waits and runs.
 func TestMaxDelayLambdaDeadline(t *testing.T) {
+	forEachDelayStrategy(t, testMaxDelayLambdaDeadline)
+}
+
+func testMaxDelayLambdaDeadline(t *testing.T, strategy string) {
 	var slept atomic.Int64
-	e := delayEngine(t, func(ctx context.Context, d time.Duration) error { slept.Add(int64(d)); return nil }, nil)
+	e, t0 := delayEngine(t, strategy, func(ctx context.Context, d time.Duration) error { slept.Add(int64(d)); return nil }, nil)
 	ran := 0
 	h := middleware.HTTPAPI(e, func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 		ran++
@@ -61,7 +84,7 @@ func TestMaxDelayLambdaDeadline(t *testing.T) {
 	ev := events.APIGatewayV2HTTPRequest{RawPath: "/a", RequestContext: events.APIGatewayV2HTTPRequestContext{
 		HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "GET", Path: "/a", SourceIP: "198.51.100.4"}}}
 	invoke := func(left time.Duration) int {
-		ctx, cancel := context.WithDeadline(context.Background(), limitertest.T0.Add(left))
+		ctx, cancel := context.WithDeadline(context.Background(), t0.Add(left))
 		defer cancel()
 		resp, err := h(ctx, ev)
 		if err != nil {
@@ -84,9 +107,13 @@ func TestMaxDelayLambdaDeadline(t *testing.T) {
 // request waits for its turn never reaches the handler, and its turn goes
 // to the next request.
 func TestMaxDelayClientGone(t *testing.T) {
+	forEachDelayStrategy(t, testMaxDelayClientGone)
+}
+
+func testMaxDelayClientGone(t *testing.T, strategy string) {
 	waiting := make(chan time.Duration, 4)
 	cutDone := make(chan struct{}, 4)
-	e := delayEngine(t, func(ctx context.Context, d time.Duration) error {
+	e, _ := delayEngine(t, strategy, func(ctx context.Context, d time.Duration) error {
 		waiting <- d
 		<-ctx.Done() // only the client's leaving ends this wait
 		return ctx.Err()

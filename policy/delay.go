@@ -42,7 +42,7 @@ func (p *fileParser) needDelay(pol *Policy, fields map[string]*yaml.Node, line, 
 	}
 	switch s := pol.Strategy; {
 	case !s.Delay:
-		p.errorf(l, pol.Name, "max_delay needs a strategy that can reserve a unit for a later turn (durable with algorithm: gcra); strategy %s cannot", s.Name)
+		p.errorf(l, pol.Name, "max_delay needs a strategy that can reserve a unit for a later turn (durable with algorithm: gcra, or kv); strategy %s cannot", s.Name)
 	case pol.Shadow:
 		p.errorf(l, pol.Name, "max_delay does not go with shadow: a shadow policy never holds a request")
 	case pol.ChargeAfter || len(pol.ChargeStatus) > 0:

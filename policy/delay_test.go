@@ -19,13 +19,19 @@ func TestMaxDelay(t *testing.T) {
 	if got := f.Policies[0].MaxDelay; got != 250*time.Millisecond {
 		t.Errorf("max_delay 250ms read as %s", got)
 	}
+	// kv reserves a turn as a gcra does: its bucket goes below empty by
+	// the turns waiting (kvbucket).
+	f, err = policy.Parse("p.yaml", []byte(head+"    strategy: kv\n    burst: 1\n    max_delay: 250ms\n"))
+	if err != nil || f.Policies[0].MaxDelay != 250*time.Millisecond {
+		t.Errorf("kv with max_delay 250ms: %v, %v", err, f)
+	}
 	f, err = policy.Parse("p.yaml", []byte(head+"    strategy: durable\n    algorithm: gcra\n"))
 	if err != nil || f.Policies[0].MaxDelay != 0 {
 		t.Errorf("without max_delay: %v, MaxDelay %v; want 0", err, f)
 	}
 	for _, tt := range []struct{ fields, want string }{
-		{"    strategy: kv\n    max_delay: 1s\n", `p.yaml:9: policy "p": max_delay needs a strategy that can reserve a unit for a later turn (durable with algorithm: gcra); strategy kv cannot`},
-		{"    strategy: signed\n    max_delay: 1s\n", `p.yaml:9: policy "p": max_delay needs a strategy that can reserve a unit for a later turn (durable with algorithm: gcra); strategy signed cannot`},
+		{"    strategy: signed\n    max_delay: 1s\n", `p.yaml:9: policy "p": max_delay needs a strategy that can reserve a unit for a later turn (durable with algorithm: gcra, or kv); strategy signed cannot`},
+		{"    strategy: kv\n    charge: response\n    max_delay: 1s\n", `p.yaml:10: policy "p": max_delay does not go with charge or charge_status`},
 		{"    strategy: durable\n    algorithm: gcra\n    shadow: true\n    max_delay: 1s\n", `p.yaml:11: policy "p": max_delay does not go with shadow`},
 		{"    strategy: durable\n    algorithm: gcra\n    charge: response\n    max_delay: 1s\n", `p.yaml:11: policy "p": max_delay does not go with charge or charge_status`},
 		{"    strategy: durable\n    algorithm: gcra\n    max_delay: 31s\n", `p.yaml:10: policy "p": max_delay 31s is longer than 30s`},
