@@ -79,7 +79,7 @@ func (e *Engine) requests(ctx context.Context, rs *routeSet, in *Input, v *Verdi
 			return false
 		}
 		req := Request{Key: e.keyFor(v, c.compiled, raw), Cost: c.Cost, At: at, Header: in.Header}
-		if c.ChargeAfter {
+		if c.ChargeAfter || c.finisher != nil { // a Finisher (inflight) holds its units until the response
 			req.Cost = reserved(ctx, c.compiled)
 		}
 		if c.Tiers != nil {

@@ -30,7 +30,10 @@ type reservation struct {
 
 // WithReservation returns parent carrying how many units the request will
 // reserve of the named policy (one with charge: response) before its
-// handler runs, instead of the policy's reserve (or cost): an estimate
+// handler runs, instead of the policy's reserve (or cost), or hold of an
+// in-flight policy (strategy inflight) while it runs, instead of the
+// policy's cost ("this request holds 4 GPU slots"; released after the
+// response, denied if more than the limit in force): an estimate
 // only the application can make before the middleware decides, from what
 // the request asks for (an LLM request's max_tokens, a file's declared
 // size). Wrap the middleware's handler with a function that sets it on

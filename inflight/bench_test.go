@@ -2,6 +2,7 @@ package inflight_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,4 +76,34 @@ func BenchmarkDenied(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkTakeCost compares a request holding 3 slots with one holding 1
+// (limit 8), take and release on a memory store over distinct keys: the
+// units are one number in the same holder, so they cost the same.
+func BenchmarkTakeCost(b *testing.B) {
+	for _, units := range []int64{1, 3} {
+		b.Run(fmt.Sprint("cost=", units), func(b *testing.B) {
+			l := benchLimiter(b, 8)
+			ctx := context.Background()
+			at := time.Unix(1_700_000_000, 0)
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(worker.Add(1)) * 7919
+				for pb.Next() {
+					i = (i + 1) % len(benchKeys)
+					r := edgelimit.Request{Key: benchKeys[i], At: at, Cost: units}
+					d, err := l.Allow(ctx, r)
+					if err != nil || !d.Allowed {
+						b.Fatal(d, err)
+					}
+					if err := l.Finish(ctx, r, d, 200, 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
 }

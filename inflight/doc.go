@@ -74,10 +74,19 @@
 // than Reset, as the contract requires, and never longer than a guaranteed
 // slot).
 //
-// A request's cost is always one slot: the policy file refuses `cost`
-// other than 1 (a limit of 4 at cost 2 is a limit of 2), and `charge`,
-// `charge_status`, `refund_status` and `on_store_error: local` (a slot taken
-// from an in-process twin while the store fails would never be released).
+// A request holds its cost in slots ("at most 8 GPU-seconds running":
+// limit 8, and a request of a 3-second job holds 3): the policy's `cost`,
+// or what the application set for the request with
+// edgelimit.WithReservation before the middleware decides. The take is one
+// atomic write, all the units or none, and the release gives them all back
+// together; a crashed holder's units come back together when its lease
+// ends. A cost above the limit is refused by the policy file; a request of
+// more units than the limit in force (an override, a reservation) is
+// denied (429, RetryAfter the lease), since no release can make it fit.
+// The policy file refuses `charge`, `charge_status`, `refund_status` (a
+// slot is given back after every response, whatever its status) and
+// `on_store_error: local` (a slot taken from an in-process twin while the
+// store fails would never be released).
 // Tiers and per-key overrides may set the limit (at most MaxLimit) and the
 // lease. A limit of 0 refuses everything without a store call.
 //
@@ -93,10 +102,10 @@
 // semantics, at fixed instants and with 64 clients at once; that suite is
 // what backs the claims above:
 //
-//   - at no instant do more than limit requests of a key hold a slot (a
-//     counter incremented between each admission and its release never
-//     exceeds the limit, 64 goroutines taking and releasing on memory,
-//     dynalite and moto);
+//   - at no instant do the requests of a key hold more than limit slots (a
+//     counter raised by each admission's units and lowered before its
+//     release never exceeds the limit, 64 goroutines taking and releasing
+//     on memory, dynalite and moto, with costs 1 and mixed costs 1, 2, 3);
 //   - no spurious denial: every round of 64 simultaneous takes admits
 //     exactly the free slots, whether they were never taken, released, or
 //     freed by their leases' end (reclaimed by contending takes);

@@ -10,10 +10,12 @@ var (
 	ErrConfig = errors.New("inflight: invalid config")
 	// ErrNoKey is returned for a Request without a Key.
 	ErrNoKey = errors.New("inflight: request has no key")
-	// ErrCost is returned for a Request whose cost is not 1: every request
-	// of an in-flight policy takes one slot (the policy file refuses a cost
-	// other than 1; a limit already says how many run at once).
-	ErrCost = errors.New("inflight: cost must be 1")
+	// ErrCost is returned by New for a policy whose cost is more than its
+	// limit: no request could ever hold its slots (the policy file refuses
+	// it too). A Request of more units than the limit in force (an
+	// override's, or the application's reservation) is denied, not an
+	// error.
+	ErrCost = errors.New("inflight: cost more than the limit")
 	// ErrStoreFull is returned by a Memory store that holds MaxKeys keys
 	// with live holders and cannot admit a new key. The engine treats it as
 	// a store failure (on_store_error decides); a live slot is never

@@ -37,9 +37,11 @@ type Config struct {
 // deadline of its own.
 const ReleaseTimeout = time.Second
 
-// Limiter is an in-flight limit for one policy: at most its limit of
-// requests of one key hold a slot at once, however many instances and
-// goroutines ask, and a take is denied only when that many hold one. A slot
+// Limiter is an in-flight limit for one policy: the requests of one key
+// hold at most its limit of slots at once, each its cost (Request.Units:
+// the policy's cost, or what the application reserved for it), however
+// many instances and goroutines ask, and a take is denied only when its
+// units do not fit beside the slots held. A slot
 // is taken by Allow before the handler runs and released by Finish after
 // it (or by Refund, when another policy of the route denies the request);
 // a slot whose holder never releases it (an instance that died mid-request)
@@ -88,8 +90,8 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: policy %q: limit %d must be between 0 and %d", ErrConfig, p.Name, p.Limit, MaxLimit)
 	case p.Window < time.Millisecond || p.Window%time.Millisecond != 0:
 		return nil, fmt.Errorf("%w: policy %q: window (the lease) %s must be a whole number of milliseconds, at least 1ms", ErrConfig, p.Name, p.Window)
-	case p.Cost > 1:
-		return nil, fmt.Errorf("%w: policy %q: cost %d: every request takes one slot", ErrCost, p.Name, p.Cost)
+	case p.Cost > 1 && p.Limit > 0 && p.Cost > p.Limit:
+		return nil, fmt.Errorf("%w: policy %q: cost %d is more than the limit %d: no request could ever hold its slots", ErrCost, p.Name, p.Cost, p.Limit)
 	case opts.RetryAfter < 0 || opts.RetryAfter > p.Window:
 		return nil, fmt.Errorf("%w: policy %q: retry_after %s must be between 0 and the lease %s", ErrConfig, p.Name, opts.RetryAfter, p.Window)
 	}
@@ -143,22 +145,22 @@ func (l *Limiter) limits(req edgelimit.Request) (int64, time.Duration) {
 }
 
 func (l *Limiter) check(req edgelimit.Request) error {
-	switch {
-	case req.Key == "":
+	if req.Key == "" {
 		return ErrNoKey
-	case req.Cost > 1:
-		return fmt.Errorf("%w: policy %q: request cost %d", ErrCost, l.name, req.Cost)
 	}
 	return nil
 }
 
-// Allow takes a slot for req: allowed when fewer than the limit of req's
-// key hold one (slots whose lease has ended are reclaimed), denied
-// otherwise, never spuriously. An allowed Decision's Receipt names the
-// slot (ID) and its lease's end (Slot, Unix nanoseconds), for Finish or
-// Refund. An error means the store failed (the engine applies
-// on_store_error); a slot the failed call may still have taken comes back
-// when its lease ends.
+// Allow takes req.Units() slots for req, all or none: allowed when the
+// holders of req's key hold at most the limit less those units (slots
+// whose lease has ended are reclaimed), denied otherwise, never
+// spuriously. A request of more units than the limit in force can never
+// fit: it is denied, after a read of the key's item for Remaining, with
+// RetryAfter the lease. An allowed Decision's Receipt names the holder
+// (ID) and its lease's end (Slot, Unix nanoseconds), for Finish or Refund
+// with the same Request (its units say what to give back). An error means
+// the store failed (the engine applies on_store_error); slots the failed
+// call may still have taken come back when their lease ends.
 func (l *Limiter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
 	if err := l.check(req); err != nil {
 		return edgelimit.Decision{}, err
@@ -170,11 +172,15 @@ func (l *Limiter) Allow(ctx context.Context, req edgelimit.Request) (edgelimit.D
 		l.fill(&d, wire.State{}, now, lease, false)
 		return d, nil
 	}
+	units := req.Units()
+	if units > limit {
+		return l.never(ctx, req, d, now, lease)
+	}
 	var id wire.SlotID // 128 bits from the runtime's ChaCha8: unique, never shown
 	binary.LittleEndian.PutUint64(id[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(id[8:], rand.Uint64())
 	expiry := now + int64(lease)
-	taken, st, err := l.store.takeSlot(ctx, wire.Take{Item: l.item(req.Key), ID: id, Limit: limit, Now: now, Expiry: expiry})
+	taken, st, err := l.store.takeSlot(ctx, wire.Take{Item: l.item(req.Key), ID: id, Units: units, Limit: limit, Now: now, Expiry: expiry})
 	if err != nil {
 		return edgelimit.Decision{}, fmt.Errorf("inflight: policy %q: take: %w", l.name, err)
 	}
@@ -199,8 +205,22 @@ func (l *Limiter) fill(d *edgelimit.Decision, st wire.State, now int64, lease ti
 	}
 }
 
-// Peek reports whether a slot is free for req, and how many, without
-// taking one: one consistent read of the key's item.
+// never denies a request of more units than the limit in force, which no
+// release can make fit: Remaining from a read of the key's item,
+// RetryAfter the lease (as long as a quota's window, for a request that
+// can never fit one).
+func (l *Limiter) never(ctx context.Context, req edgelimit.Request, d edgelimit.Decision, now int64, lease time.Duration) (edgelimit.Decision, error) {
+	st, err := l.store.slots(ctx, l.item(req.Key), now)
+	if err != nil {
+		return edgelimit.Decision{}, fmt.Errorf("inflight: policy %q: read: %w", l.name, err)
+	}
+	l.fill(&d, st, now, lease, false)
+	d.RetryAfter = max(lease, d.Reset)
+	return d, nil
+}
+
+// Peek reports whether req.Units() slots are free for req, and how many
+// are, without taking any: one consistent read of the key's item.
 func (l *Limiter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.Decision, error) {
 	if err := l.check(req); err != nil {
 		return edgelimit.Decision{}, err
@@ -212,11 +232,14 @@ func (l *Limiter) Peek(ctx context.Context, req edgelimit.Request) (edgelimit.De
 		l.fill(&d, wire.State{}, now, lease, false)
 		return d, nil
 	}
+	if req.Units() > limit {
+		return l.never(ctx, req, d, now, lease)
+	}
 	st, err := l.store.slots(ctx, l.item(req.Key), now)
 	if err != nil {
 		return edgelimit.Decision{}, fmt.Errorf("inflight: policy %q: read: %w", l.name, err)
 	}
-	l.fill(&d, st, now, lease, st.Live < limit)
+	l.fill(&d, st, now, lease, st.Live+req.Units() <= limit)
 	return d, nil
 }
 
@@ -232,8 +255,10 @@ func (l *Limiter) Refund(ctx context.Context, req edgelimit.Request, d edgelimit
 	return l.Release(ctx, req, d)
 }
 
-// Release gives back exactly the slot d took (d.Receipt.ID) and no other;
-// a decision that took none (a denial, a peek, a degraded decision)
+// Release gives back exactly the slots d took (d.Receipt.ID, req.Units()
+// of them: req must be the Request of the Allow that took them; with other
+// units it releases nothing, and the slots come back when the lease ends)
+// and no other; a decision that took none (a denial, a peek, a degraded decision)
 // releases nothing. Releasing a slot again, or after its lease ended and
 // another request reclaimed it, changes nothing and is not an error. It
 // ignores ctx's cancellation, keeping its deadline (ReleaseTimeout without
@@ -250,7 +275,7 @@ func (l *Limiter) Release(ctx context.Context, req edgelimit.Request, d edgelimi
 	}
 	rctx := detach(ctx)
 	defer rctx.stop()
-	if _, err := l.store.releaseSlot(rctx, l.item(req.Key), id); err != nil {
+	if _, err := l.store.releaseSlot(rctx, l.item(req.Key), id, req.Units()); err != nil {
 		return fmt.Errorf("inflight: policy %q: release: %w", l.name, err)
 	}
 	return nil

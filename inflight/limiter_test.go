@@ -41,7 +41,15 @@ func TestParse(t *testing.T) {
 			}
 		}},
 		{"tiers", "limit: 2, window: 15m, tiers: {by: \"header:X-Plan\", default: free, levels: {free: {limit: 1}, pro: {limit: 5, window: 30m}}}", "", nil},
-		{"cost", "limit: 2, window: 15m, cost: 2", "every request of an in-flight policy takes one slot", nil},
+		{"cost", "limit: 8, window: 15m, cost: 3", "", func(t *testing.T, p *policy.Policy) {
+			if p.Cost != 3 {
+				t.Errorf("cost = %d, want 3 (slots each request holds)", p.Cost)
+			}
+		}},
+		{"cost at the limit", "limit: 2, window: 15m, cost: 2", "", nil},
+		{"cost above the limit", "limit: 2, window: 15m, cost: 3", "cost 3 is more than the limit 2", nil},
+		{"cost above a tier's limit", "limit: 4, window: 15m, cost: 3, tiers: {by: \"header:X-Plan\", default: free, levels: {free: {limit: 2}, pro: {}}}", "tier \"free\": limit 2 is less than the cost 3", nil},
+		{"reserve", "limit: 2, window: 15m, reserve: 2", "reserve needs charge: response", nil},
 		{"short lease", "limit: 2, window: 500ms", "no shorter than the function's timeout", nil},
 		{"sub-millisecond lease", "limit: 2, window: 1500100us", "whole number of milliseconds", nil},
 		{"huge limit", "limit: 10001, window: 15m", "more than 10000", nil},
@@ -100,7 +108,9 @@ func TestNewValidates(t *testing.T) {
 		{"huge limit", func() *policy.Policy { p := ok(); p.Limit = inflight.MaxLimit + 1; return p }, nil, inflight.ErrConfig},
 		{"no lease", func() *policy.Policy { p := ok(); p.Window = 0; return p }, nil, inflight.ErrConfig},
 		{"sub-millisecond lease", func() *policy.Policy { p := ok(); p.Window = 1500 * time.Microsecond; return p }, nil, inflight.ErrConfig},
-		{"cost 2", func() *policy.Policy { p := ok(); p.Cost = 2; return p }, nil, inflight.ErrCost},
+		{"cost 2 of 2", func() *policy.Policy { p := ok(); p.Cost = 2; return p }, nil, nil},
+		{"cost 3 of 2", func() *policy.Policy { p := ok(); p.Cost = 3; return p }, nil, inflight.ErrCost},
+		{"cost 3 of limit 0", func() *policy.Policy { p := ok(); p.Limit = 0; p.Cost = 3; return p }, nil, nil},
 		{"retry hint beyond the lease", ok, &inflight.Options{RetryAfter: time.Hour}, inflight.ErrConfig},
 		{"negative retry hint", ok, &inflight.Options{RetryAfter: -time.Second}, inflight.ErrConfig},
 	} {
@@ -133,9 +143,6 @@ func TestRequestErrors(t *testing.T) {
 	}
 	if _, err := l.Peek(ctx, edgelimit.Request{}); !errors.Is(err, inflight.ErrNoKey) {
 		t.Errorf("Peek without a key: %v, want ErrNoKey", err)
-	}
-	if _, err := l.Allow(ctx, edgelimit.Request{Key: "k", Cost: 2}); !errors.Is(err, inflight.ErrCost) {
-		t.Errorf("Allow of cost 2: %v, want ErrCost", err)
 	}
 	d, err := l.Allow(ctx, edgelimit.Request{Key: "k"})
 	if err != nil || !d.Allowed {

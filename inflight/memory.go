@@ -35,7 +35,7 @@ const (
 )
 
 // Memory is an in-process Store: exact within one process, a map lookup
-// under a lock per take or release. It is the default of `edgelimit
+// under a lock per take or release, whatever the units a take holds. It is the default of `edgelimit
 // serve` and right for a single process; instances that must share their
 // slots need the DynamoDB store (package inflight/dynamostore).
 //
@@ -65,6 +65,7 @@ type memShard struct {
 type memHolder struct {
 	id     wire.SlotID
 	expiry int64 // Unix nanoseconds
+	units  int64 // the slots it holds, at least 1
 }
 
 type memItem struct {
@@ -107,7 +108,7 @@ func (it *memItem) live(now int64) wire.State {
 	for _, x := range it.h {
 		if x.expiry > now {
 			h = append(h, x)
-			st.Live++
+			st.Live += x.units
 			if st.Earliest == 0 || x.expiry < st.Earliest {
 				st.Earliest = x.expiry
 			}
@@ -130,7 +131,8 @@ func (s *Memory) takeSlot(ctx context.Context, t wire.Take) (bool, wire.State, e
 	if it != nil {
 		st = it.live(t.Now)
 	}
-	if st.Live >= t.Limit {
+	units := wire.UnitsOf(t.Units)
+	if st.Live+units > t.Limit {
 		return false, st, nil
 	}
 	if it == nil {
@@ -149,8 +151,8 @@ func (s *Memory) takeSlot(ctx context.Context, t wire.Take) (bool, wire.State, e
 			return false, st, fmt.Errorf("inflight: slot id %s is already a holder", t.ID)
 		}
 	}
-	it.h = append(it.h, memHolder{id: t.ID, expiry: t.Expiry})
-	st.Live++
+	it.h = append(it.h, memHolder{id: t.ID, expiry: t.Expiry, units: units})
+	st.Live += units
 	if st.Earliest == 0 || t.Expiry < st.Earliest {
 		st.Earliest = t.Expiry
 	}
@@ -167,7 +169,7 @@ func (sh *memShard) sweep(now int64) {
 	sh.sweepAt = max(minSweep, 2*len(sh.m))
 }
 
-func (s *Memory) releaseSlot(ctx context.Context, item string, id wire.SlotID) (bool, error) {
+func (s *Memory) releaseSlot(ctx context.Context, item string, id wire.SlotID, units int64) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -179,7 +181,7 @@ func (s *Memory) releaseSlot(ctx context.Context, item string, id wire.SlotID) (
 		return false, nil
 	}
 	for i, x := range it.h {
-		if x.id == id {
+		if x.id == id && x.units == wire.UnitsOf(units) {
 			last := len(it.h) - 1
 			it.h[i] = it.h[last]
 			it.h[last] = memHolder{}
@@ -207,7 +209,7 @@ func (s *Memory) slots(ctx context.Context, item string, now int64) (wire.State,
 	var st wire.State
 	for _, x := range it.h {
 		if x.expiry > now {
-			st.Live++
+			st.Live += x.units
 			if st.Earliest == 0 || x.expiry < st.Earliest {
 				st.Earliest = x.expiry
 			}

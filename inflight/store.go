@@ -9,8 +9,9 @@ import (
 // Store keeps the slots of Limiters: a *Memory (in-process), or a
 // *dynamostore.Store (package inflight/dynamostore, a DynamoDB table shared
 // by every instance). Both have the same semantics: a holder is live from
-// its take until it is released or its lease ends, and a take is denied
-// only when the limit of holders are live. limitertest.RunInFlight holds
+// its take until it is released or its lease ends, holding the units it
+// took (all of them, or none), and a take is denied only when the live
+// holders hold more than the limit less its units. limitertest.RunInFlight holds
 // every store to them, through a Limiter.
 //
 // Store is sealed, as every strategy's store is: its methods are the
@@ -23,7 +24,7 @@ import (
 // that runs the suite.
 type Store interface {
 	takeSlot(ctx context.Context, t wire.Take) (taken bool, st wire.State, err error)
-	releaseSlot(ctx context.Context, item string, id wire.SlotID) (released bool, err error)
+	releaseSlot(ctx context.Context, item string, id wire.SlotID, units int64) (released bool, err error)
 	slots(ctx context.Context, item string, now int64) (wire.State, error)
 }
 
@@ -35,8 +36,8 @@ func (r remote) takeSlot(ctx context.Context, t wire.Take) (bool, wire.State, er
 	return r.s.TakeSlot(ctx, t)
 }
 
-func (r remote) releaseSlot(ctx context.Context, item string, id wire.SlotID) (bool, error) {
-	return r.s.ReleaseSlot(ctx, item, id)
+func (r remote) releaseSlot(ctx context.Context, item string, id wire.SlotID, units int64) (bool, error) {
+	return r.s.ReleaseSlot(ctx, item, id, units)
 }
 
 func (r remote) slots(ctx context.Context, item string, now int64) (wire.State, error) {

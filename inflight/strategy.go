@@ -43,8 +43,9 @@ func (o Options) String() string {
 }
 
 // Strategy is the in-flight strategy, as policy files name it: strategy:
-// inflight, where limit is how many requests of one key may run at once
-// and window is the lease (how long a slot is held at most if its holder
+// inflight, where limit is how many slots the requests of one key may hold
+// at once (cost of them each: 1 by default, how many requests run at
+// once) and window is the lease (how long a slot is held at most if its holder
 // never releases it), with the field retry_after. It fails closed by
 // default: a concurrency limit protects something that cannot take more.
 // Importing the package registers it.
@@ -65,8 +66,8 @@ func init() { policy.Register(Strategy) }
 func parseOptions(f *policy.Fields) any {
 	p := f.Policy()
 	o := &Options{}
-	if p.Cost != 1 {
-		f.Errorf("cost", "cost %d: every request of an in-flight policy takes one slot; say how many run at once with limit", p.Cost)
+	if p.Limit > 0 && p.Cost > p.Limit {
+		f.Errorf("cost", "cost %d is more than the limit %d: no request of an in-flight policy could ever hold its %d slots", p.Cost, p.Limit, p.Cost)
 	}
 	if p.Limit > MaxLimit {
 		f.Errorf("limit", "limit %d is more than %d requests in flight per key", p.Limit, MaxLimit)
@@ -82,9 +83,9 @@ func parseOptions(f *policy.Fields) any {
 	}
 	switch {
 	case p.ChargeAfter:
-		f.Errorf("charge", "charge applies to quotas; an in-flight slot is taken before the handler and released after it")
+		f.Errorf("charge", "charge applies to quotas; an in-flight slot is taken before the handler and released after it, so nothing is left to charge (say how many slots a request holds with cost, or per request with edgelimit.WithReservation)")
 	case len(p.ChargeStatus) > 0:
-		f.Errorf("charge_status", "charge_status applies to quotas; an in-flight slot is taken before the handler and released after it")
+		f.Errorf("charge_status", "charge_status applies to quotas; an in-flight slot is taken before the handler and released after it, whatever the status")
 	case len(p.RefundStatus) > 0:
 		f.Errorf("refund_status", "refund_status means nothing for strategy inflight: its slot is released after every response")
 	}
@@ -93,6 +94,9 @@ func parseOptions(f *policy.Fields) any {
 			l := t.Levels[name]
 			if l.Limit > MaxLimit {
 				f.Errorf("tiers", "tier %q: limit %d is more than %d requests in flight per key", name, l.Limit, MaxLimit)
+			}
+			if l.Limit > 0 && p.Cost > l.Limit {
+				f.Errorf("tiers", "tier %q: limit %d is less than the cost %d: no request of the tier could ever hold its slots", name, l.Limit, p.Cost)
 			}
 			if l.Window != 0 && (l.Window < MinLease || l.Window%time.Millisecond != 0) {
 				f.Errorf("tiers", "tier %q: window %s is a lease; it must be a whole number of milliseconds and at least %s", name, l.Window, MinLease)

@@ -74,6 +74,7 @@ func RunInFlight(t *testing.T, backend Backend, opts InFlightOptions) {
 	t.Run("ReleaseAfterCancel", s.testReleaseAfterCancel)
 	t.Run("Rounds", s.testRounds)
 	t.Run("Churn", s.testChurn)
+	s.runCosts(t)
 }
 
 type flightSuite struct {
@@ -147,7 +148,7 @@ func (e *flightEnv) allow(r edgelimit.Request) edgelimit.Decision {
 	if err != nil {
 		e.t.Fatalf("Allow(%q): %v", r.Key, err)
 	}
-	if msg := checkInFlight(d, true); msg != "" {
+	if msg := checkInFlight(d, true, r.Units()); msg != "" {
 		e.t.Fatalf("Allow(%q) = %+v: %s", r.Key, d, msg)
 	}
 	return d
@@ -176,7 +177,7 @@ func (e *flightEnv) peek(r edgelimit.Request) edgelimit.Decision {
 	if err != nil {
 		e.t.Fatalf("Peek(%q): %v", r.Key, err)
 	}
-	if msg := checkInFlight(d, false); msg != "" {
+	if msg := checkInFlight(d, false, r.Units()); msg != "" {
 		e.t.Fatalf("Peek(%q) = %+v: %s", r.Key, d, msg)
 	}
 	return d
@@ -185,8 +186,8 @@ func (e *flightEnv) peek(r edgelimit.Request) edgelimit.Decision {
 // checkInFlight returns what is wrong with an in-flight decision, or "":
 // the invariants the engine and draft-11 need. took says whether the
 // decision came from Allow (an allowed one must carry a Receipt naming its
-// slot) or from Peek (none).
-func checkInFlight(d edgelimit.Decision, took bool) string {
+// slot) or from Peek (none); units are the slots the request asked for.
+func checkInFlight(d edgelimit.Decision, took bool, units int64) string {
 	switch {
 	case d.Remaining < 0:
 		return "Remaining is negative"
@@ -198,16 +199,16 @@ func checkInFlight(d edgelimit.Decision, took bool) string {
 		return "Reset is not within the lease"
 	case d.Allowed && d.RetryAfter != 0:
 		return "allowed with a RetryAfter"
-	case d.Allowed && took && d.Remaining > d.Limit-1:
-		return "allowed, but Remaining does not count the slot it took"
+	case d.Allowed && took && d.Remaining > d.Limit-units:
+		return "allowed, but Remaining does not count the slots it took"
 	case d.Allowed && took && d.Receipt.ID == [16]byte{}:
 		return "allowed without a slot id in its Receipt"
 	case d.Allowed && took && d.Receipt.Slot <= d.Receipt.At:
 		return "the Receipt's lease ends before it starts"
 	case (!d.Allowed || !took) && d.Receipt != edgelimit.Receipt{}:
 		return "a denial or a peek carries a Receipt"
-	case !d.Allowed && d.Remaining != 0:
-		return "denied although a slot is free"
+	case !d.Allowed && d.Remaining >= units && units <= d.Limit:
+		return "denied although its slots are free"
 	case !d.Allowed && d.RetryAfter < d.Reset:
 		return "RetryAfter is before Reset"
 	}
@@ -475,8 +476,8 @@ func (e *flightEnv) round(n int, key string) []edgelimit.Decision {
 			switch {
 			case err != nil:
 				errs = append(errs, err)
-			case checkInFlight(d, true) != "":
-				errs = append(errs, fmt.Errorf("%+v: %s", d, checkInFlight(d, true)))
+			case checkInFlight(d, true, 1) != "":
+				errs = append(errs, fmt.Errorf("%+v: %s", d, checkInFlight(d, true, 1)))
 			case d.Allowed:
 				allowed = append(allowed, d)
 			}

@@ -47,6 +47,7 @@ func RunInFlightEngine(t *testing.T, backend Backend, cfg InFlightEngine) {
 	t.Run("FailedHandlers", func(t *testing.T) { testFailedHandlers(t, newServer(t)) })
 	t.Run("ClientGone", func(t *testing.T) { testClientGone(t, newServer(t)) })
 	t.Run("Refund", func(t *testing.T) { testEngineRefund(t, newServer(t)) })
+	t.Run("Reservation", func(t *testing.T) { testEngineReservation(t, newServer(t)) })
 }
 
 // enginePolicies: speech is the in-flight policy under test; daily is the
@@ -162,7 +163,7 @@ func newFlightServer(t *testing.T, newL NewLimiter, cfg InFlightEngine) *server 
 		}
 		_, _ = io.WriteString(w, "done")
 	})
-	srv := httptest.NewUnstartedServer(cfg.Handler(e, h))
+	srv := httptest.NewUnstartedServer(withHold(cfg.Handler(e, h)))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panics are the test's
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -192,6 +193,12 @@ type reply struct {
 
 // send sends a request and returns a channel with its reply.
 func (s *server) send(ctx context.Context, path, key, gate, do string) <-chan reply {
+	return s.sendHold(ctx, path, key, gate, do, 0)
+}
+
+// sendHold sends a request whose application reserves hold slots of the
+// speech policy (0: the policy's cost).
+func (s *server) sendHold(ctx context.Context, path, key, gate, do string, hold int64) <-chan reply {
 	if gate != "" {
 		s.mu.Lock()
 		if s.gates[gate] == nil {
@@ -209,6 +216,9 @@ func (s *server) send(ctx context.Context, path, key, gate, do string) <-chan re
 		req.Header.Set("X-Api-Key", key)
 		req.Header.Set("X-Gate", gate)
 		req.Header.Set("X-Do", do)
+		if hold > 0 {
+			req.Header.Set("X-Hold", fmt.Sprint(hold))
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			out <- reply{err: err}

@@ -26,10 +26,14 @@ const envCrashHolder = "INFLIGHT_CRASH_HOLDER"
 
 const crashLease = time.Minute
 
+// crashLimit is the crash test's limit, crashUnits what the crashing
+// holder takes of it: a request of several units.
+const crashLimit, crashUnits = 4, 3
+
 func crashLimiter(t *testing.T, store inflight.Store, now func() time.Time) *inflight.Limiter {
 	t.Helper()
 	lim, err := inflight.New(inflight.Config{
-		Policy: &policy.Policy{Name: "speech", Strategy: inflight.Strategy, Limit: 1, Window: crashLease},
+		Policy: &policy.Policy{Name: "speech", Strategy: inflight.Strategy, Limit: crashLimit, Window: crashLease},
 		Store:  store, Now: now,
 	})
 	if err != nil {
@@ -39,8 +43,8 @@ func crashLimiter(t *testing.T, store inflight.Store, now func() time.Time) *inf
 }
 
 // TestCrashHolderProcess is the other process of TestCrashedHolder: it
-// takes the one slot at T0, says so, and waits to be killed. Run on its
-// own, it does nothing.
+// takes 3 of the 4 slots at T0 in one request, says so, and waits to be
+// killed. Run on its own, it does nothing.
 func TestCrashHolderProcess(t *testing.T) {
 	spec := os.Getenv(envCrashHolder)
 	if spec == "" {
@@ -53,7 +57,7 @@ func TestCrashHolderProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	lim := crashLimiter(t, store, func() time.Time { return t0 })
-	d, err := lim.Allow(context.Background(), edgelimit.Request{Key: "user-1"})
+	d, err := lim.Allow(context.Background(), edgelimit.Request{Key: "user-1", Cost: crashUnits})
 	if err != nil || !d.Allowed {
 		fmt.Printf("failed: %+v %v\n", d, err)
 		os.Exit(1)
@@ -63,10 +67,10 @@ func TestCrashHolderProcess(t *testing.T) {
 	os.Exit(0)
 }
 
-// TestCrashedHolder: a process takes the only slot of a key and is killed
-// (SIGKILL) before it can release it, as a Lambda instance that dies
-// mid-request. The slot stays taken until the lease ends, and is free from
-// that instant on.
+// TestCrashedHolder: a process takes 3 of the 4 slots of a key in one
+// request and is killed (SIGKILL) before it can release them, as a Lambda
+// instance that dies mid-request. All 3 stay taken until the lease ends,
+// and all 3 are free from that instant on.
 func TestCrashedHolder(t *testing.T) {
 	ddbtest.ForEach(t, func(t *testing.T, s ddbtest.Server) {
 		client, table, _ := ddbtest.Table(t, s)
@@ -106,24 +110,25 @@ func TestCrashedHolder(t *testing.T) {
 		}
 		clock := limitertest.NewClock(t0)
 		lim := crashLimiter(t, store, clock.Now)
-		r := edgelimit.Request{Key: "user-1"}
+		r := edgelimit.Request{Key: "user-1", Cost: 2}
 		for _, at := range []time.Duration{0, crashLease / 2, crashLease - time.Millisecond, crashLease - time.Nanosecond} {
 			clock.Set(t0.Add(at))
 			d, err := lim.Allow(ctx, r)
-			if err != nil || d.Allowed {
-				t.Fatalf("at T0+%s, the dead holder's lease running: %+v, %v; want denied", at, d, err)
+			if err != nil || d.Allowed || d.Remaining != crashLimit-crashUnits {
+				t.Fatalf("at T0+%s, the dead holder's lease running: a take of 2: %+v, %v; want denied, 1 free", at, d, err)
 			}
 			if want := min(inflight.DefaultRetryAfter, crashLease-at); d.RetryAfter != want {
 				t.Errorf("at T0+%s: RetryAfter %s, want %s", at, d.RetryAfter, want)
 			}
 		}
 		clock.Set(t0.Add(crashLease))
-		d, err := lim.Allow(ctx, r)
-		if err != nil || !d.Allowed {
-			t.Fatalf("as the dead holder's lease ends: %+v, %v; want allowed", d, err)
+		all := edgelimit.Request{Key: "user-1", Cost: crashLimit}
+		d, err := lim.Allow(ctx, all)
+		if err != nil || !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("as the dead holder's lease ends: a take of all 4: %+v, %v; want allowed", d, err)
 		}
-		if d2, err := lim.Allow(ctx, r); err != nil || d2.Allowed {
-			t.Fatalf("after the slot came back and was taken: %+v, %v; want denied", d2, err)
+		if d2, err := lim.Allow(ctx, edgelimit.Request{Key: "user-1"}); err != nil || d2.Allowed {
+			t.Fatalf("after the slots came back and were taken: %+v, %v; want denied", d2, err)
 		}
 	})
 }

@@ -9,32 +9,39 @@
 // key pk, TTL attribute expires_at):
 //
 //	pk          S  "if#<policy>#<keyhash>"
-//	n           N  the number of holders in the item (live or not)
-//	h_<slotid>  N  one per holder: its lease expiry, Unix nanoseconds
+//	n           N  the slots the item's holders hold (live or not)
+//	h_<slotid>  N  one per holder of one slot: its lease expiry, Unix nanoseconds
+//	h<u>_<slotid> N  one per holder of u > 1 slots (h3_...): the same
 //	expires_at  N  the latest lease expiry plus ExpiryMargin, Unix seconds
 //
-// A holder is live until its expiry. n counts the holders whether live or
-// not: every write that adds or removes one moves n with it, in the same
-// conditional UpdateItem, so n is the number of h_ attributes.
+// A holder is live until its expiry. n counts the holders' slots whether
+// live or not: every write that adds or removes a holder moves n by its
+// units, in the same conditional UpdateItem, so n is the sum of the units
+// the h attributes' names say. A holder's units are in its attribute's
+// name, not a second attribute, so that a release, which knows them from
+// its request, is still one write whose condition (the attribute exists)
+// also checks them.
 //
 // # The writes
 //
-// A take is one UpdateItem in the common case:
+// A take of u slots is one UpdateItem in the common case, all u or none:
 //
-//	SET h_<id> = :expiry, expires_at = :ttl ADD n :one
-//	IF (attribute_not_exists(n) OR n < :limit) AND attribute_not_exists(h_<id>)
+//	SET h<u>_<id> = :expiry, expires_at = :ttl ADD n :u
+//	IF (attribute_not_exists(n) OR n < :room) AND attribute_not_exists(h<u>_<id>)
 //
+// where :room is limit - u + 1 (a condition cannot add; for u = 1 it is
+// the limit),
 // with ReturnValues ALL_NEW, which reports the holders for the decision's
 // headers at no extra cost. When the condition fails, the item as it was
 // (ReturnValuesOnConditionCheckFailure ALL_OLD; a consistent GetItem on
-// servers that ignore it, like dynalite) says why: if the limit of its
-// holders are live at the decision's instant, the take is denied, and that
-// denial is real. Otherwise some holders' leases have expired (their
+// servers that ignore it, like dynalite) says why: if its live holders hold
+// more than limit - u slots at the decision's instant, the take is denied,
+// and that denial is real. Otherwise some holders' leases have expired (their
 // instances died mid-request, or their release failed), and one
 // conditional UpdateItem reclaims them and takes the slot together:
 //
-//	SET h_<id> = :expiry, n = :n', expires_at = :ttl REMOVE h_<a>, h_<b>, ...
-//	IF n = :n AND h_<a> = :expiry_a AND h_<b> = :expiry_b ... AND attribute_not_exists(h_<id>)
+//	SET h<u>_<id> = :expiry, n = :n', expires_at = :ttl REMOVE h_<a>, h3_<b>, ...
+//	IF n = :n AND h_<a> = :expiry_a AND h3_<b> = :expiry_b ... AND attribute_not_exists(h<u>_<id>)
 //
 // which holds only if no one changed the item's holder count and each
 // reclaimed holder is still there with the expiry that was read (a holder
@@ -43,9 +50,9 @@
 // are bounded by the context and by 32 attempts (then ErrContention, a
 // store failure).
 //
-// A release is one UpdateItem: REMOVE h_<id> ADD n :minus_one IF
-// attribute_exists(h_<id>), so releasing twice, or after the holder was
-// reclaimed, changes nothing.
+// A release is one UpdateItem: REMOVE h<u>_<id> ADD n :minus_u IF
+// attribute_exists(h<u>_<id>), so releasing twice, or after the holder was
+// reclaimed, or with units other than the take's, changes nothing.
 //
 // # Round trips
 //
@@ -58,7 +65,9 @@
 //   - release: 1 UpdateItem.
 //   - peek: 1 consistent GetItem.
 //
-// Each write is 1 WCU while the item is under 1 KB: a few tens of holders.
+// The counts are the same whatever a take's units: one holder attribute
+// and one move of n. Each write is 1 WCU while the item is under 1 KB: a
+// few tens of holders.
 //
 // # Time
 //
@@ -200,7 +209,31 @@ const (
 	maxReclaim = 32
 )
 
-func holderAttr(id wire.SlotID) string { return holderPrefix + id.String() }
+// holderAttr names the attribute of holder id of units slots: h_<id> for
+// one (every holder before costs existed), h<units>_<id> for more.
+func holderAttr(id wire.SlotID, units int64) string {
+	if units <= 1 {
+		return holderPrefix + id.String()
+	}
+	return "h" + strconv.FormatInt(units, 10) + "_" + id.String()
+}
+
+// holderUnits returns the units of the holder an attribute named name
+// stands for, or false if it names no holder: "h_..." holds 1, "h3_..." 3.
+func holderUnits(name string) (int64, bool) {
+	if strings.HasPrefix(name, holderPrefix) {
+		return 1, true
+	}
+	digits, _, ok := strings.Cut(strings.TrimPrefix(name, "h"), "_")
+	if !ok || !strings.HasPrefix(name, "h") || digits == "" || digits[0] == '0' {
+		return 0, false
+	}
+	u, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || u < 2 {
+		return 0, false
+	}
+	return u, true
+}
 
 func num(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
@@ -225,6 +258,7 @@ func (s *conn) ttl(expiry int64) int64 {
 type holder struct {
 	attr   string
 	expiry int64 // Unix nanoseconds, as stored
+	units  int64 // from attr's name
 	raw    string
 }
 
@@ -239,8 +273,9 @@ type view struct {
 func parse(item map[string]types.AttributeValue) (view, error) {
 	v := view{exists: item != nil}
 	for name, av := range item {
+		units, isHolder := holderUnits(name)
 		switch {
-		case name == attrN, name == ddbcore.AttrExpiresAt, strings.HasPrefix(name, holderPrefix):
+		case name == attrN, name == ddbcore.AttrExpiresAt, isHolder:
 		default:
 			continue
 		}
@@ -258,18 +293,18 @@ func parse(item map[string]types.AttributeValue) (view, error) {
 		case ddbcore.AttrExpiresAt:
 			v.ttl = x
 		default:
-			v.holders = append(v.holders, holder{attr: name, expiry: x, raw: nv.Value})
+			v.holders = append(v.holders, holder{attr: name, expiry: x, units: units, raw: nv.Value})
 		}
 	}
 	return v, nil
 }
 
-// state returns v's live holders at now (Unix nanoseconds).
+// state returns the slots of v's live holders at now (Unix nanoseconds).
 func (v view) state(now int64) wire.State {
 	var st wire.State
 	for _, h := range v.holders {
 		if e := h.expiry; e > now {
-			st.Live++
+			st.Live += h.units
 			if st.Earliest == 0 || e < st.Earliest {
 				st.Earliest = e
 			}
@@ -298,26 +333,34 @@ func (v view) has(attr string) bool {
 
 // TakeSlot implements wire.Store.
 func (s *conn) TakeSlot(ctx context.Context, t wire.Take) (bool, wire.State, error) {
-	attr := holderAttr(t.ID)
+	units := wire.UnitsOf(t.Units)
+	if units > t.Limit {
+		// Never fits; the plain take's condition would hold on an absent
+		// item, so it is not sent.
+		st, err := s.Slots(ctx, t.Item, t.Now)
+		return false, st, err
+	}
+	attr := holderAttr(t.ID, units)
 	exp := num(t.Expiry)
 	ttl := num(s.ttl(t.Expiry))
-	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	plain := &dynamodb.UpdateItemInput{
 		TableName:                           s.table,
 		Key:                                 s.key(t.Item),
-		UpdateExpression:                    aws.String("SET #h = :e, expires_at = :t ADD n :one"),
+		UpdateExpression:                    aws.String("SET #h = :e, expires_at = :t ADD n :u"),
 		ConditionExpression:                 aws.String("(attribute_not_exists(n) OR n < :l) AND attribute_not_exists(#h)"),
 		ExpressionAttributeNames:            map[string]string{"#h": attr},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":e": exp, ":t": ttl, ":one": num(1), ":l": num(t.Limit)},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":e": exp, ":t": ttl, ":u": num(units), ":l": num(t.Limit - units + 1)},
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, s.opts...)
+	}
+	out, err := s.client.UpdateItem(ctx, plain, s.opts...)
 	for attempt := 1; ; attempt++ {
 		if err == nil {
-			return s.taken(ctx, t, out.Attributes)
+			return s.taken(ctx, t, units, out.Attributes)
 		}
 		var cf *types.ConditionalCheckFailedException
 		if !errors.As(err, &cf) {
-			s.clean(ctx, t.Item, t.ID, err)
+			s.clean(ctx, t.Item, t.ID, units, err)
 			return false, wire.State{}, wrap("take", t.Item, err)
 		}
 		old := cf.Item
@@ -335,41 +378,33 @@ func (s *conn) TakeSlot(ctx context.Context, t wire.Take) (bool, wire.State, err
 			return false, wire.State{}, fmt.Errorf("dynamostore: item %q: slot id %s is already a holder", t.Item, t.ID)
 		}
 		st := v.state(t.Now)
-		if st.Live >= t.Limit {
-			return false, st, nil // the limit of holders were live when the item was read
+		if st.Live+units > t.Limit {
+			return false, st, nil // more than limit - units were held when the item was read
 		}
 		if attempt >= maxAttempts {
 			return false, wire.State{}, fmt.Errorf("dynamostore: item %q: %w", t.Item, inflight.ErrContention)
 		}
-		if !v.exists || v.n < t.Limit {
-			// A release (or TTL) freed a slot since the write failed: the
-			// plain take again.
-			out, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-				TableName:                           s.table,
-				Key:                                 s.key(t.Item),
-				UpdateExpression:                    aws.String("SET #h = :e, expires_at = :t ADD n :one"),
-				ConditionExpression:                 aws.String("(attribute_not_exists(n) OR n < :l) AND attribute_not_exists(#h)"),
-				ExpressionAttributeNames:            map[string]string{"#h": attr},
-				ExpressionAttributeValues:           map[string]types.AttributeValue{":e": exp, ":t": ttl, ":one": num(1), ":l": num(t.Limit)},
-				ReturnValues:                        types.ReturnValueAllNew,
-				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-			}, s.opts...)
+		if !v.exists || v.n+units <= t.Limit {
+			// A release (or TTL) freed the slots since the write failed:
+			// the plain take again.
+			out, err = s.client.UpdateItem(ctx, plain, s.opts...)
 			continue
 		}
-		out, err = s.client.UpdateItem(ctx, s.reclaim(t, v, attr, exp, ttl), s.opts...)
+		out, err = s.client.UpdateItem(ctx, s.reclaim(t, units, v, attr, exp, ttl), s.opts...)
 	}
 }
 
 // reclaim builds the write that removes up to maxReclaim of v's expired
-// holders and adds t's, provided the item still has v's holder count and
-// each of those holders, with the expiry read.
-func (s *conn) reclaim(t wire.Take, v view, attr string, exp, ttl types.AttributeValue) *dynamodb.UpdateItemInput {
+// holders and adds t's of units slots, provided the item still has v's
+// count and each of those holders, with the expiry read.
+func (s *conn) reclaim(t wire.Take, units int64, v view, attr string, exp, ttl types.AttributeValue) *dynamodb.UpdateItemInput {
 	names := map[string]string{"#h": attr}
 	values := map[string]types.AttributeValue{":e": exp, ":t": ttl, ":n": num(v.n)}
 	var remove, cond strings.Builder
 	cond.WriteString("n = :n AND attribute_not_exists(#h)")
-	k := int64(0)
+	k, held, freed := int64(0), int64(0), int64(0)
 	for _, h := range v.holders {
+		held += h.units
 		if h.expiry > t.Now || k == maxReclaim {
 			continue
 		}
@@ -382,11 +417,12 @@ func (s *conn) reclaim(t wire.Take, v view, attr string, exp, ttl types.Attribut
 		remove.WriteString("#r" + ks)
 		cond.WriteString(" AND #r" + ks + " = :r" + ks)
 		k++
+		freed += h.units
 	}
-	// n' counts the holders the item will have: those read, less the
-	// reclaimed, plus the new one. With the invariant n = holders it is
-	// n - k + 1.
-	values[":m"] = num(int64(len(v.holders)) - k + 1)
+	// n' counts the slots the item's holders will hold: those read, less
+	// the reclaimed holders', plus the new one's. With the invariant n =
+	// the holders' units it is n - freed + units.
+	values[":m"] = num(held - freed + units)
 	update := "SET #h = :e, n = :m, expires_at = :t"
 	if k > 0 {
 		update += " REMOVE " + remove.String()
@@ -407,17 +443,17 @@ func (s *conn) reclaim(t wire.Take, v view, attr string, exp, ttl types.Attribut
 // holder's lease ends after the new one's (a tier or an override with a
 // longer lease), expires_at, which the take set from its own lease, is
 // raised to cover it: a second write only then.
-func (s *conn) taken(ctx context.Context, t wire.Take, after map[string]types.AttributeValue) (bool, wire.State, error) {
+func (s *conn) taken(ctx context.Context, t wire.Take, units int64, after map[string]types.AttributeValue) (bool, wire.State, error) {
 	v, err := parse(after)
 	if err != nil {
-		// An item this store did not write: give the slot back rather
+		// An item this store did not write: give the slots back rather
 		// than report a take the caller will not release.
-		_, _ = s.ReleaseSlot(ctx, t.Item, t.ID)
+		_, _ = s.ReleaseSlot(ctx, t.Item, t.ID, units)
 		return false, wire.State{}, fmt.Errorf("dynamostore: item %q: %w", t.Item, err)
 	}
 	st := v.state(t.Now)
 	if st.Live == 0 { // a server that returned nothing: at least this holder
-		st = wire.State{Live: 1, Earliest: t.Expiry}
+		st = wire.State{Live: units, Earliest: t.Expiry}
 	}
 	if latest := v.latest(); latest > t.Expiry {
 		want := s.ttl(latest)
@@ -432,22 +468,22 @@ func (s *conn) taken(ctx context.Context, t wire.Take, after map[string]types.At
 			// The slot is taken; only the item's TTL is short of a longer
 			// lease. Release it rather than report a slot the caller will
 			// not release.
-			s.clean(ctx, t.Item, t.ID, err)
+			s.clean(ctx, t.Item, t.ID, units, err)
 			return false, wire.State{}, wrap("extend the expiry of", t.Item, err)
 		}
 	}
 	return true, st, nil
 }
 
-// clean releases holder id after a take failed with err, if err leaves open
-// whether the write landed.
-func (s *conn) clean(ctx context.Context, item string, id wire.SlotID, err error) {
+// clean releases holder id of units slots after a take failed with err, if
+// err leaves open whether the write landed.
+func (s *conn) clean(ctx context.Context, item string, id wire.SlotID, units int64, err error) {
 	if s.cleanup < 0 || definite(err) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cleanup)
 	defer cancel()
-	_, _ = s.ReleaseSlot(cctx, item, id)
+	_, _ = s.ReleaseSlot(cctx, item, id, units)
 }
 
 // definite reports whether err is an answer from DynamoDB that the write
@@ -460,14 +496,15 @@ func definite(err error) bool {
 }
 
 // ReleaseSlot implements wire.Store.
-func (s *conn) ReleaseSlot(ctx context.Context, item string, id wire.SlotID) (bool, error) {
+func (s *conn) ReleaseSlot(ctx context.Context, item string, id wire.SlotID, units int64) (bool, error) {
+	units = wire.UnitsOf(units)
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 s.table,
 		Key:                       s.key(item),
 		UpdateExpression:          aws.String("REMOVE #h ADD n :m"),
 		ConditionExpression:       aws.String("attribute_exists(#h)"),
-		ExpressionAttributeNames:  map[string]string{"#h": holderAttr(id)},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":m": num(-1)},
+		ExpressionAttributeNames:  map[string]string{"#h": holderAttr(id, units)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":m": num(-units)},
 	}, s.opts...)
 	switch {
 	case err == nil:
