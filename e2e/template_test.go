@@ -107,7 +107,7 @@ func (c cfn) env(t *testing.T, fn handlers.Function) map[string]*yaml.Node {
 // strategies returns the strategies fn's embedded policies use.
 func strategies(t *testing.T, fn handlers.Function) map[string]bool {
 	t.Helper()
-	pf, err := policy.Parse(fn.PolicyFile, fn.Policies)
+	pf, err := policy.Parse(fn.PolicyFile, fn.Policies())
 	if err != nil {
 		t.Fatalf("%s: %v", fn.PolicyFile, err)
 	}
@@ -177,7 +177,7 @@ func TestTemplateRoutesArePoliced(t *testing.T) {
 		if !slices.Equal(routes, want) {
 			t.Errorf("%s routes %v, want %v (handlers.%s.Routes)", fn.LogicalID, routes, want, fn.Name)
 		}
-		pf, err := policy.Parse(fn.PolicyFile, fn.Policies)
+		pf, err := policy.Parse(fn.PolicyFile, fn.Policies())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -294,7 +294,7 @@ func TestTemplateOverrideDefaultsMatchThePolicyFiles(t *testing.T) {
 			}
 			return str(get(p, "Default"))
 		})
-		edited, err := setup.ApplyOverrides(fn.Policies, overrides, "")
+		edited, err := setup.ApplyOverrides(fn.Policies(), overrides, "")
 		if err != nil {
 			t.Errorf("%s: %s=%q: %v", fn.LogicalID, setup.EnvOverrides, overrides, err)
 			continue
@@ -304,7 +304,7 @@ func TestTemplateOverrideDefaultsMatchThePolicyFiles(t *testing.T) {
 			t.Errorf("%s: %s=%q does not load: %v", fn.LogicalID, setup.EnvOverrides, overrides, err)
 			continue
 		}
-		want, _ := policy.Parse("file", fn.Policies)
+		want, _ := policy.Parse("file", fn.Policies())
 		for i, p := range want.Policies {
 			g := got.Policies[i]
 			if g.Limit != p.Limit || g.Window != p.Window || !reflect.DeepEqual(g.Options, p.Options) {
@@ -630,7 +630,7 @@ func TestTemplateLeasesOutlastTheTimeout(t *testing.T) {
 		if err != nil || secs < 1 {
 			t.Fatalf("%s: Timeout %q is not a number of seconds", fn.LogicalID, str(timeout))
 		}
-		pf, err := policy.Parse(fn.PolicyFile, fn.Policies)
+		pf, err := policy.Parse(fn.PolicyFile, fn.Policies())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -46,6 +46,17 @@ const maxFileSize = 1 << 20
 // Parse parses and validates a policy file. name is used in messages.
 // All problems are reported together, as Errors.
 func Parse(name string, data []byte) (*File, error) {
+	doc, err := Decode(name, data)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTree(name, doc)
+}
+
+// Decode reads a policy file's tree from its YAML, without validating it
+// (ParseTree does): a file that is not YAML, is larger than 1 MiB, or
+// holds more than one document is an Errors naming the line.
+func Decode(name string, data []byte) (*Node, error) {
 	p := &fileParser{file: name}
 	if len(data) > maxFileSize {
 		p.errorf(0, "", "file is %d bytes, larger than the %d allowed", len(data), maxFileSize)
@@ -63,11 +74,19 @@ func Parse(name string, data []byte) (*File, error) {
 		p.errorf(extra.Line, "", "more than one YAML document; put all policies in one")
 		return nil, p.err()
 	}
-	f := p.parseFile(&doc)
-	if err := p.err(); err != nil {
-		return nil, err
+	return fromYAML(&doc), nil
+}
+
+// fromYAML copies the YAML library's tree into a Node tree.
+func fromYAML(y *yaml.Node) *Node {
+	n := &Node{Kind: Kind(y.Kind), Tag: y.Tag, Value: y.Value, Line: y.Line}
+	if len(y.Content) > 0 {
+		n.Content = make([]*Node, len(y.Content))
+		for i, c := range y.Content {
+			n.Content[i] = fromYAML(c)
+		}
 	}
-	return f, nil
+	return n
 }
 
 type fileParser struct {
@@ -87,19 +106,19 @@ func (p *fileParser) err() error {
 	return p.errs
 }
 
-func (p *fileParser) parseFile(doc *yaml.Node) *File {
+func (p *fileParser) parseFile(doc *Node) *File {
 	f := &File{Source: p.file, LegacyHeaders: true}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		p.errorf(0, "", "file is empty; it needs `version: 1` and a `policies:` list")
 		return f
 	}
 	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
+	if root.Kind != MappingNode {
 		p.errorf(root.Line, "", "top level must be a mapping with `version` and `policies`")
 		return f
 	}
 	seen := map[string]bool{}
-	var policiesNode *yaml.Node
+	var policiesNode *Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if seen[k.Value] {
@@ -131,7 +150,7 @@ func (p *fileParser) parseFile(doc *yaml.Node) *File {
 		p.errorf(root.Line, "", "missing `policies:` list")
 		return f
 	}
-	if policiesNode.Kind != yaml.SequenceNode {
+	if policiesNode.Kind != SequenceNode {
 		p.errorf(policiesNode.Line, "", "`policies` must be a list")
 		return f
 	}
@@ -154,37 +173,43 @@ func (p *fileParser) parseFile(doc *yaml.Node) *File {
 	return f
 }
 
-func (p *fileParser) str(v *yaml.Node, policy, field string) (string, bool) {
-	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+func (p *fileParser) str(v *Node, policy, field string) (string, bool) {
+	if v.Kind != ScalarNode || v.Tag == "!!null" {
 		p.errorf(v.Line, policy, "%s must be a string", field)
 		return "", false
 	}
 	return v.Value, true
 }
 
-func (p *fileParser) int(v *yaml.Node, policy, field string) (int64, bool) {
-	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
+func (p *fileParser) int(v *Node, policy, field string) (int64, bool) {
+	if v.Kind != ScalarNode || v.Tag != "!!int" {
 		p.errorf(v.Line, policy, "%s %q must be a whole number", field, v.Value)
 		return 0, false
 	}
-	var n int64
-	if err := v.Decode(&n); err != nil {
+	n, err := yamlInt(v.Value)
+	if err != nil {
 		p.errorf(v.Line, policy, "%s %q is not a whole number that fits in 64 bits", field, v.Value)
 		return 0, false
 	}
 	return n, true
 }
 
-func (p *fileParser) bool(v *yaml.Node, policy, field string) (bool, bool) {
-	if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
+// yamlInt reads an !!int scalar as the YAML library does: underscores
+// dropped, then decimal, 0x, 0o, 0b or a leading 0 (octal).
+func yamlInt(s string) (int64, error) {
+	return strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 0, 64)
+}
+
+func (p *fileParser) bool(v *Node, policy, field string) (bool, bool) {
+	if v.Kind != ScalarNode || v.Tag != "!!bool" {
 		p.errorf(v.Line, policy, "%s %q must be true or false", field, v.Value)
 		return false, false
 	}
 	return v.Value == "true" || v.Value == "True" || v.Value == "TRUE", true
 }
 
-func (p *fileParser) duration(v *yaml.Node, policy, field string) (time.Duration, bool) {
-	if v.Kind != yaml.ScalarNode {
+func (p *fileParser) duration(v *Node, policy, field string) (time.Duration, bool) {
+	if v.Kind != ScalarNode {
 		p.errorf(v.Line, policy, "%s must be a duration, like 10s", field)
 		return 0, false
 	}
@@ -241,9 +266,9 @@ func FormatDuration(d time.Duration) string {
 	return s
 }
 
-func nameOf(n *yaml.Node) string {
+func nameOf(n *Node) string {
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == "name" && n.Content[i+1].Kind == yaml.ScalarNode {
+		if n.Content[i].Value == "name" && n.Content[i+1].Kind == ScalarNode {
 			return n.Content[i+1].Value
 		}
 	}

@@ -26,7 +26,7 @@ import (
 // next request, and the reason is in the function's logs.
 func Run(fn handlers.Function, backends ...setup.Backend) {
 	env, err := setup.FromEnv(context.Background(), setup.EnvConfig{
-		Policies: fn.Policies, PolicyFile: fn.PolicyFile, Backends: backends, Secrets: secretsmanager.Source(),
+		Policies: fn.Policies(), PolicyFile: fn.PolicyFile, Backends: backends, Secrets: secretsmanager.Source(),
 	})
 	if err != nil {
 		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("edgelimit: init failed", "function", fn.Name, "error", err.Error())
