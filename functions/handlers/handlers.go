@@ -37,7 +37,10 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/urlpath"
 	"github.com/edgelimit/edgelimit/middleware"
+	"github.com/edgelimit/edgelimit/policy"
 )
+
+//go:generate go run ./internal/gentrees
 
 // The embedded policy files, one variable each, so that a function's
 // binary holds its own file alone.
@@ -78,6 +81,9 @@ type Function struct {
 	// policies points at the embedded policy file: an address keeps the
 	// variable static (see the example functions below).
 	policies *[]byte
+	// tree is the policy file's tree, compiled at build time
+	// (trees_gen.go).
+	tree *policy.Node
 	// Routes are the HTTP API routes (template.yaml's HttpApi events) that
 	// invoke the function, in API Gateway's "METHOD /path" syntax.
 	Routes []string
@@ -91,19 +97,25 @@ type Function struct {
 // synthesiser.
 var (
 	Paid = Function{Name: "paid", LogicalID: "PaidFunction", PolicyFile: "functions/handlers/policies/paid.yaml",
-		Routes: []string{"GET /paid/{resource}"}, New: NewPaid, policies: &paidPolicies}
+		Routes: []string{"GET /paid/{resource}"}, New: NewPaid, policies: &paidPolicies, tree: paidTree}
 	Contact = Function{Name: "contact", LogicalID: "ContactFunction", PolicyFile: "functions/handlers/policies/contact.yaml",
-		Routes: []string{"POST /contact", "POST /login"}, New: newContactFunction, policies: &contactPolicies}
+		Routes: []string{"POST /contact", "POST /login"}, New: newContactFunction, policies: &contactPolicies, tree: contactTree}
 	Search = Function{Name: "search", LogicalID: "SearchFunction", PolicyFile: "functions/handlers/policies/search.yaml",
-		Routes: []string{"GET /search"}, New: newSearchFunction, policies: &searchPolicies}
+		Routes: []string{"GET /search"}, New: newSearchFunction, policies: &searchPolicies, tree: searchTree}
 	TTS = Function{Name: "tts", LogicalID: "TTSFunction", PolicyFile: "functions/handlers/policies/tts.yaml",
-		Routes: []string{"POST /tts"}, New: NewTTS, policies: &ttsPolicies}
+		Routes: []string{"POST /tts"}, New: NewTTS, policies: &ttsPolicies, tree: ttsTree}
 )
 
 func newSearchFunction(d Deps) middleware.HTTPAPIHandler { return NewSearch(d, SearchConfig{}) }
 
 // Policies returns the function's embedded policy file.
 func (f Function) Policies() []byte { return *f.policies }
+
+// Tree returns the embedded policy file's tree (policy.Decode's), compiled
+// at build time into trees_gen.go: a function hands it to setup instead of
+// the YAML, so that its bootstrap links no YAML parser. Change a policy
+// file, then run `make generate`; TestTreesAreGenerated fails until then.
+func (f Function) Tree() *policy.Node { return f.tree }
 
 // All returns every example function, in a stable order.
 func All() []Function { return []Function{Paid, Contact, Search, TTS} }
