@@ -294,12 +294,12 @@ func TestTemplateOverrideDefaultsMatchThePolicyFiles(t *testing.T) {
 			}
 			return str(get(p, "Default"))
 		})
-		edited, err := setup.ApplyOverrides(fn.Policies(), overrides, "")
+		edited, err := setup.OverrideTree(fn.Tree(), overrides, "")
 		if err != nil {
 			t.Errorf("%s: %s=%q: %v", fn.LogicalID, setup.EnvOverrides, overrides, err)
 			continue
 		}
-		got, err := policy.Parse("edited", edited)
+		got, err := policy.ParseTree("edited", edited)
 		if err != nil {
 			t.Errorf("%s: %s=%q does not load: %v", fn.LogicalID, setup.EnvOverrides, overrides, err)
 			continue
