@@ -331,6 +331,27 @@ func renderBootstrap(w *mdWriter, l *loaded) {
 	w.p("")
 }
 
+// updateBootstrapSection writes the bootstrap part's section into -md in
+// place of the section of its heading (or before section 1), leaving every
+// other section as it is.
+func updateBootstrapSection(o options) error {
+	l, err := load(o.out)
+	if err != nil {
+		return err
+	}
+	if l.bootstrap == nil {
+		return fmt.Errorf("no bootstrap results in %s", o.out)
+	}
+	old, err := os.ReadFile(o.md)
+	if err != nil {
+		return err
+	}
+	var b mdWriter
+	renderBootstrap(&b, l)
+	logf("report: rewrote the section %q of %s", strings.TrimPrefix(bootHeading, "## "), o.md)
+	return os.WriteFile(o.md, []byte(spliceSection(string(old), bootHeading, b.String(), mwBefore)), 0o644)
+}
+
 func ratio(a, b int64) float64 {
 	if b == 0 {
 		return 0

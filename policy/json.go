@@ -46,6 +46,9 @@ func DecodeJSON(name string, data []byte) (*Node, error) {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			msg = "the file ends inside a value"
 		}
+		if c := bytes.TrimSpace(data)[0]; c != '{' && c != '[' {
+			msg += " (this program reads policy files in JSON, which is YAML too: write the file in JSON)"
+		}
 		p.errorf(line, "", "not valid JSON: %s", msg)
 		return nil, p.err()
 	}
