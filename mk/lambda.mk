@@ -22,9 +22,11 @@ LAMBDA_ARCHS     := arm64 amd64
 # -tags lambda.norpc drops aws-lambda-go's net/rpc path (only the retired
 # go1.x runtime used it); nethttpomithttp2 drops net/http's bundled HTTP/2
 # (320 KB: the runtime API, DynamoDB and Secrets Manager are called over
-# HTTP/1.1); -s -w strips the symbol table and DWARF. e2e builds with the
-# same tags (TestBuildTagsAreMakeBuilds).
-LAMBDA_TAGS      := lambda.norpc,nethttpomithttp2
+# HTTP/1.1); edgelimit.noyaml leaves the YAML reader out of policy and setup
+# (the functions' policy files are compiled: make generate); -s -w strips
+# the symbol table and DWARF. e2e builds with the same tags
+# (TestBuildTagsAreMakeBuilds).
+LAMBDA_TAGS      := lambda.norpc,nethttpomithttp2,edgelimit.noyaml
 LAMBDA_GOFLAGS   := -tags $(LAMBDA_TAGS) -trimpath -ldflags "-s -w"
 LAMBDA_BINARIES  := $(foreach a,$(LAMBDA_ARCHS),$(foreach f,$(LAMBDA_FUNCTIONS),build/$(a)/$(f)/bootstrap))
 
