@@ -31,7 +31,7 @@ const bootFloor = "floor"
 
 // bootTags and bootLdflags are mk/lambda.mk's LAMBDA_GOFLAGS.
 const (
-	bootTags    = "lambda.norpc,nethttpomithttp2"
+	bootTags    = "lambda.norpc,nethttpomithttp2,edgelimit.noyaml"
 	bootLdflags = "-s -w"
 )
 
@@ -329,6 +329,27 @@ func renderBootstrap(w *mdWriter, l *loaded) {
 	}
 	w.p("%s", line)
 	w.p("")
+}
+
+// updateBootstrapSection writes the bootstrap part's section into -md in
+// place of the section of its heading (or before section 1), leaving every
+// other section as it is.
+func updateBootstrapSection(o options) error {
+	l, err := load(o.out)
+	if err != nil {
+		return err
+	}
+	if l.bootstrap == nil {
+		return fmt.Errorf("no bootstrap results in %s", o.out)
+	}
+	old, err := os.ReadFile(o.md)
+	if err != nil {
+		return err
+	}
+	var b mdWriter
+	renderBootstrap(&b, l)
+	logf("report: rewrote the section %q of %s", strings.TrimPrefix(bootHeading, "## "), o.md)
+	return os.WriteFile(o.md, []byte(spliceSection(string(old), bootHeading, b.String(), mwBefore)), 0o644)
 }
 
 func ratio(a, b int64) float64 {

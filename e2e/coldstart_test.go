@@ -26,7 +26,7 @@ const MaxBootstrapSize = 10_000_000
 // call (FromEnv makes none): a table name, a DynamoDB endpoint where nothing
 // listens, and a key ring.
 func coldEnv(t *testing.T, fn handlers.Function) map[string]string {
-	pf, err := policy.Parse(fn.PolicyFile, fn.Policies)
+	pf, err := policy.Parse(fn.PolicyFile, fn.Policies())
 	if err != nil {
 		t.Fatal(err)
 	}

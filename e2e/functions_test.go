@@ -601,7 +601,7 @@ func TestTTSFunctionLimitsJobsInFlight(t *testing.T) {
 	}
 	// The instance holding the slots: the function's own speech-jobs policy,
 	// alone, with the function's lease.
-	pf, err := policy.Parse(handlers.TTS.PolicyFile, handlers.TTS.Policies)
+	pf, err := policy.Parse(handlers.TTS.PolicyFile, handlers.TTS.Policies())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,7 +159,7 @@ func buildAll(goarch string) (map[string]string, error) {
 
 // lambdaTags are the build tags of `make build` (LAMBDA_TAGS in
 // mk/lambda.mk; TestBuildTagsAreMakeBuilds keeps them in step).
-const lambdaTags = "lambda.norpc,nethttpomithttp2"
+const lambdaTags = "lambda.norpc,nethttpomithttp2,edgelimit.noyaml"
 
 // buildTree builds every example function of the checkout at dir for
 // linux/goarch into out/<fn>/bootstrap, with the flags of `make build` and

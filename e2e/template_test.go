@@ -117,7 +117,7 @@ func strategies(t *testing.T, fn handlers.Function) map[string]bool {
 
 func parsePolicies(t *testing.T, fn handlers.Function) *policy.File {
 	t.Helper()
-	pf, err := policy.Parse(fn.PolicyFile, fn.Policies)
+	pf, err := policy.Parse(fn.PolicyFile, fn.Policies())
 	if err != nil {
 		t.Fatalf("%s: %v", fn.PolicyFile, err)
 	}
@@ -190,7 +190,7 @@ func TestTemplateRoutesArePoliced(t *testing.T) {
 		if !slices.Equal(routes, want) {
 			t.Errorf("%s routes %v, want %v (handlers.%s.Routes)", fn.LogicalID, routes, want, fn.Name)
 		}
-		pf, err := policy.Parse(fn.PolicyFile, fn.Policies)
+		pf, err := policy.Parse(fn.PolicyFile, fn.Policies())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,17 +307,17 @@ func TestTemplateOverrideDefaultsMatchThePolicyFiles(t *testing.T) {
 			}
 			return str(get(p, "Default"))
 		})
-		edited, err := setup.ApplyOverrides(fn.Policies, overrides, "")
+		edited, err := setup.OverrideTree(fn.Tree(), overrides, "")
 		if err != nil {
 			t.Errorf("%s: %s=%q: %v", fn.LogicalID, setup.EnvOverrides, overrides, err)
 			continue
 		}
-		got, err := policy.Parse("edited", edited)
+		got, err := policy.ParseTree("edited", edited)
 		if err != nil {
 			t.Errorf("%s: %s=%q does not load: %v", fn.LogicalID, setup.EnvOverrides, overrides, err)
 			continue
 		}
-		want, _ := policy.Parse("file", fn.Policies)
+		want, _ := policy.Parse("file", fn.Policies())
 		for i, p := range want.Policies {
 			g := got.Policies[i]
 			if g.Limit != p.Limit || g.Window != p.Window || !reflect.DeepEqual(g.Options, p.Options) {
@@ -657,7 +657,7 @@ func TestTemplateLeasesOutlastTheTimeout(t *testing.T) {
 		if err != nil || secs < 1 {
 			t.Fatalf("%s: Timeout %q is not a number of seconds", fn.LogicalID, str(timeout))
 		}
-		pf, err := policy.Parse(fn.PolicyFile, fn.Policies)
+		pf, err := policy.Parse(fn.PolicyFile, fn.Policies())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@
 # on its own: `make -f mk/lambda.mk build`.
 #
 #   make build          every function as build/<arch>/<fn>/bootstrap (arm64, amd64)
+#   make generate       the functions' policy files compiled into Go (functions/handlers/trees_gen.go)
 #   make e2e            the example functions on the Lambda Runtime Interface Emulator, against dynalite
 #   make cold-start     binary sizes and init durations under the emulator (docs/deploy.md's table)
 #   make lint-template  cfn-lint template.yaml
@@ -21,9 +22,11 @@ LAMBDA_ARCHS     := arm64 amd64
 # -tags lambda.norpc drops aws-lambda-go's net/rpc path (only the retired
 # go1.x runtime used it); nethttpomithttp2 drops net/http's bundled HTTP/2
 # (320 KB: the runtime API, DynamoDB and Secrets Manager are called over
-# HTTP/1.1); -s -w strips the symbol table and DWARF. e2e builds with the
-# same tags (TestBuildTagsAreMakeBuilds).
-LAMBDA_TAGS      := lambda.norpc,nethttpomithttp2
+# HTTP/1.1); edgelimit.noyaml leaves the YAML reader out of policy and setup
+# (the functions' policy files are compiled: make generate); -s -w strips
+# the symbol table and DWARF. e2e builds with the same tags
+# (TestBuildTagsAreMakeBuilds).
+LAMBDA_TAGS      := lambda.norpc,nethttpomithttp2,edgelimit.noyaml
 LAMBDA_GOFLAGS   := -tags $(LAMBDA_TAGS) -trimpath -ldflags "-s -w"
 LAMBDA_BINARIES  := $(foreach a,$(LAMBDA_ARCHS),$(foreach f,$(LAMBDA_FUNCTIONS),build/$(a)/$(f)/bootstrap))
 
@@ -33,14 +36,21 @@ RIE_MODULE  := github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lamb
 RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 TOOLS_BIN   := $(CURDIR)/.tools/bin
 
-.PHONY: build tools e2e cold-start lint-template deploy $(LAMBDA_BINARIES)
+.PHONY: build generate tools e2e cold-start lint-template deploy $(LAMBDA_BINARIES)
 
 ## build: every function as a Lambda bootstrap for linux/arm64 and linux/amd64.
 build: $(LAMBDA_BINARIES)
 
+## generate: each example function's embedded policy file compiled into its
+## tree (functions/handlers/trees_gen.go), what its bootstrap parses instead
+## of the YAML; run after editing functions/handlers/policies/*.yaml
+## (TestTreesAreGenerated fails until then).
+generate:
+	$(GO) generate ./functions/handlers
+
 # build/<arch>/<fn>/bootstrap; always delegated to go build, whose cache
 # knows better than make when to rebuild.
-$(LAMBDA_BINARIES):
+$(LAMBDA_BINARIES): generate
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(word 2,$(subst /, ,$@)) \
 		$(GO) build $(LAMBDA_GOFLAGS) -o $@ ./functions/$(word 3,$(subst /, ,$@))
 

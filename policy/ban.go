@@ -5,8 +5,6 @@ import (
 	"math"
 	"strconv"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Ban is a policy's escalating ban (the ban field): once the policy has
@@ -58,16 +56,16 @@ func (b *Ban) String() string {
 		FormatDuration(b.Max), FormatDuration(b.Decay), FormatDuration(b.Staleness))
 }
 
-func parseBan(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseBan(p *fileParser, pol *Policy, v *Node) {
 	const example = "ban must be a mapping, like {after: 3, within: 10m, for: 15m, growth: 2, max: 24h}"
-	if v.Kind != yaml.MappingNode {
+	if v.Kind != MappingNode {
 		p.errorf(v.Line, pol.Name, "%s", example)
 		return
 	}
 	b := &Ban{Within: pol.Window, Growth: defaultBanGrowth, Decay: defaultBanDecay, Staleness: defaultBanStaleness, Line: v.Line}
 	known := []string{"after", "within", "for", "growth", "max", "decay", "staleness"}
 	seen := map[string]bool{}
-	dur := func(fv *yaml.Node, name string, dst *time.Duration) {
+	dur := func(fv *Node, name string, dst *time.Duration) {
 		if d, ok := p.duration(fv, pol.Name, "ban."+name); ok {
 			if d > maxBanLength {
 				p.errorf(fv.Line, pol.Name, "ban.%s %s is longer than %s", name, FormatDuration(d), FormatDuration(maxBanLength))
@@ -88,7 +86,7 @@ func parseBan(p *fileParser, pol *Policy, v *yaml.Node) {
 			}
 		case "growth":
 			g, err := strconv.ParseFloat(fv.Value, 64)
-			if fv.Kind != yaml.ScalarNode || (fv.Tag != "!!int" && fv.Tag != "!!float") || err != nil || math.IsNaN(g) {
+			if fv.Kind != ScalarNode || (fv.Tag != "!!int" && fv.Tag != "!!float") || err != nil || math.IsNaN(g) {
 				p.errorf(fv.Line, pol.Name, "ban.growth %q must be a number, like 2 or 1.5", fv.Value)
 				continue
 			}
@@ -131,7 +129,7 @@ func parseBan(p *fileParser, pol *Policy, v *yaml.Node) {
 }
 
 // lineOfMapping is the line of field name's value in mapping v, or v's.
-func lineOfMapping(v *yaml.Node, name string) int {
+func lineOfMapping(v *Node, name string) int {
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		if v.Content[i].Value == name {
 			return v.Content[i+1].Line
@@ -142,7 +140,7 @@ func lineOfMapping(v *yaml.Node, name string) int {
 
 // needBans refuses a ban on a policy whose strategy cannot have one
 // (Strategy.Bans).
-func (p *fileParser) needBans(pol *Policy, fields map[string]*yaml.Node, line int) {
+func (p *fileParser) needBans(pol *Policy, fields map[string]*Node, line int) {
 	if pol.Ban != nil && pol.Strategy != nil && !pol.Strategy.Bans {
 		var can []string
 		for _, s := range strategies() {

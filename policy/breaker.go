@@ -3,8 +3,6 @@ package policy
 import (
 	"fmt"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Breaker configures the circuit breaker of a policy's store
@@ -70,9 +68,9 @@ func (b Breaker) String() string {
 	return fmt.Sprintf("{failures: %d, cool_down: %s, probes: %d}", b.Failures, FormatDuration(b.CoolDown), b.Probes)
 }
 
-func parseStoreBreaker(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseStoreBreaker(p *fileParser, pol *Policy, v *Node) {
 	const example = "store_breaker must be off or a mapping, like {failures: 5, cool_down: 1s, probes: 1}"
-	if v.Kind == yaml.ScalarNode {
+	if v.Kind == ScalarNode {
 		if v.Value != "off" {
 			p.errorf(v.Line, pol.Name, "%s", example)
 			return
@@ -80,7 +78,7 @@ func parseStoreBreaker(p *fileParser, pol *Policy, v *yaml.Node) {
 		pol.StoreBreaker = Breaker{Off: true}
 		return
 	}
-	if v.Kind != yaml.MappingNode {
+	if v.Kind != MappingNode {
 		p.errorf(v.Line, pol.Name, "%s", example)
 		return
 	}

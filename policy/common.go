@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit/internal/suggest"
-	"go.yaml.in/yaml/v3"
 )
 
 // commonField is a field every policy has, whatever its strategy, with the
@@ -15,7 +14,7 @@ import (
 // policy; on_missing_key knows the key).
 type commonField struct {
 	name  string
-	parse func(p *fileParser, pol *Policy, v *yaml.Node)
+	parse func(p *fileParser, pol *Policy, v *Node)
 }
 
 var commonFields = []commonField{
@@ -67,13 +66,13 @@ func commonFieldNames() []string {
 
 // parsePolicy parses one entry of the policies list: the common fields
 // here, the strategy's own with its Parse.
-func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
-	if n.Kind != yaml.MappingNode {
+func (p *fileParser) parsePolicy(n *Node) *Policy {
+	if n.Kind != MappingNode {
 		p.errorf(n.Line, "", "each policy must be a mapping with name, routes, key, strategy, limit and window")
 		return nil
 	}
 	pol := &Policy{Line: n.Line, Cost: 1, StoreTimeout: defaultStoreTimeout, StoreBreaker: DefaultBreaker, IPv6Prefix: 64, OverrideStaleness: defaultOverrideStaleness}
-	fields := map[string]*yaml.Node{}
+	fields := map[string]*Node{}
 	keyLines := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
@@ -96,7 +95,7 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 		}
 	}
 	// The rest belongs to the strategy.
-	own := map[string]*yaml.Node{}
+	own := map[string]*Node{}
 	common := commonFieldNames()
 	for name, v := range fields {
 		if slices.Contains(common, name) {
@@ -150,7 +149,7 @@ func (p *fileParser) parsePolicy(n *yaml.Node) *Policy {
 // needAbilities refuses the fields of pol that need an ability its
 // strategy's limiters lack, unless the strategy's Parse already said why
 // (an error at the field's line since before).
-func (p *fileParser) needAbilities(pol *Policy, fields map[string]*yaml.Node, line, before int) {
+func (p *fileParser) needAbilities(pol *Policy, fields map[string]*Node, line, before int) {
 	s := pol.Strategy
 	said := func(f string) bool {
 		l := lineOf(fields, f, line)
@@ -200,7 +199,7 @@ func fieldOwner(name string) string {
 	return strings.Join(owners, " or ")
 }
 
-func lineOf(fields map[string]*yaml.Node, name string, def int) int {
+func lineOf(fields map[string]*Node, name string, def int) int {
 	if v := fields[name]; v != nil {
 		return v.Line
 	}
@@ -224,7 +223,7 @@ func validName(s string) bool {
 	return true
 }
 
-func parseName(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseName(p *fileParser, pol *Policy, v *Node) {
 	s, ok := p.str(v, "", "name")
 	if !ok {
 		return
@@ -235,7 +234,7 @@ func parseName(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.Name = s
 }
 
-func parseStrategy(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseStrategy(p *fileParser, pol *Policy, v *Node) {
 	s, ok := p.str(v, pol.Name, "strategy")
 	if !ok {
 		return
@@ -250,13 +249,13 @@ func parseStrategy(p *fileParser, pol *Policy, v *yaml.Node) {
 	}
 }
 
-func parseRoutes(p *fileParser, pol *Policy, v *yaml.Node) {
-	var items []*yaml.Node
+func parseRoutes(p *fileParser, pol *Policy, v *Node) {
+	var items []*Node
 	switch v.Kind {
-	case yaml.SequenceNode:
+	case SequenceNode:
 		items = v.Content
-	case yaml.ScalarNode:
-		items = []*yaml.Node{v}
+	case ScalarNode:
+		items = []*Node{v}
 	default:
 		p.errorf(v.Line, pol.Name, "routes must be a list, like [\"GET /paid/*\"]")
 		return
@@ -285,7 +284,7 @@ func parseRoutes(p *fileParser, pol *Policy, v *yaml.Node) {
 	}
 }
 
-func parseKey(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseKey(p *fileParser, pol *Policy, v *Node) {
 	s, ok := p.str(v, pol.Name, "key")
 	if !ok {
 		return
@@ -297,7 +296,7 @@ func parseKey(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.Key = ks
 }
 
-func parseOnMissingKey(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseOnMissingKey(p *fileParser, pol *Policy, v *Node) {
 	s, ok := p.str(v, pol.Name, "on_missing_key")
 	if !ok {
 		return
@@ -314,7 +313,7 @@ func parseOnMissingKey(p *fileParser, pol *Policy, v *yaml.Node) {
 	}
 }
 
-func parseLimit(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseLimit(p *fileParser, pol *Policy, v *Node) {
 	l, ok := p.int(v, pol.Name, "limit")
 	if !ok {
 		return
@@ -325,8 +324,8 @@ func parseLimit(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.Limit = l
 }
 
-func parseWindow(p *fileParser, pol *Policy, v *yaml.Node) {
-	if u, ok := periodUnit(v.Value); ok && v.Kind == yaml.ScalarNode {
+func parseWindow(p *fileParser, pol *Policy, v *Node) {
+	if u, ok := periodUnit(v.Value); ok && v.Kind == ScalarNode {
 		pol.Period, pol.Window = Period{Unit: u}, u.Nominal()
 		return
 	}
@@ -337,7 +336,7 @@ func parseWindow(p *fileParser, pol *Policy, v *yaml.Node) {
 
 // parseCost checks the cost is at least 1; whether it fits the policy's
 // capacity (its limit, or a bucket's burst) is the strategy's to check.
-func parseCost(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseCost(p *fileParser, pol *Policy, v *Node) {
 	c, ok := p.int(v, pol.Name, "cost")
 	if !ok {
 		return
@@ -348,7 +347,7 @@ func parseCost(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.Cost = c
 }
 
-func parseOnStoreError(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseOnStoreError(p *fileParser, pol *Policy, v *Node) {
 	s, ok := p.str(v, pol.Name, "on_store_error")
 	if !ok {
 		return
@@ -365,7 +364,7 @@ func parseOnStoreError(p *fileParser, pol *Policy, v *yaml.Node) {
 	}
 }
 
-func parseStoreTimeout(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseStoreTimeout(p *fileParser, pol *Policy, v *Node) {
 	d, ok := p.duration(v, pol.Name, "store_timeout")
 	if !ok {
 		return
@@ -376,13 +375,13 @@ func parseStoreTimeout(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.StoreTimeout = d
 }
 
-func parseShadow(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseShadow(p *fileParser, pol *Policy, v *Node) {
 	pol.Shadow, _ = p.bool(v, pol.Name, "shadow")
 }
 
 func usesIP(pol *Policy) bool { return pol.Key.kind == KeyIP || pol.MissingKeyToIP }
 
-func parseTrustedProxies(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseTrustedProxies(p *fileParser, pol *Policy, v *Node) {
 	t, ok := p.int(v, pol.Name, "trusted_proxies")
 	if !ok {
 		return
@@ -396,7 +395,7 @@ func parseTrustedProxies(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.TrustedProxies = int(t)
 }
 
-func parseIPv6Prefix(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseIPv6Prefix(p *fileParser, pol *Policy, v *Node) {
 	t, ok := p.int(v, pol.Name, "ipv6_prefix")
 	if !ok {
 		return

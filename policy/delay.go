@@ -2,8 +2,6 @@ package policy
 
 import (
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // MaxDelayCeiling bounds max_delay. A wait is billed Lambda time and API
@@ -13,7 +11,7 @@ const MaxDelayCeiling = 30 * time.Second
 
 // parseMaxDelay reads max_delay: how long a request that does not fit now
 // may wait for its turn instead of getting a 429 (Policy.MaxDelay).
-func parseMaxDelay(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseMaxDelay(p *fileParser, pol *Policy, v *Node) {
 	d, ok := p.duration(v, pol.Name, "max_delay")
 	if !ok {
 		return
@@ -30,7 +28,7 @@ func parseMaxDelay(p *fileParser, pol *Policy, v *yaml.Node) {
 // the response (nothing is reserved when the request is admitted). A
 // strategy's Parse may have said why already (its algorithm), at the
 // field's line since before.
-func (p *fileParser) needDelay(pol *Policy, fields map[string]*yaml.Node, line, before int) {
+func (p *fileParser) needDelay(pol *Policy, fields map[string]*Node, line, before int) {
 	if pol.MaxDelay == 0 {
 		return
 	}

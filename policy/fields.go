@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit/internal/suggest"
-	"go.yaml.in/yaml/v3"
 )
 
 // Fields gives a Strategy the fields of one policy that are its own, with
@@ -18,10 +17,10 @@ import (
 type Fields struct {
 	p      *fileParser
 	policy *Policy
-	nodes  map[string]*yaml.Node // the strategy's fields
-	all    map[string]*yaml.Node // every field of the policy, for lines
-	line   int                   // the policy's (or the mapping's) line
-	prefix string                // "proof_of_work." inside a nested mapping
+	nodes  map[string]*Node // the strategy's fields
+	all    map[string]*Node // every field of the policy, for lines
+	line   int              // the policy's (or the mapping's) line
+	prefix string           // "proof_of_work." inside a nested mapping
 }
 
 // Policy returns the policy being parsed, with its common fields (Name,
@@ -105,11 +104,11 @@ func (f *Fields) Map(name string, known ...string) (*Fields, bool) {
 	if n == nil {
 		return nil, false
 	}
-	if n.Kind != yaml.MappingNode {
+	if n.Kind != MappingNode {
 		f.Errorf(name, "%s%s must be a mapping, like {%s: ...}", f.prefix, name, strings.Join(known, ": ..., "))
 		return nil, false
 	}
-	sub := &Fields{p: f.p, policy: f.policy, nodes: map[string]*yaml.Node{}, all: f.all, line: n.Line, prefix: f.prefix + name + "."}
+	sub := &Fields{p: f.p, policy: f.policy, nodes: map[string]*Node{}, all: f.all, line: n.Line, prefix: f.prefix + name + "."}
 	for _, kv := range f.p.subfields(f.policy.Name, sub.prefix, n, known) {
 		sub.nodes[kv.key.Value] = kv.value
 	}
@@ -117,13 +116,13 @@ func (f *Fields) Map(name string, known ...string) (*Fields, bool) {
 }
 
 // subfield is one field of a nested mapping, its key and value nodes.
-type subfield struct{ key, value *yaml.Node }
+type subfield struct{ key, value *Node }
 
 // subfields returns the fields of the mapping n (a policy's field whose
 // value is a mapping: prefix is its name and a dot) in the file's order,
 // recording each field not among known, with a "did you mean", and each
 // field given twice, which it leaves out.
-func (p *fileParser) subfields(pol, prefix string, n *yaml.Node, known []string) []subfield {
+func (p *fileParser) subfields(pol, prefix string, n *Node, known []string) []subfield {
 	var out []subfield
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {

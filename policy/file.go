@@ -1,18 +1,13 @@
 package policy
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/edgelimit/edgelimit/internal/suggest"
-	"go.yaml.in/yaml/v3"
 )
 
 // defaultStoreTimeout is a policy's time budget for its store calls.
@@ -30,45 +25,9 @@ type File struct {
 	Lists []*List
 }
 
-// Load reads and validates a policy file.
-func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err // an *fs.PathError: it names the file and what failed
-	}
-	return Parse(path, data)
-}
-
 // maxFileSize bounds the policy file, which is operator input but may
 // come from an environment variable.
 const maxFileSize = 1 << 20
-
-// Parse parses and validates a policy file. name is used in messages.
-// All problems are reported together, as Errors.
-func Parse(name string, data []byte) (*File, error) {
-	p := &fileParser{file: name}
-	if len(data) > maxFileSize {
-		p.errorf(0, "", "file is %d bytes, larger than the %d allowed", len(data), maxFileSize)
-		return nil, p.err()
-	}
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		line, msg := syntaxError(data, err)
-		p.errorf(line, "", "not valid YAML: %s", msg)
-		return nil, p.err()
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errorf(extra.Line, "", "more than one YAML document; put all policies in one")
-		return nil, p.err()
-	}
-	f := p.parseFile(&doc)
-	if err := p.err(); err != nil {
-		return nil, err
-	}
-	return f, nil
-}
 
 type fileParser struct {
 	file string
@@ -87,19 +46,19 @@ func (p *fileParser) err() error {
 	return p.errs
 }
 
-func (p *fileParser) parseFile(doc *yaml.Node) *File {
+func (p *fileParser) parseFile(doc *Node) *File {
 	f := &File{Source: p.file, LegacyHeaders: true}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		p.errorf(0, "", "file is empty; it needs `version: 1` and a `policies:` list")
 		return f
 	}
 	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
+	if root.Kind != MappingNode {
 		p.errorf(root.Line, "", "top level must be a mapping with `version` and `policies`")
 		return f
 	}
 	seen := map[string]bool{}
-	var policiesNode *yaml.Node
+	var policiesNode *Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if seen[k.Value] {
@@ -131,7 +90,7 @@ func (p *fileParser) parseFile(doc *yaml.Node) *File {
 		p.errorf(root.Line, "", "missing `policies:` list")
 		return f
 	}
-	if policiesNode.Kind != yaml.SequenceNode {
+	if policiesNode.Kind != SequenceNode {
 		p.errorf(policiesNode.Line, "", "`policies` must be a list")
 		return f
 	}
@@ -154,37 +113,43 @@ func (p *fileParser) parseFile(doc *yaml.Node) *File {
 	return f
 }
 
-func (p *fileParser) str(v *yaml.Node, policy, field string) (string, bool) {
-	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+func (p *fileParser) str(v *Node, policy, field string) (string, bool) {
+	if v.Kind != ScalarNode || v.Tag == "!!null" {
 		p.errorf(v.Line, policy, "%s must be a string", field)
 		return "", false
 	}
 	return v.Value, true
 }
 
-func (p *fileParser) int(v *yaml.Node, policy, field string) (int64, bool) {
-	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
+func (p *fileParser) int(v *Node, policy, field string) (int64, bool) {
+	if v.Kind != ScalarNode || v.Tag != "!!int" {
 		p.errorf(v.Line, policy, "%s %q must be a whole number", field, v.Value)
 		return 0, false
 	}
-	var n int64
-	if err := v.Decode(&n); err != nil {
+	n, err := yamlInt(v.Value)
+	if err != nil {
 		p.errorf(v.Line, policy, "%s %q is not a whole number that fits in 64 bits", field, v.Value)
 		return 0, false
 	}
 	return n, true
 }
 
-func (p *fileParser) bool(v *yaml.Node, policy, field string) (bool, bool) {
-	if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
+// yamlInt reads an !!int scalar as the YAML library does: underscores
+// dropped, then decimal, 0x, 0o, 0b or a leading 0 (octal).
+func yamlInt(s string) (int64, error) {
+	return strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 0, 64)
+}
+
+func (p *fileParser) bool(v *Node, policy, field string) (bool, bool) {
+	if v.Kind != ScalarNode || v.Tag != "!!bool" {
 		p.errorf(v.Line, policy, "%s %q must be true or false", field, v.Value)
 		return false, false
 	}
 	return v.Value == "true" || v.Value == "True" || v.Value == "TRUE", true
 }
 
-func (p *fileParser) duration(v *yaml.Node, policy, field string) (time.Duration, bool) {
-	if v.Kind != yaml.ScalarNode {
+func (p *fileParser) duration(v *Node, policy, field string) (time.Duration, bool) {
+	if v.Kind != ScalarNode {
 		p.errorf(v.Line, policy, "%s must be a duration, like 10s", field)
 		return 0, false
 	}
@@ -241,9 +206,9 @@ func FormatDuration(d time.Duration) string {
 	return s
 }
 
-func nameOf(n *yaml.Node) string {
+func nameOf(n *Node) string {
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == "name" && n.Content[i+1].Kind == yaml.ScalarNode {
+		if n.Content[i].Value == "name" && n.Content[i+1].Kind == ScalarNode {
 			return n.Content[i+1].Value
 		}
 	}

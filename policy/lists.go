@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/edgelimit/edgelimit/internal/suggest"
-	"go.yaml.in/yaml/v3"
 )
 
 // List is an allow or a deny list of the policy file: client addresses
@@ -43,8 +42,8 @@ type List struct {
 }
 
 // parseLists parses the top-level lists field.
-func (p *fileParser) parseLists(v *yaml.Node) []*List {
-	if v.Kind != yaml.SequenceNode {
+func (p *fileParser) parseLists(v *Node) []*List {
+	if v.Kind != SequenceNode {
 		p.errorf(v.Line, "", "`lists` must be a list of {name, action, match, values}")
 		return nil
 	}
@@ -52,12 +51,12 @@ func (p *fileParser) parseLists(v *yaml.Node) []*List {
 	names := map[string]bool{}
 	known := []string{"name", "action", "routes", "match", "values", "file", "env", "trusted_proxies"}
 	for _, n := range v.Content {
-		if n.Kind != yaml.MappingNode {
+		if n.Kind != MappingNode {
 			p.errorf(n.Line, "", "each list must be a mapping with name, action, match and values")
 			continue
 		}
 		l := &List{Line: n.Line}
-		fields := map[string]*yaml.Node{}
+		fields := map[string]*Node{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, fv := n.Content[i], n.Content[i+1]
 			if !slices.Contains(known, k.Value) {
@@ -120,8 +119,8 @@ func (p *fileParser) parseLists(v *yaml.Node) []*List {
 			}
 		}
 		if f := fields["values"]; f != nil {
-			items := []*yaml.Node{f}
-			if f.Kind == yaml.SequenceNode {
+			items := []*Node{f}
+			if f.Kind == SequenceNode {
 				items = f.Content
 			}
 			for _, it := range items {

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // PeriodUnit is the calendar unit of a period window.
@@ -270,14 +268,14 @@ func daysIn(y int, m time.Month) int {
 
 // parsePeriodStart checks period_start's form; finishPeriods reads it once
 // every window (the policy's, its tiers') is known.
-func parsePeriodStart(p *fileParser, pol *Policy, v *yaml.Node) {
-	if v.Kind != yaml.ScalarNode || strings.TrimSpace(v.Value) == "" {
+func parsePeriodStart(p *fileParser, pol *Policy, v *Node) {
+	if v.Kind != ScalarNode || strings.TrimSpace(v.Value) == "" {
 		p.errorf(v.Line, pol.Name, "period_start must be a day of the month (15), a weekday (monday), a month and day (04-01) or a date (2026-01-15)")
 		return
 	}
 }
 
-func parseTimeZone(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseTimeZone(p *fileParser, pol *Policy, v *Node) {
 	s, ok := p.str(v, pol.Name, "time_zone")
 	if !ok {
 		return
@@ -295,9 +293,9 @@ func parseTimeZone(p *fileParser, pol *Policy, v *yaml.Node) {
 // finishPeriods applies period_start and time_zone to the policy's period
 // and its tiers', and refuses them on a policy whose windows are all
 // durations, or a period_start no calendar window of it can use.
-func (p *fileParser) finishPeriods(pol *Policy, fields map[string]*yaml.Node, line int) {
+func (p *fileParser) finishPeriods(pol *Policy, fields map[string]*Node, line int) {
 	start, zoneSet := fields["period_start"], fields["time_zone"]
-	if start != nil && (start.Kind != yaml.ScalarNode || strings.TrimSpace(start.Value) == "") {
+	if start != nil && (start.Kind != ScalarNode || strings.TrimSpace(start.Value) == "") {
 		start = nil // said by parsePeriodStart
 	}
 	units := map[PeriodUnit]bool{}

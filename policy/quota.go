@@ -4,25 +4,24 @@ package policy
 // response.
 
 import (
-	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/edgelimit/edgelimit/internal/suggest"
-	"go.yaml.in/yaml/v3"
 )
 
 // defaultOverrideStaleness is how old a cached override may be by default.
 const defaultOverrideStaleness = time.Minute
 
-func parseTiers(p *fileParser, pol *Policy, v *yaml.Node) {
-	if v.Kind != yaml.MappingNode {
+func parseTiers(p *fileParser, pol *Policy, v *Node) {
+	if v.Kind != MappingNode {
 		p.errorf(v.Line, pol.Name, "tiers must be a mapping, like {by: claim:plan, default: free, levels: {free: {limit: 100}, pro: {limit: 10000}}}")
 		return
 	}
 	t := &Tiers{Levels: map[string]Limits{}}
-	fields := map[string]*yaml.Node{}
+	fields := map[string]*Node{}
 	known := []string{"by", "default", "on_unknown", "levels"}
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		k, fv := v.Content[i], v.Content[i+1]
@@ -59,7 +58,7 @@ func parseTiers(p *fileParser, pol *Policy, v *yaml.Node) {
 	switch {
 	case levels == nil:
 		p.errorf(v.Line, pol.Name, "tiers needs `levels`, like {free: {limit: 100}, pro: {limit: 10000}}")
-	case levels.Kind != yaml.MappingNode || len(levels.Content) == 0:
+	case levels.Kind != MappingNode || len(levels.Content) == 0:
 		p.errorf(levels.Line, pol.Name, "tiers.levels must be a mapping of tier names to {limit, window, burst}")
 	default:
 		for i := 0; i+1 < len(levels.Content); i += 2 {
@@ -91,9 +90,9 @@ func parseTiers(p *fileParser, pol *Policy, v *yaml.Node) {
 // changes; the others are the policy's. An empty tier ({}) is the policy's
 // own quota, so that the default tier follows the policy's limit (and an
 // EDGELIMIT_OVERRIDES edit of it).
-func (p *fileParser) tierLimits(pol *Policy, name string, v *yaml.Node) Limits {
+func (p *fileParser) tierLimits(pol *Policy, name string, v *Node) Limits {
 	var l Limits
-	if v.Kind != yaml.MappingNode {
+	if v.Kind != MappingNode {
 		p.errorf(v.Line, pol.Name, "tier %q must be a mapping, like {limit: 100, window: 1d}", name)
 		return l
 	}
@@ -110,7 +109,7 @@ func (p *fileParser) tierLimits(pol *Policy, name string, v *yaml.Node) Limits {
 				l.Limit = n
 			}
 		case "window":
-			if u, ok := periodUnit(fv.Value); ok && fv.Kind == yaml.ScalarNode {
+			if u, ok := periodUnit(fv.Value); ok && fv.Kind == ScalarNode {
 				l.Period, l.Window = Period{Unit: u}, u.Nominal()
 			} else if d, ok := p.duration(fv, pol.Name, field+"window"); ok {
 				l.Window = d
@@ -129,11 +128,11 @@ func (p *fileParser) tierLimits(pol *Policy, name string, v *yaml.Node) Limits {
 	return l
 }
 
-func parseOverrides(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseOverrides(p *fileParser, pol *Policy, v *Node) {
 	pol.Overrides, _ = p.bool(v, pol.Name, "overrides")
 }
 
-func parseOverrideStaleness(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseOverrideStaleness(p *fileParser, pol *Policy, v *Node) {
 	d, ok := p.duration(v, pol.Name, "override_staleness")
 	if !ok {
 		return
@@ -144,7 +143,7 @@ func parseOverrideStaleness(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.OverrideStaleness = d
 }
 
-func parseCharge(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseCharge(p *fileParser, pol *Policy, v *Node) {
 	s, ok := p.str(v, pol.Name, "charge")
 	if !ok {
 		return
@@ -158,11 +157,11 @@ func parseCharge(p *fileParser, pol *Policy, v *yaml.Node) {
 	}
 }
 
-func parseChargeStatus(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseChargeStatus(p *fileParser, pol *Policy, v *Node) {
 	pol.ChargeStatus = p.statuses(v, pol.Name, "charge_status")
 }
 
-func parseReserve(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseReserve(p *fileParser, pol *Policy, v *Node) {
 	n, ok := p.int(v, pol.Name, "reserve")
 	if !ok {
 		return
@@ -174,19 +173,19 @@ func parseReserve(p *fileParser, pol *Policy, v *yaml.Node) {
 	pol.Reserve = n
 }
 
-func parseRefundStatus(p *fileParser, pol *Policy, v *yaml.Node) {
+func parseRefundStatus(p *fileParser, pol *Policy, v *Node) {
 	pol.RefundStatus = p.statuses(v, pol.Name, "refund_status")
 }
 
 // statuses parses a list of HTTP statuses: codes (401) and classes (5xx).
-func (p *fileParser) statuses(v *yaml.Node, policy, field string) []int {
-	items := []*yaml.Node{v}
-	if v.Kind == yaml.SequenceNode {
+func (p *fileParser) statuses(v *Node, policy, field string) []int {
+	items := []*Node{v}
+	if v.Kind == SequenceNode {
 		items = v.Content
 	}
 	var out []int
 	for _, it := range items {
-		if it.Kind != yaml.ScalarNode {
+		if it.Kind != ScalarNode {
 			p.errorf(it.Line, policy, "%s must be a list of statuses, like [401, 403] or [5xx]", field)
 			continue
 		}
@@ -198,8 +197,9 @@ func (p *fileParser) statuses(v *yaml.Node, policy, field string) []int {
 			}
 			continue
 		}
-		var code int
-		if _, err := fmt.Sscanf(s, "%d", &code); err != nil || code < 100 || code > 599 || fmt.Sprint(code) != s {
+		// strconv, not fmt.Sscanf: the scanner is 18 KB of every bootstrap.
+		code, err := strconv.Atoi(s)
+		if err != nil || code < 100 || code > 599 || strconv.Itoa(code) != s {
 			p.errorf(it.Line, policy, "%s: %q is not a status (100-599) or a class like 5xx", field, it.Value)
 			continue
 		}

@@ -1,3 +1,5 @@
+//go:build !edgelimit.noyaml
+
 package policy
 
 import (

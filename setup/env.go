@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/edgelimit/edgelimit"
 	isecret "github.com/edgelimit/edgelimit/internal/secret"
 	"github.com/edgelimit/edgelimit/metrics"
@@ -79,8 +77,11 @@ var EnvVars = []string{
 // EnvConfig is what FromEnv cannot read from the environment.
 type EnvConfig struct {
 	// Policies is the function's policy file, normally embedded with
-	// go:embed. Required unless EDGELIMIT_POLICY_FILE is set.
+	// go:embed. Required unless Tree or EDGELIMIT_POLICY_FILE is set.
 	Policies []byte
+	// Tree is the function's policy file compiled at build time
+	// (policy.Decode's tree), in place of Policies; see FromEnvCompiled.
+	Tree *policy.Node
 	// PolicyFile names Policies in messages ("policies/paid.yaml").
 	PolicyFile string
 	// Function names the function in logs and metrics; default
@@ -119,18 +120,20 @@ type Env struct {
 	Policies *policy.File
 }
 
-// FromEnv builds a Lambda function's engine from its environment (see the
-// Env* constants): the policy file with overrides and shadow switches
-// applied, the hash key, each strategy's limiters from its Backend (which
-// reads what it needs: the table, the key ring), JSON logs with the request
-// id, and EMF metrics. Its network calls read the secrets
-// EDGELIMIT_SECRET_ID and EDGELIMIT_TOKEN_SECRET_ID name (cfg.Secrets),
-// when they are set, and warm each store's connection up with one cheap
-// read (EDGELIMIT_STORE_WARMUP), so that the first request does not pay
-// the connection's set-up within its store_timeout: a wrong table or
-// missing permission is logged then, and shows up as a store error on the
-// first request, which the policies' on_store_error answers.
-func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
+// FromEnvCompiled is FromEnv for a function whose policy file was compiled
+// at build time (cfg.Tree, policy.Decode's tree written as Go, like the
+// example functions' trees_gen.go): it calls no YAML parser, so a
+// bootstrap built with it links none (about 300 KB of an arm64 bootstrap).
+// EDGELIMIT_OVERRIDES and EDGELIMIT_SHADOW apply to the tree as FromEnv
+// applies them to the YAML, with the same messages; a replacement file
+// (EDGELIMIT_POLICY_FILE), and cfg.Policies when cfg.Tree is nil, must be
+// written in JSON (policy.DecodeJSON). JSON is YAML, so `edgelimit check`
+// and every other reader of policy files read the same file.
+func FromEnvCompiled(ctx context.Context, cfg EnvConfig) (*Env, error) {
+	return fromEnv(ctx, cfg, policy.DecodeJSON)
+}
+
+func fromEnv(ctx context.Context, cfg EnvConfig, decode func(name string, data []byte) (*policy.Node, error)) (*Env, error) {
 	getenv := cfg.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
@@ -165,7 +168,7 @@ func FromEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	}
 	log := metrics.NewLogger(metrics.LogConfig{Writer: stderr, Level: level, Function: function})
 
-	pf, err := loadPolicies(cfg, getenv)
+	pf, err := loadPolicies(cfg, getenv, decode)
 	if err != nil {
 		return nil, err
 	}
@@ -285,8 +288,8 @@ func hashKeyProblem(s string) string {
 
 // loadPolicies reads the policy file (embedded or EDGELIMIT_POLICY_FILE)
 // and applies EDGELIMIT_OVERRIDES and EDGELIMIT_SHADOW.
-func loadPolicies(cfg EnvConfig, getenv func(string) string) (*policy.File, error) {
-	name, data := cfg.PolicyFile, cfg.Policies
+func loadPolicies(cfg EnvConfig, getenv func(string) string, decode func(string, []byte) (*policy.Node, error)) (*policy.File, error) {
+	name, data, tree := cfg.PolicyFile, cfg.Policies, cfg.Tree
 	if name == "" {
 		name = "policies.yaml (embedded)"
 	}
@@ -295,16 +298,22 @@ func loadPolicies(cfg EnvConfig, getenv func(string) string) (*policy.File, erro
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrEnv, EnvPolicyFile, err)
 		}
-		name, data = path, b
+		name, data, tree = path, b, nil
 	}
-	if len(data) == 0 {
-		return nil, fmt.Errorf("%w: no policy file: EnvConfig.Policies is empty and %s is not set", ErrEnv, EnvPolicyFile)
+	if tree == nil {
+		if len(data) == 0 {
+			return nil, fmt.Errorf("%w: no policy file: EnvConfig.Policies is empty and %s is not set", ErrEnv, EnvPolicyFile)
+		}
+		var err error
+		if tree, err = decode(name, data); err != nil {
+			return nil, err
+		}
 	}
 	overrides, shadow := strings.TrimSpace(getenv(EnvOverrides)), strings.TrimSpace(getenv(EnvShadow))
 	if overrides == "" && shadow == "" {
-		return policy.Parse(name, data)
+		return policy.ParseTree(name, tree)
 	}
-	edited, err := ApplyOverrides(data, overrides, shadow)
+	edited, err := OverrideTree(tree, overrides, shadow)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrEnv, err)
 	}
@@ -315,7 +324,7 @@ func loadPolicies(cfg EnvConfig, getenv func(string) string) (*policy.File, erro
 	if shadow != "" {
 		what = append(what, EnvShadow)
 	}
-	return policy.Parse(name+" with "+strings.Join(what, " and "), edited)
+	return policy.ParseTree(name+" with "+strings.Join(what, " and "), edited)
 }
 
 // overrideFields are the policy fields EDGELIMIT_OVERRIDES may set, with
@@ -330,34 +339,36 @@ var overrideFields = map[string]string{
 	"shadow":         "!!bool",
 }
 
-// ApplyOverrides returns the policy file data with overrides
-// ("policy.field=value,...", see EnvOverrides) and shadow ("name,name" or
-// "*", see EnvShadow) applied. It edits the YAML document, so the result is
-// validated by policy.Parse exactly like a hand-edited file: a
-// burst on a fixed-window policy or a window without a unit is reported the
-// same way. Naming a policy the file does not have is an error.
-func ApplyOverrides(data []byte, overrides, shadow string) ([]byte, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("policy file is not valid YAML: %w", err)
+// OverrideTree returns a copy of the policy file's tree doc
+// (policy.Decode's) with overrides ("policy.field=value,...", see
+// EnvOverrides) and shadow ("name,name" or "*", see EnvShadow) applied, so
+// that the result is validated by policy.ParseTree exactly like a
+// hand-edited file: a burst on a fixed-window policy or a window without a
+// unit is reported the same way, at the line of the value replaced (a field
+// the file did not have, at its policy's line). Naming a policy the file
+// does not have is an error.
+func OverrideTree(doc *policy.Node, overrides, shadow string) (*policy.Node, error) {
+	doc = doc.Clone()
+	if doc == nil {
+		doc = &policy.Node{}
 	}
-	policies := map[string]*yaml.Node{}
+	policies := map[string]*policy.Node{}
 	var names []string
-	if len(doc.Content) == 1 && doc.Content[0].Kind == yaml.MappingNode {
+	if len(doc.Content) == 1 && doc.Content[0].Kind == policy.MappingNode {
 		root := doc.Content[0]
 		for i := 0; i+1 < len(root.Content); i += 2 {
-			if root.Content[i].Value != "policies" || root.Content[i+1].Kind != yaml.SequenceNode {
+			if root.Content[i].Value != "policies" || root.Content[i+1].Kind != policy.SequenceNode {
 				continue
 			}
 			for _, p := range root.Content[i+1].Content {
-				if n := field(p, "name"); n != nil && n.Kind == yaml.ScalarNode {
+				if n := field(p, "name"); n != nil && n.Kind == policy.ScalarNode {
 					policies[n.Value] = p
 					names = append(names, n.Value)
 				}
 			}
 		}
 	}
-	lookup := func(env, name string) (*yaml.Node, error) {
+	lookup := func(env, name string) (*policy.Node, error) {
 		p, ok := policies[name]
 		if !ok {
 			return nil, fmt.Errorf("%s names policy %q, which the policy file does not have (it has %s)", env, name, strings.Join(names, ", "))
@@ -412,11 +423,7 @@ func ApplyOverrides(data []byte, overrides, shadow string) ([]byte, error) {
 			set(p, "shadow", "!!bool", "true")
 		}
 	}
-	out, err := yaml.Marshal(&doc)
-	if err != nil {
-		return nil, fmt.Errorf("re-encode policy file: %w", err)
-	}
-	return out, nil
+	return doc, nil
 }
 
 func splitList(s string) []string {
@@ -430,8 +437,8 @@ func splitList(s string) []string {
 }
 
 // field returns the value node of key in mapping m, or nil.
-func field(m *yaml.Node, key string) *yaml.Node {
-	if m.Kind != yaml.MappingNode {
+func field(m *policy.Node, key string) *policy.Node {
+	if m.Kind != policy.MappingNode {
 		return nil
 	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
@@ -442,12 +449,10 @@ func field(m *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-// set replaces or adds key: value in mapping m.
-func set(m *yaml.Node, key, tag, value string) {
-	v := &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: value}
-	if tag == "!!str" {
-		v.Style = yaml.DoubleQuotedStyle
-	}
+// set replaces or adds key: value in mapping m: a value replaced keeps its
+// line, a field added takes the policy's.
+func set(m *policy.Node, key, tag, value string) {
+	v := &policy.Node{Kind: policy.ScalarNode, Tag: tag, Value: value, Line: m.Line}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].Value == key {
 			v.Line = m.Content[i+1].Line
@@ -455,5 +460,5 @@ func set(m *yaml.Node, key, tag, value string) {
 			return
 		}
 	}
-	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
+	m.Content = append(m.Content, &policy.Node{Kind: policy.ScalarNode, Tag: "!!str", Value: key, Line: m.Line}, v)
 }

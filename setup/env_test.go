@@ -173,15 +173,22 @@ func TestFromEnvShadowAll(t *testing.T) {
 	}
 }
 
-func TestApplyOverridesSetsBurstOfGCRA(t *testing.T) {
+func TestOverrideTreeSetsBurstOfGCRA(t *testing.T) {
 	file := "version: 1\npolicies:\n  - {name: search, routes: [\"GET /search\"], key: ip, strategy: durable, algorithm: gcra, limit: 10, window: 1s, burst: 20}\n"
-	out, err := setup.ApplyOverrides([]byte(file), "search.limit=3,search.window=1000d,search.burst=3", "")
+	doc, err := policy.Decode("x", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pf, err := policy.Parse("x", out)
+	out, err := setup.OverrideTree(doc, "search.limit=3,search.window=1000d,search.burst=3", "")
 	if err != nil {
-		t.Fatalf("policy.Parse(edited) = %v\n%s", err, out)
+		t.Fatal(err)
+	}
+	if orig, _ := policy.ParseTree("x", doc); orig == nil || orig.Policies[0].Limit != 10 {
+		t.Errorf("OverrideTree changed the tree it was given")
+	}
+	pf, err := policy.ParseTree("x", out)
+	if err != nil {
+		t.Fatalf("policy.ParseTree(edited) = %v", err)
 	}
 	p := pf.Policies[0]
 	if burst := p.Options.(*durablecounter.Options).Burst; p.Limit != 3 || burst != 3 || p.Window != 1000*24*time.Hour {

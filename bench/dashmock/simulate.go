@@ -211,7 +211,7 @@ func simulate(ctx context.Context, dynalite string, sc scenario) ([]byte, error)
 	fns := map[string]*function{}
 	for _, f := range handlers.All() {
 		e, err := setup.FromEnv(ctx, setup.EnvConfig{
-			Policies: f.Policies, PolicyFile: f.PolicyFile, Function: f.Name,
+			Policies: f.Policies(), PolicyFile: f.PolicyFile, Function: f.Name,
 			Getenv: func(k string) string { return env[k] }, Stdout: lines, Stderr: io.Discard, Now: clock.Now,
 			// Each function's backends, as its main package passes them.
 			Backends: []setup.Backend{durable.Backend(dynamodb.Config{}), kv.Backend(dynamodb.Config{}),

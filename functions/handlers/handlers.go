@@ -25,7 +25,7 @@ package handlers
 
 import (
 	"context"
-	"embed"
+	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"log/slog"
@@ -37,10 +37,23 @@ import (
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/internal/urlpath"
 	"github.com/edgelimit/edgelimit/middleware"
+	"github.com/edgelimit/edgelimit/policy"
 )
 
-//go:embed policies/*.yaml
-var policyFiles embed.FS
+//go:generate go run ./internal/gentrees
+
+// The embedded policy files, one variable each, so that a function's
+// binary holds its own file alone.
+var (
+	//go:embed policies/paid.yaml
+	paidPolicies []byte
+	//go:embed policies/contact.yaml
+	contactPolicies []byte
+	//go:embed policies/search.yaml
+	searchPolicies []byte
+	//go:embed policies/tts.yaml
+	ttsPolicies []byte
+)
 
 // Deps are what every handler is built with.
 type Deps struct {
@@ -65,8 +78,12 @@ type Function struct {
 	// PolicyFile names the embedded policy file in messages
 	// ("functions/handlers/policies/paid.yaml").
 	PolicyFile string
-	// Policies is the embedded policy file.
-	Policies []byte
+	// policies points at the embedded policy file: an address keeps the
+	// variable static (see the example functions below).
+	policies *[]byte
+	// tree is the policy file's tree, compiled at build time
+	// (trees_gen.go).
+	tree *policy.Node
 	// Routes are the HTTP API routes (template.yaml's HttpApi events) that
 	// invoke the function, in API Gateway's "METHOD /path" syntax.
 	Routes []string
@@ -74,29 +91,31 @@ type Function struct {
 	New func(Deps) middleware.HTTPAPIHandler
 }
 
-func newFunction(name, logicalID string, routes []string, build func(Deps) middleware.HTTPAPIHandler) Function {
-	path := "policies/" + name + ".yaml"
-	data, err := policyFiles.ReadFile(path)
-	if err != nil {
-		panic("handlers: missing embedded " + path)
-	}
-	return Function{
-		Name:       name,
-		LogicalID:  logicalID,
-		PolicyFile: "functions/handlers/" + path,
-		Policies:   data,
-		Routes:     routes,
-		New:        build,
-	}
-}
-
-// The example functions.
+// The example functions. Each is initialised statically (no init code
+// refers to it), so the linker keeps only the one a function's main
+// uses: paid's bootstrap holds neither contact's mail parser nor tts's
+// synthesiser.
 var (
-	Paid    = newFunction("paid", "PaidFunction", []string{"GET /paid/{resource}"}, NewPaid)
-	Contact = newFunction("contact", "ContactFunction", []string{"POST /contact", "POST /login"}, newContactFunction)
-	Search  = newFunction("search", "SearchFunction", []string{"GET /search"}, func(d Deps) middleware.HTTPAPIHandler { return NewSearch(d, SearchConfig{}) })
-	TTS     = newFunction("tts", "TTSFunction", []string{"POST /tts"}, NewTTS)
+	Paid = Function{Name: "paid", LogicalID: "PaidFunction", PolicyFile: "functions/handlers/policies/paid.yaml",
+		Routes: []string{"GET /paid/{resource}"}, New: NewPaid, policies: &paidPolicies, tree: paidTree}
+	Contact = Function{Name: "contact", LogicalID: "ContactFunction", PolicyFile: "functions/handlers/policies/contact.yaml",
+		Routes: []string{"POST /contact", "POST /login"}, New: newContactFunction, policies: &contactPolicies, tree: contactTree}
+	Search = Function{Name: "search", LogicalID: "SearchFunction", PolicyFile: "functions/handlers/policies/search.yaml",
+		Routes: []string{"GET /search"}, New: newSearchFunction, policies: &searchPolicies, tree: searchTree}
+	TTS = Function{Name: "tts", LogicalID: "TTSFunction", PolicyFile: "functions/handlers/policies/tts.yaml",
+		Routes: []string{"POST /tts"}, New: NewTTS, policies: &ttsPolicies, tree: ttsTree}
 )
+
+func newSearchFunction(d Deps) middleware.HTTPAPIHandler { return NewSearch(d, SearchConfig{}) }
+
+// Policies returns the function's embedded policy file.
+func (f Function) Policies() []byte { return *f.policies }
+
+// Tree returns the embedded policy file's tree (policy.Decode's), compiled
+// at build time into trees_gen.go: a function hands it to setup instead of
+// the YAML, so that its bootstrap links no YAML parser. Change a policy
+// file, then run `make generate`; TestTreesAreGenerated fails until then.
+func (f Function) Tree() *policy.Node { return f.tree }
 
 // All returns every example function, in a stable order.
 func All() []Function { return []Function{Paid, Contact, Search, TTS} }

@@ -73,7 +73,7 @@ func TestFunctionsHaveValidPolicies(t *testing.T) {
 		"paid": {"durable", "durable", "durable"}, "contact": {"kv", "durable"}, "search": {"durable"}, "tts": {"signed", "durable", "inflight"},
 	}
 	for _, f := range handlers.All() {
-		pf, err := policy.Parse(f.PolicyFile, f.Policies)
+		pf, err := policy.Parse(f.PolicyFile, f.Policies())
 		if err != nil {
 			t.Errorf("%s: %v", f.PolicyFile, err)
 			continue
@@ -89,7 +89,7 @@ func TestFunctionsHaveValidPolicies(t *testing.T) {
 			t.Errorf("Lookup(%q) = %v, %v", f.Name, g.LogicalID, ok)
 		}
 	}
-	paid, _ := policy.Parse("paid", handlers.Paid.Policies)
+	paid, _ := policy.Parse("paid", handlers.Paid.Policies())
 	for _, p := range paid.Policies {
 		if p.OnStoreError != policy.FailClosed || p.Key.String() != "header:X-Api-Key" {
 			t.Errorf("paid policy %s: on_store_error %s key %s, want deny and header:X-Api-Key", p.Name, p.OnStoreError, p.Key)
@@ -289,7 +289,7 @@ func TestFunctionsBehindTheMiddleware(t *testing.T) {
 		}
 		t.Run(f.Name, func(t *testing.T) {
 			engine := memoryEngine(t, f, now)
-			pf, err := policy.Parse(f.PolicyFile, f.Policies)
+			pf, err := policy.Parse(f.PolicyFile, f.Policies())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -372,7 +372,7 @@ func TestLogin(t *testing.T) {
 // returns.
 func memoryEngine(t *testing.T, f handlers.Function, now func() time.Time) *edgelimit.Engine {
 	t.Helper()
-	pf, err := policy.Parse(f.PolicyFile, f.Policies)
+	pf, err := policy.Parse(f.PolicyFile, f.Policies())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,13 +20,15 @@ import (
 	"github.com/edgelimit/edgelimit/setup/secretsmanager"
 )
 
-// Run serves fn with its embedded policies and the given backends; it
+// Run serves fn with its policy file compiled at build time (fn.Tree,
+// setup.FromEnvCompiled: no YAML parser is linked, and a replacement file
+// in EDGELIMIT_POLICY_FILE is read as JSON) and the given backends; it
 // returns only if the environment is wrong, after logging why, by exiting:
 // Lambda reports the exit as Runtime.ExitError and retries the init on the
 // next request, and the reason is in the function's logs.
 func Run(fn handlers.Function, backends ...setup.Backend) {
-	env, err := setup.FromEnv(context.Background(), setup.EnvConfig{
-		Policies: fn.Policies, PolicyFile: fn.PolicyFile, Backends: backends, Secrets: secretsmanager.Source(),
+	env, err := setup.FromEnvCompiled(context.Background(), setup.EnvConfig{
+		Tree: fn.Tree(), PolicyFile: fn.PolicyFile, Backends: backends, Secrets: secretsmanager.Source(),
 	})
 	if err != nil {
 		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("edgelimit: init failed", "function", fn.Name, "error", err.Error())
