@@ -240,6 +240,13 @@ func TestKeepSections(t *testing.T) {
 	if got, want := keepSections(old2, md), "# New\n\n## 1. A\n\nnew a\n\n"+cold+"\n"+boot+"\n## What these figures do not show\n\nnew\n"; got != want {
 		t.Errorf("two kept sections: got %q\nwant %q", got, want)
 	}
+	// The hand-written go test -bench sections, at the old file's end.
+	cal := calendarHeading + "\n\n| boundary | ns |\n|---|---:|\n| month | 310 |\n"
+	delay := maxDelayHeading + "\n\n| | ns |\n|---|---:|\n| kv | 2086 |\n"
+	old3 := "# Old\n\n## What these figures do not show\n\nold\n\n" + cal + "\n" + delay
+	if got, want := keepSections(old3, md), "# New\n\n## 1. A\n\nnew a\n\n"+cal+"\n"+delay+"\n## What these figures do not show\n\nnew\n"; got != want {
+		t.Errorf("calendar and max_delay sections: got %q\nwant %q", got, want)
+	}
 	if got := keepSections("# Old\n\n## 1. A\n\nold a\n", md); got != md {
 		t.Errorf("without a kept section in the old file: got %q, want the new report as is", got)
 	}

@@ -106,8 +106,17 @@ func runReport(o options) error {
 // they are, before "What these figures do not show". The cold-start table
 // comes from `make cold-start` (e2e.TestColdStart under the Lambda runtime
 // emulator), not from this program; the bootstrap sizes and package init
-// from `go build` and GODEBUG=inittrace=1 (the commands are in the section).
-var keptHeadings = []string{coldStartHeading, bootstrapHeading}
+// from `go build` and GODEBUG=inittrace=1 (the commands are in the section);
+// the calendar-period and max_delay figures from `go test -bench` (their
+// commands are in their sections).
+var keptHeadings = []string{coldStartHeading, bootstrapHeading, calendarHeading, maxDelayHeading}
+
+// calendarHeading and maxDelayHeading are the sections of the calendar
+// periods' and max_delay's `go test -bench` figures.
+const (
+	calendarHeading = "## Calendar periods"
+	maxDelayHeading = "## max_delay: what waiting costs an admitted request"
+)
 
 // coldStartHeading is the section of the cold-start table.
 const coldStartHeading = "## Cold start: before and after the redesign (make cold-start)"
