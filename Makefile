@@ -39,7 +39,7 @@ LAMBDA_ADDR ?= 127.0.0.1:9000
 LAMBDA_OUT  ?= build/local
 LAMBDA_BOOT := $(LAMBDA_OUT)/$(notdir $(LAMBDA))/bootstrap
 run-lambda: deps tools
-	CGO_ENABLED=0 $(GO) build $(LAMBDA_GOFLAGS) -o $(LAMBDA_BOOT) ./$(LAMBDA)
+	CGO_ENABLED=0 $(GO) build $(PROGRAM_GOFLAGS) -o $(LAMBDA_BOOT) ./$(LAMBDA)
 	$(GO) build -o $(LAMBDA_OUT)/testservers ./internal/tools/testservers
 	$(GO) build -o $(LAMBDA_OUT)/runlambda ./internal/tools/runlambda
 	$(LAMBDA_OUT)/testservers -only dynalite -- $(LAMBDA_OUT)/runlambda -rie $(TOOLS_BIN)/aws-lambda-rie -addr $(LAMBDA_ADDR) $(LAMBDA_BOOT)

@@ -27,7 +27,7 @@ func TestLLMExampleSettlesTwoCounters(t *testing.T) {
 	}
 	endpoint, table := dynalite(t)
 	out := t.TempDir()
-	build := exec.Command(goTool(), "build", "-tags", lambdaTags, "-trimpath", "-o", filepath.Join(out, "bootstrap"), "./examples/llm")
+	build := exec.Command(goTool(), "build", "-tags", programTags, "-trimpath", "-o", filepath.Join(out, "bootstrap"), "./examples/llm")
 	build.Dir = root(t)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if b, err := build.CombinedOutput(); err != nil {

@@ -161,6 +161,11 @@ func buildAll(goarch string) (map[string]string, error) {
 // mk/lambda.mk; TestBuildTagsAreMakeBuilds keeps them in step).
 const lambdaTags = "lambda.norpc,nethttpomithttp2,edgelimit.noyaml"
 
+// programTags are the build tags of a Lambda program of one's own (make
+// run-lambda's PROGRAM_TAGS): it reads its policy file with setup.FromEnv,
+// so without edgelimit.noyaml.
+const programTags = "lambda.norpc,nethttpomithttp2"
+
 // buildTree builds every example function of the checkout at dir for
 // linux/goarch into out/<fn>/bootstrap, with the flags of `make build` and
 // the build tags given.

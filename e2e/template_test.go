@@ -691,4 +691,7 @@ func TestBuildTagsAreMakeBuilds(t *testing.T) {
 	if !strings.Contains(string(data), "-tags $(LAMBDA_TAGS)") {
 		t.Errorf("mk/lambda.mk's LAMBDA_GOFLAGS do not use LAMBDA_TAGS")
 	}
+	if want := "PROGRAM_TAGS     := " + programTags + "\n"; !strings.Contains(string(data), want) {
+		t.Errorf("mk/lambda.mk does not set %q: e2e builds the example programs with other tags than make run-lambda", strings.TrimSpace(want))
+	}
 }

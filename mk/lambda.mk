@@ -28,6 +28,11 @@ LAMBDA_ARCHS     := arm64 amd64
 # (TestBuildTagsAreMakeBuilds).
 LAMBDA_TAGS      := lambda.norpc,nethttpomithttp2,edgelimit.noyaml
 LAMBDA_GOFLAGS   := -tags $(LAMBDA_TAGS) -trimpath -ldflags "-s -w"
+# A Lambda program of your own (examples/lambda, examples/llm: make
+# run-lambda) reads its policy file with setup.FromEnv, the YAML reader, so
+# it builds without edgelimit.noyaml.
+PROGRAM_TAGS     := lambda.norpc,nethttpomithttp2
+PROGRAM_GOFLAGS  := -tags $(PROGRAM_TAGS) -trimpath -ldflags "-s -w"
 LAMBDA_BINARIES  := $(foreach a,$(LAMBDA_ARCHS),$(foreach f,$(LAMBDA_FUNCTIONS),build/$(a)/$(f)/bootstrap))
 
 # The Lambda Runtime Interface Emulator, pinned; e2e/rie_test.go pins the
