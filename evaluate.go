@@ -157,7 +157,11 @@ func (e *Engine) evaluate(ctx context.Context, rs *routeSet, v *Verdict, slots [
 			blocked = true
 		}
 	}
-	var spent [][]member
+	// The groups that spent, to refund if a later one blocks: on the
+	// stack for a route of up to four groups (a slice grown per request
+	// was one allocation of every request of a batch-capable store).
+	var spentBuf [4][]member
+	spent := spentBuf[:0]
 	for _, g := range rs.groups {
 		if ok, b := e.overrideGroup(ctx, start, rs, g, slots, blocked); ok {
 			if blocked = b; !b {

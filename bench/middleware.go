@@ -430,7 +430,7 @@ func mwSpecs() []mwSpec {
 	return []mwSpec{
 		{
 			id: "edgelimit-fixed-window", name: "edgelimit fixed-window (durable, memory store), middleware.Handler", group: "edgelimit", adapter: "net/http",
-			setup: "policy `key: header:X-Api-Key, strategy: durable` (fixed-window) on `GET /v1/items`; durablecounter on a durablecounter.Memory (64 shards, the default); engine with its in-process key hash (SipHash-2-4: the store is in process memory, edgelimit.InProcess); RateLimit headers and the legacy X-RateLimit-* (the default); the deny cache on (the default); `store_timeout: 30s` (so that a busy machine never turns a decision into on_store_error's)",
+			setup: "policy `key: header:X-Api-Key, strategy: durable` (fixed-window) on `GET /v1/items`; durablecounter on a durablecounter.Memory (64 shards, the default); engine with its in-process key hash (SipHash-2-4: the store is in process memory, edgelimit.InProcess); RateLimit headers and the legacy X-RateLimit-* (the default); `deny_cache` at its default (on), which a Counter on a Memory store does not need and does not keep: the store answers a repeat denial itself; `store_timeout: 30s` (so that a busy machine never turns a decision into on_store_error's)",
 			build: func(limit int64, _ int) (*mwTarget, error) {
 				pf, err := parsePolicies(mwPolicy("durable", limit, ""))
 				if err != nil {

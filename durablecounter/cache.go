@@ -195,6 +195,9 @@ func (c *stateCache) del(id itemID) {
 // len returns the number of entries, for tests.
 func (c *stateCache) len() int {
 	n := 0
+	if c == nil {
+		return 0
+	}
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()

@@ -20,7 +20,7 @@ func TestDefaultDenyCacheHolds100kKeys(t *testing.T) {
 	const n = 100_000
 	clock := limitertest.NewClock(limitertest.T0)
 	c, err := New(Config{Policy: &policy.Policy{Name: "p", Limit: 1, Window: time.Hour},
-		Options: &Options{DenyCache: true}, Store: NewMemory(MemoryConfig{}), Now: clock.Now})
+		Options: &Options{DenyCache: true}, Store: sharedStore{NewMemory(MemoryConfig{})}, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

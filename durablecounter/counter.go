@@ -202,7 +202,10 @@ func New(cfg Config) (*Counter, error) {
 	if c.store == nil {
 		c.store = defaultStore()
 	}
-	if opts.DenyCache {
+	// On a Memory store the deny cache would be a second map in front of
+	// the first: the store answers a repeat denial as fast, and exactly
+	// (a reset or grant on another Counter of the store shows at once).
+	if _, inProcess := c.store.(*Memory); opts.DenyCache && !inProcess {
 		size := cfg.DenyCacheSize
 		if size <= 0 {
 			size = DefaultDenyCacheSize

@@ -16,3 +16,12 @@ var newDynamoPair func(t *testing.T, s ddbtest.Server) (tested, reader Store)
 func SetNewDynamoPair(f func(t *testing.T, s ddbtest.Server) (tested, reader Store)) {
 	newDynamoPair = f
 }
+
+// sharedStore is a store as a Counter sees one that other instances share
+// (DynamoDB): the Memory inside answers, but the Counter keeps its deny
+// cache in front of it, as it does for a dynamostore.Store and not for a
+// Memory of its own.
+type sharedStore struct{ Store }
+
+// AsShared wraps s as sharedStore, for the tests of the deny cache.
+func AsShared(s Store) Store { return sharedStore{s} }

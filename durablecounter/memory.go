@@ -53,7 +53,8 @@ const (
 // bytes, inline in the map's slots), not pointers to them: a decision
 // reads its entry where the lookup found it, without a second, dependent
 // cache miss, and an admission writes it back (a second probe of the same
-// slot, cached by then). A decision allocates nothing (a sliding log's,
+// slot, cached by then). Their keys hold the client key's bytes inline
+// (memKey), for the same reason. A decision allocates nothing (a sliding log's,
 // when its millisecond buckets grow, does: the buckets are the one part of
 // a state behind a pointer, shared by the entry and the state being
 // decided, which the shard's lock keeps consistent).
@@ -68,7 +69,7 @@ type Memory struct {
 
 type memShard struct {
 	mu sync.Mutex
-	m  map[itemID]memEntry
+	m  map[memKey]memEntry
 	// sweepAt is the size at which the next insert sweeps.
 	sweepAt int
 	// nextExpiry is a lower bound of every entry's expiry (UnixNano): no
@@ -107,7 +108,7 @@ func NewMemory(cfg MemoryConfig) *Memory {
 	}
 	s.key = fmt.Sprintf("durablecounter/memory/%p", s)
 	for i := range s.shards {
-		s.shards[i].m = make(map[itemID]memEntry)
+		s.shards[i].m = make(map[memKey]memEntry)
 		s.shards[i].sweepAt = minSweep
 		s.shards[i].cap = s.perCap
 	}
@@ -138,9 +139,10 @@ func (s *Memory) shardIndex(key string) int {
 
 func (s *Memory) apply(_ context.Context, o op) (result, error) {
 	sh := &s.shards[s.shardIndex(o.id.key)]
+	k := memKeyOf(&o.id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, found := sh.m[o.id]
+	e, found := sh.m[k]
 	var st state
 	if found && e.expires > o.t {
 		st = e.st // else absent or expired
@@ -152,18 +154,17 @@ func (s *Memory) apply(_ context.Context, o op) (result, error) {
 		if err := sh.makeRoom(o.t); err != nil {
 			return result{}, err
 		}
-		o.id.key = strings.Clone(o.id.key) // not the request's memory (edgelimit.Request.Key)
 	}
-	return sh.commitOp(&o, st, s.margin), nil
+	return sh.commitOp(&o, k, st, s.margin), nil
 }
 
-// commitOp spends o on its item, whose current state st admits it, and
-// reports the admission.
-func (sh *memShard) commitOp(o *op, st state, margin time.Duration) result {
+// commitOp spends o on its item (whose key in the shard is k), whose
+// current state st admits it, and reports the admission.
+func (sh *memShard) commitOp(o *op, k memKey, st state, margin time.Duration) result {
 	te := o.rule.instant(st, o.t)
 	st = o.rule.commit(st, o.t, o.cost)
 	e := memEntry{st: st, expires: o.rule.expiry(st, o.t) + int64(margin)}
-	sh.m[o.id] = e
+	sh.m[k.owned()] = e
 	sh.nextExpiry = min(sh.nextExpiry, e.expires)
 	return admitted(o, st, te)
 }
@@ -205,7 +206,7 @@ func (s *Memory) applyAll(_ context.Context, ops []op, res []result) (bool, erro
 			all = false
 			continue
 		}
-		if _, found := sh.m[o.id]; !found {
+		if _, found := sh.m[memKeyOf(&o.id)]; !found {
 			if err := sh.makeRoom(o.t); err != nil {
 				return false, err
 			}
@@ -218,7 +219,7 @@ func (s *Memory) applyAll(_ context.Context, ops []op, res []result) (bool, erro
 	}
 	for i := range ops {
 		o, sh := &ops[i], &s.shards[idx[i]]
-		res[i] = sh.commitOp(o, sh.get(o), s.margin)
+		res[i] = sh.commitOp(o, memKeyOf(&o.id), sh.get(o), s.margin)
 	}
 	return true, nil
 }
@@ -227,14 +228,15 @@ func (s *Memory) refund(_ context.Context, o op, rc edgelimit.Receipt) (bool, er
 	sh := &s.shards[s.shardIndex(o.id.key)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, found := sh.m[o.id]
+	k := memKeyOf(&o.id)
+	e, found := sh.m[k]
 	if !found || e.expires <= o.t {
 		return false, nil // the item stopped mattering: what it held came back
 	}
 	st, ok := o.rule.giveBack(e.st, rc, o.t, o.cost)
 	if ok {
 		e.st = st
-		sh.m[o.id] = e
+		sh.m[k.owned()] = e
 	}
 	return ok, nil
 }
@@ -243,14 +245,14 @@ func (s *Memory) charge(_ context.Context, o op) (result, error) {
 	sh := &s.shards[s.shardIndex(o.id.key)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, found := sh.m[o.id]; !found {
+	if _, found := sh.m[memKeyOf(&o.id)]; !found {
 		if err := sh.makeRoom(o.t); err != nil {
 			return result{}, err
 		}
 	}
 	st := o.rule.commit(sh.get(&o), o.t, o.cost)
 	e := memEntry{st: st, expires: o.rule.expiry(st, o.t) + int64(s.margin)}
-	sh.m[o.id] = e
+	sh.m[memKeyOf(&o.id).owned()] = e
 	sh.nextExpiry = min(sh.nextExpiry, e.expires)
 	return charged(&o, st), nil
 }
@@ -270,7 +272,7 @@ func (s *Memory) grant(_ context.Context, o op, units, end int64) error {
 	sh := &s.shards[s.shardIndex(o.id.key)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, found := sh.m[o.id]; !found {
+	if _, found := sh.m[memKeyOf(&o.id)]; !found {
 		if err := sh.makeRoom(o.t); err != nil {
 			return err
 		}
@@ -285,7 +287,7 @@ func (s *Memory) grant(_ context.Context, o op, units, end int64) error {
 		st = state{exists: true, at: end}
 	}
 	e := memEntry{st: st, expires: st.at + int64(s.margin)}
-	sh.m[o.id] = e
+	sh.m[memKeyOf(&o.id).owned()] = e
 	sh.nextExpiry = min(sh.nextExpiry, e.expires)
 	return nil
 }
@@ -294,7 +296,7 @@ func (s *Memory) reset(_ context.Context, ops []op) error {
 	for i := range ops {
 		sh := &s.shards[s.shardIndex(ops[i].id.key)]
 		sh.mu.Lock()
-		delete(sh.m, ops[i].id)
+		delete(sh.m, memKeyOf(&ops[i].id))
 		sh.mu.Unlock()
 	}
 	return nil
@@ -328,7 +330,7 @@ func clone(s state) state {
 
 // get returns the live state of o's item. The shard is locked.
 func (sh *memShard) get(o *op) state {
-	if e, found := sh.m[o.id]; found && e.expires > o.t {
+	if e, found := sh.m[memKeyOf(&o.id)]; found && e.expires > o.t {
 		return e.st
 	}
 	return state{}
@@ -372,4 +374,43 @@ var _ edgelimit.InProcess = (*Counter)(nil)
 func (c *Counter) InProcess() bool {
 	_, ok := c.store.(*Memory)
 	return ok
+}
+
+// memKey is an item's key in a Memory shard: its itemID with the client
+// key's bytes inline (the engine's hashed keys are 22 bytes), so that a
+// lookup compares them in the map's slot instead of following a pointer to
+// them, a second cache miss for each decision of a key not decided lately;
+// and an entry holds no pointer to a request's memory (edgelimit.Request.Key).
+// A longer key is kept as a string of its own (owned).
+type memKey struct {
+	prefix string
+	long   string // the key, when longer than short
+	slot   int64
+	short  [memShortKey]byte
+	shard  int32
+	n      uint8 // the key's length when inline; memLongKey when long
+}
+
+const (
+	memShortKey = 24
+	memLongKey  = 0xff
+)
+
+func memKeyOf(id *itemID) memKey {
+	k := memKey{prefix: id.prefix, slot: id.slot, shard: id.shard}
+	if len(id.key) <= memShortKey {
+		k.n = uint8(copy(k.short[:], id.key))
+	} else {
+		k.long, k.n = id.key, memLongKey
+	}
+	return k
+}
+
+// owned returns k with a long key copied out of the request's memory, to
+// store in a shard.
+func (k memKey) owned() memKey {
+	if k.long != "" {
+		k.long = strings.Clone(k.long)
+	}
+	return k
 }

@@ -141,3 +141,35 @@ func TestSharedClockSkew(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryKeysOfEveryLength: keys are held inline up to 24 bytes and as
+// strings beyond; keys that differ only in length, or only past the 24th
+// byte, are separate counts either way.
+func TestMemoryKeysOfEveryLength(t *testing.T) {
+	t.Parallel()
+	c, err := durablecounter.New(durablecounter.Config{
+		Policy: &policy.Policy{Name: "p", Limit: 1, Window: time.Hour},
+		Store:  durablecounter.NewMemory(durablecounter.MemoryConfig{}), Now: func() time.Time { return limitertest.T0 },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	long := "0123456789abcdefghijklmnopqrstuvwxyz"
+	var keys []string
+	for n := 1; n <= len(long); n++ {
+		keys = append(keys, long[:n], long[:n]+"\x00")
+	}
+	keys = append(keys, long+"A", long+"B")
+	for round, want := range []bool{true, false} {
+		for _, k := range keys {
+			d, err := c.Allow(ctx, edgelimit.Request{Key: k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != want {
+				t.Errorf("round %d, key %q (%d bytes): allowed %v, want %v", round, k, len(k), d.Allowed, want)
+			}
+		}
+	}
+}

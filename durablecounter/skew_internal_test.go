@@ -28,7 +28,7 @@ func skewBackends(t *testing.T) []skewBackend {
 		sh := &mem.shards[mem.shardIndex(o.id.key)]
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		if e, ok := sh.m[o.id]; ok {
+		if e, ok := sh.m[memKeyOf(&o.id)]; ok {
 			return o.rule.compact(e.st, o.t) // a copy
 		}
 		return state{}

@@ -56,10 +56,10 @@ func (s *Memory) raise(o *op, st state) {
 	if cur := sh.get(o); left(st) >= left(cur) {
 		return
 	}
-	if _, found := sh.m[o.id]; !found && sh.makeRoom(o.t) != nil {
+	if _, found := sh.m[memKeyOf(&o.id)]; !found && sh.makeRoom(o.t) != nil {
 		return // full of live items: the twin decides the key from what it has
 	}
 	e := memEntry{st: st, expires: o.rule.expiry(st, o.t) + int64(s.margin)}
-	sh.m[o.id] = e
+	sh.m[memKeyOf(&o.id).owned()] = e
 	sh.nextExpiry = min(sh.nextExpiry, e.expires)
 }

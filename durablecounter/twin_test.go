@@ -18,8 +18,9 @@ func twinPair(t *testing.T, alg durablecounter.Algorithm, limit, burst int64, sh
 	c, err := durablecounter.New(durablecounter.Config{
 		Policy:  &policy.Policy{Name: "twin", Limit: limit, Window: time.Second},
 		Options: &durablecounter.Options{Algorithm: alg, Burst: burst, Shards: shards, DenyCache: true},
-		Store:   durablecounter.NewMemory(durablecounter.MemoryConfig{}),
-		Now:     func() time.Time { return *now },
+		// A store shared with other instances, which the deny cache fronts.
+		Store: durablecounter.AsShared(durablecounter.NewMemory(durablecounter.MemoryConfig{})),
+		Now:   func() time.Time { return *now },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,11 @@ type entry struct {
 	// eviction.
 	used int64
 	hash uint64
+	// short is the key, inline when it is at most as long (the engine's
+	// hashed keys are 22 bytes; shortLen is its length, or longKey): a
+	// lookup compares it in the entry it reached, without a second cache
+	// miss on the key's own bytes.
+	short [shortKey]byte
 	// rid names this Bucket and the key in a receipt.
 	rid [16]byte
 	// firstAt is when the first store answer for the key came (probation
@@ -47,6 +52,10 @@ type entry struct {
 	// busy: flight or inflight is not empty (what is in flight counts in
 	// the local state).
 	busy bool
+	// refreshing: the read of a stale denial is in flight.
+	refreshing bool
+	idleSeen   bool // see idleSince
+	shortLen   uint8
 
 	// flight are the changes a sync or a write-back in flight is writing
 	// (they count until its answer comes).
@@ -63,12 +72,9 @@ type entry struct {
 	// interval is read again: an operator's Reset or Grant elsewhere
 	// reaches this instance within one).
 	syncedAt, learnedAt int64
-	// refreshing: the read of a stale denial is in flight.
-	refreshing bool
 
-	key string
-	// kvKey is the key's KV key (the Bucket's prefix and key), which key
-	// is the end of; set when the entry is made, never changed.
+	// kvKey is the key's KV key (the Bucket's prefix and the key); set
+	// when the entry is made, never changed.
 	kvKey string
 	// v is the shared state as last learned.
 	v view
@@ -78,7 +84,20 @@ type entry struct {
 	// idleSince is used as the idle write-back last saw it (idle.go): a
 	// key whose used has not moved between two of its passes is idle.
 	idleSince int64
-	idleSeen  bool
+}
+
+const (
+	shortKey = 24
+	longKey  = 0xff
+)
+
+// is reports whether e is key's entry, whose prefix (the Bucket's) is
+// prefixLen bytes long.
+func (e *entry) is(key string, prefixLen int) bool {
+	if e.shortLen != longKey {
+		return int(e.shortLen) == len(key) && string(e.short[:len(key)]) == key
+	}
+	return e.kvKey[prefixLen:] == key
 }
 
 // setBusy keeps busy in step with flight and inflight. s.mu is held.
@@ -139,7 +158,7 @@ func (c *cache) shard(key string) (*shard, uint64) {
 // find returns key's entry, or nil. s.mu is held.
 func (s *shard) find(key string, h uint64) *entry {
 	e := s.m[h]
-	if e != nil && e.key != key || e == nil && len(s.collided) > 0 {
+	if e != nil && !e.is(key, len(s.prefix)) || e == nil && len(s.collided) > 0 {
 		e = s.collided[key]
 	}
 	return e
@@ -163,7 +182,10 @@ func (s *shard) lookup(key string, h uint64, n int64) (e, victim *entry) {
 	// which the entry would keep alive.
 	kvKey := s.prefix + key
 	key = kvKey[len(s.prefix):]
-	e = &entry{key: key, kvKey: kvKey, hash: h, used: n}
+	e = &entry{kvKey: kvKey, hash: h, used: n, shortLen: longKey}
+	if len(key) <= shortKey {
+		e.shortLen = uint8(copy(e.short[:], key))
+	}
 	if s.m[h] == nil {
 		s.m[h] = e
 	} else {
@@ -181,7 +203,7 @@ func (s *shard) remove(e *entry) {
 	if s.m[e.hash] == e {
 		delete(s.m, e.hash)
 	} else {
-		delete(s.collided, e.key)
+		delete(s.collided, e.kvKey[len(s.prefix):])
 	}
 	s.stats.Evicted++
 }

@@ -74,3 +74,28 @@ func TestCacheEntryBytes(t *testing.T) {
 	}
 	runtime.KeepAlive(b)
 }
+
+// TestCacheKeysOfEveryLength: the cache holds keys of up to 24 bytes
+// inline and longer ones through their KV key; keys that differ only in
+// length, or only past the 24th byte, are separate buckets either way.
+func TestCacheKeysOfEveryLength(t *testing.T) {
+	clk := newClock(t0)
+	b := mustNew(t, Config{Policy: kvPolicy("p", 1, 1, time.Hour, time.Second), KV: NewMemory(MemoryConfig{Now: clk.Now}), Now: clk.Now})
+	long := "0123456789abcdefghijklmnopqrstuvwxyz"
+	var keys []string
+	for n := 1; n <= len(long); n++ {
+		keys = append(keys, long[:n], long[:n]+"\x00")
+	}
+	keys = append(keys, long+"A", long+"B")
+	for round, want := range []bool{true, false} {
+		for _, k := range keys {
+			d, err := b.Allow(ctx, edgelimit.Request{Key: k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != want {
+				t.Errorf("round %d, key %q (%d bytes): allowed %v, want %v", round, k, len(k), d.Allowed, want)
+			}
+		}
+	}
+}

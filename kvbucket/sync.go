@@ -213,7 +213,7 @@ func (b *Bucket) flush(ctx context.Context, s *shard, victim *entry, n int64) {
 	up := b.update(&b.u, victim, o, n, false)
 	up.Writer = 0 // a write-back holds no share: it registers nobody
 	s.mu.Unlock()
-	t, err := b.kv.update(ctx, b.prefix+victim.key, up)
+	t, err := b.kv.update(ctx, victim.kvKey, up)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer b.endSync(victim)

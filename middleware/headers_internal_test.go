@@ -179,3 +179,16 @@ func TestWrapPanics(t *testing.T) {
 		}()
 	}
 }
+
+// TestCanonicalNames pins canonical's spelled-out names to net/http's own
+// canonical form, for every field name the engine writes.
+func TestCanonicalNames(t *testing.T) {
+	for _, n := range []string{
+		"RateLimit-Policy", "RateLimit", "Retry-After", "X-RateLimit-Limit",
+		"X-RateLimit-Remaining", "X-RateLimit-Reset", "Content-Type", "Edgelimit-Token", "x-custom-thing",
+	} {
+		if got, want := canonical(n), http.CanonicalHeaderKey(n); got != want {
+			t.Errorf("canonical(%q) = %q, want net/http's %q", n, got, want)
+		}
+	}
+}

@@ -133,24 +133,24 @@ func remoteHost(addr string) string {
 	return addr[:i]
 }
 
-// canonicalNames are the net/http forms of the header names the engine
-// writes, computed once ("RateLimit" is "Ratelimit" to net/http).
-var canonicalNames = func() map[string]string {
-	m := map[string]string{}
-	for _, n := range []string{
-		"RateLimit-Policy", "RateLimit", "Retry-After",
-		"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
-		"Content-Type",
-	} {
-		m[n] = http.CanonicalHeaderKey(n)
-	}
-	return m
-}()
-
-// canonical returns the net/http form of a verdict field's name.
+// canonical returns the net/http form of a verdict field's name: the
+// engine's own names are spelled out ("RateLimit" is "Ratelimit" to
+// net/http), so that the common fields cost a comparison, not
+// http.CanonicalHeaderKey's scan (TestCanonicalNames checks them against it).
 func canonical(name string) string {
-	if c, ok := canonicalNames[name]; ok {
-		return c
+	switch name {
+	case "RateLimit":
+		return "Ratelimit"
+	case "RateLimit-Policy":
+		return "Ratelimit-Policy"
+	case "X-RateLimit-Limit":
+		return "X-Ratelimit-Limit"
+	case "X-RateLimit-Remaining":
+		return "X-Ratelimit-Remaining"
+	case "X-RateLimit-Reset":
+		return "X-Ratelimit-Reset"
+	case "Retry-After", "Content-Type":
+		return name
 	}
 	return http.CanonicalHeaderKey(name)
 }
@@ -160,18 +160,28 @@ func canonical(name string) string {
 // that name. values(i) is fs[i]'s value as a one-element slice: the
 // verdict's own (Verdict.Values), so setting costs no allocation.
 func setHeaders(h http.Header, fs []edgelimit.Field, values func(i int) []string) {
+	var buf [8]string
+	names := buf[:0]
+	if len(fs) > len(buf) {
+		names = make([]string, 0, len(fs))
+	}
+	for _, f := range fs {
+		names = append(names, canonical(f.Name))
+	}
 	// One pass over the handler's header map drops the keys it set
 	// directly in a non-canonical spelling of a verdict field's name.
-	for k := range h {
-		for _, f := range fs {
-			if len(k) == len(f.Name) && k != canonical(f.Name) && equalFold(k, f.Name) {
-				delete(h, k)
-				break
+	if len(h) > 0 {
+		for k := range h {
+			for i, f := range fs {
+				if len(k) == len(f.Name) && k != names[i] && equalFold(k, f.Name) {
+					delete(h, k)
+					break
+				}
 			}
 		}
 	}
-	for i, f := range fs {
-		h[canonical(f.Name)] = values(i)
+	for i, n := range names {
+		h[n] = values(i)
 	}
 }
 
