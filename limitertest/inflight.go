@@ -460,26 +460,41 @@ func (s *flightSuite) testReleaseAfterCancel(t *testing.T) {
 // decisions, checking every decision and that the denials are real.
 func (e *flightEnv) round(n int, key string) []edgelimit.Decision {
 	e.t.Helper()
+	allowed, _ := e.race(n, key, func(int) int64 { return 1 })
+	out := make([]edgelimit.Decision, len(allowed))
+	for i, h := range allowed {
+		out[i] = h.d
+	}
+	return out
+}
+
+// race has n clients, client i taking units(i) slots, take slots of key at
+// once, checks every decision, and returns the admitted and the units of
+// the denied.
+func (e *flightEnv) race(n int, key string, units func(i int) int64) (allowed []held, denied []int64) {
+	e.t.Helper()
 	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		allowed []edgelimit.Decision
-		errs    []error
-		start   = make(chan struct{})
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		errs  []error
+		start = make(chan struct{})
 	)
-	for range n {
+	for i := range n {
+		u := units(i)
 		wg.Go(func() {
 			<-start
-			d, err := e.lim.Allow(e.ctx, req(key))
+			d, err := e.lim.Allow(e.ctx, reqCost(key, u))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case err != nil:
 				errs = append(errs, err)
-			case checkInFlight(d, true, 1) != "":
-				errs = append(errs, fmt.Errorf("%+v: %s", d, checkInFlight(d, true, 1)))
+			case checkInFlight(d, true, u) != "":
+				errs = append(errs, fmt.Errorf("%+v: %s", d, checkInFlight(d, true, u)))
 			case d.Allowed:
-				allowed = append(allowed, d)
+				allowed = append(allowed, held{d, u})
+			default:
+				denied = append(denied, u)
 			}
 		})
 	}
@@ -491,7 +506,7 @@ func (e *flightEnv) round(n int, key string) []edgelimit.Decision {
 	if len(errs) > 0 {
 		e.t.FailNow()
 	}
-	return allowed
+	return allowed, denied
 }
 
 // testRounds: rounds of simultaneous takes, each of which must admit

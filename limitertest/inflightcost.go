@@ -1,7 +1,6 @@
 package limitertest
 
 import (
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -149,41 +148,7 @@ type held struct {
 // found them free during it too.
 func (e *flightEnv) costRound(n int, key string, limit, before int64) []held {
 	e.t.Helper()
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		allowed []held
-		denied  []int64
-		errs    []error
-		start   = make(chan struct{})
-	)
-	for i := range n {
-		units := mixedCost(i)
-		wg.Go(func() {
-			<-start
-			d, err := e.lim.Allow(e.ctx, reqCost(key, units))
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				errs = append(errs, err)
-			case checkInFlight(d, true, units) != "":
-				errs = append(errs, fmt.Errorf("%+v: %s", d, checkInFlight(d, true, units)))
-			case d.Allowed:
-				allowed = append(allowed, held{d, units})
-			default:
-				denied = append(denied, units)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	for _, err := range errs {
-		e.t.Error(err)
-	}
-	if len(errs) > 0 {
-		e.t.FailNow()
-	}
+	allowed, denied := e.race(n, key, mixedCost)
 	after := before
 	for _, h := range allowed {
 		after += h.units
