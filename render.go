@@ -412,10 +412,29 @@ func appendProblem(b []byte, p *problemBody, detail []byte, exts []string) []byt
 	return append(b, '}')
 }
 
-// appendExtensions appends the members of each JSON object in exts.
+// appendExtensions appends the members of each JSON object in exts. An
+// extension in the compact form the engine's own limiters write (a ban, a
+// challenge: on every 429 of a flood) is split without a decoder; any other
+// goes through encoding/json's.
 func appendExtensions(b []byte, exts []string) []byte {
-	seen := append([]string(nil), problemMembers...)
+	var seenBuf [16]string
+	seen := append(seenBuf[:0], problemMembers...)
+	add := func(name, raw string) {
+		for _, s := range seen {
+			if s == name {
+				return
+			}
+		}
+		seen = append(seen, name)
+		b = append(b, ',')
+		b = jsonenc.AppendString(b, name)
+		b = append(b, ':')
+		b = append(b, raw...)
+	}
 	for _, ext := range exts {
+		if compactMembers(ext, add) {
+			continue
+		}
 		dec := json.NewDecoder(strings.NewReader(ext))
 		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 			continue
@@ -430,24 +449,97 @@ func appendExtensions(b []byte, exts []string) []byte {
 			if err := dec.Decode(&raw); err != nil {
 				break
 			}
-			dup := false
-			for _, s := range seen {
-				dup = dup || s == name
-			}
-			if dup {
-				continue
-			}
-			seen = append(seen, name)
-			b = append(b, ',')
-			b = jsonenc.AppendString(b, name)
-			b = append(b, ':')
 			var c bytes.Buffer
 			if json.Compact(&c, raw) == nil {
-				b = append(b, c.Bytes()...)
-			} else {
-				b = append(b, raw...)
+				raw = c.Bytes()
 			}
+			add(name, string(raw))
 		}
 	}
 	return b
+}
+
+// compactMembers calls f with each member of ext, a JSON object with no
+// space outside its strings and no escape in its member names, and
+// reports true; for anything else it calls f for none and reports false.
+// (A name of printable ASCII: the decoder would rewrite any other.)
+func compactMembers(ext string, f func(name, raw string)) bool {
+	if len(ext) < 2 || ext[0] != '{' || !json.Valid([]byte(ext)) {
+		return false
+	}
+	// Valid JSON: only the layout is left to check, before any call.
+	type member struct{ name, raw string }
+	var buf [4]member
+	ms := buf[:0]
+	i := 1
+	for ext[i] != '}' {
+		if ext[i] != '"' {
+			return false
+		}
+		j := strings.IndexByte(ext[i+1:], '"') + i + 1
+		name := ext[i+1 : j]
+		if !plainName(name) || ext[j+1] != ':' {
+			return false
+		}
+		end, ok := skipCompactValue(ext, j+2)
+		if !ok {
+			return false
+		}
+		ms = append(ms, member{name, ext[j+2 : end]})
+		i = end
+		if ext[i] == ',' {
+			i++
+		}
+	}
+	if i != len(ext)-1 {
+		return false
+	}
+	for _, m := range ms {
+		f(m.name, m.raw)
+	}
+	return true
+}
+
+// plainName reports a member name of printable ASCII without escapes,
+// which the decoder would read as it is.
+func plainName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e || s[i] == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// skipCompactValue returns the end of the valid JSON value at s[i:], and
+// false if it has space outside its strings.
+func skipCompactValue(s string, i int) (int, bool) {
+	depth := 0
+	for ; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"':
+			for i++; s[i] != '"'; i++ {
+				if s[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i, true
+			}
+			depth--
+		case ',':
+			if depth == 0 {
+				return i, true
+			}
+		case ' ', '\t', '\n', '\r':
+			return 0, false
+		}
+		if depth == 0 && (s[i] == '"' || s[i] == '}' || s[i] == ']') {
+			return i + 1, true
+		}
+	}
+	return i, true
 }
