@@ -31,6 +31,10 @@ func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry,
 	e.setBusy()
 	e.writing = make(chan struct{})
 	s.stats.Synced++
+	// This instance's unwritten spending ahead of this request: what it
+	// admitted before. What it admits while the write is out counts this
+	// request ahead of itself (e.inflight) and takes a later turn.
+	ahead := e.pend
 	s.mu.Unlock()
 
 	t, err := b.kv.update(ctx, e.kvKey, up)
@@ -48,8 +52,8 @@ func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry,
 	b.learn(e, t, n)
 	after := b.local(e, n)
 	// The answer's own part (the view may hold a later one already), with
-	// this instance's unwritten spending, admitted before: the bucket just
-	// after this reservation, whose turn it is.
+	// this instance's unwritten spending admitted before it (ahead): the
+	// bucket just after this reservation, whose turn it is.
 	ans := e.v
 	ans.own = t.Own
 	if t.Applied {
@@ -58,7 +62,7 @@ func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry,
 		d.Allowed = true
 		// Never beyond max_delay: the KV's condition held the turn within
 		// it without this instance's unwritten spending.
-		d.Delay = min(u.turn(e.pend.apply(ans.tat(u)), n), u.dur(u.dl))
+		d.Delay = min(u.turn(ahead.apply(ans.tat(u)), n), u.dur(u.dl))
 		d.Receipt = b.receipt(n, cost, d.Delay, e.hash)
 		if e.grantEnd > n {
 			countGrant(e.v.own, d)
