@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +23,10 @@ import (
 // first request's call goes over that connection. The proxy in front of
 // dynalite makes its first connection 300 ms slow, three default budgets.
 // (The policies get a budget a loaded machine cannot miss, and the
-// connection the request uses is counted, not timed.)
+// connection the request uses is counted, not timed. Only the request's
+// first store call is checked: net/http may drop a connection whose
+// request write it has not seen finish 50 ms after the answer, which a
+// loaded machine can make the second call's lot.)
 func TestFromEnvWarmsTheStoreUp(t *testing.T) {
 	s := ddbtest.Servers(t)[0]
 	_, table, _ := ddbtest.Table(t, s)
@@ -42,6 +46,9 @@ func TestFromEnvWarmsTheStoreUp(t *testing.T) {
 			}
 			defer p.Close()
 			p.DelayFirstConnection(300 * time.Millisecond)
+			var mu sync.Mutex
+			var seen []faultproxy.Seen
+			p.Inspect(func(s faultproxy.Seen) { mu.Lock(); seen = append(seen, s); mu.Unlock() })
 			var stderr bytes.Buffer
 			vars := map[string]string{setup.EnvTable: table, setup.EnvEndpoint: p.URL(), setup.EnvStoreWarmUp: tc.warm,
 				setup.EnvLogLevel: "debug", setup.EnvOverrides: "daily.store_timeout=10s,burst.store_timeout=10s"}
@@ -63,8 +70,11 @@ func TestFromEnvWarmsTheStoreUp(t *testing.T) {
 			}
 			v := e.Engine.Decide(context.Background(), &edgelimit.Input{Method: "GET", Path: "/paid/x", SourceIP: "192.0.2.1",
 				Header: headers{"X-Api-Key": "k"}})
-			if v.Status != 0 || p.Connections() != 1 {
-				t.Errorf("first request: status %d over %d connections, want 0 over the warmed one", v.Status, p.Connections())
+			mu.Lock()
+			defer mu.Unlock()
+			if v.Status != 0 || len(seen) < 2 || seen[1].Fresh {
+				t.Errorf("first request: status %d, its first store call on a new connection: %v (%d calls, %d connections); want 0 over the warmed one",
+					v.Status, len(seen) < 2 || seen[1].Fresh, len(seen), p.Connections())
 			}
 		})
 	}

@@ -133,6 +133,9 @@ type Seen struct {
 	// At is when it arrived; Mode what the proxy did with it.
 	At   time.Time
 	Mode Mode
+	// Fresh: it came first on its connection (one the client had just
+	// opened), as FreshRequests counts.
+	Fresh bool
 	// Body is the request's body.
 	Body []byte
 	// Status is the server's answer to a forwarded request (0: none), or
@@ -190,14 +193,16 @@ func (p *Proxy) Close() {
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.requests.Add(1)
+	fresh := false
 	if n, ok := r.Context().Value(connKey{}).(*atomic.Int64); ok && n.Add(1) == 1 {
 		p.fresh.Add(1)
+		fresh = true
 	}
 	at := time.Now()
 	p.mu.Lock()
 	mode, status, body, inspect := p.mode, p.status, p.body, p.inspect
 	p.mu.Unlock()
-	seen := Seen{At: at, Mode: mode}
+	seen := Seen{At: at, Mode: mode, Fresh: fresh}
 	if inspect != nil {
 		defer func() { seen.Took = time.Since(at); inspect(seen) }()
 	}

@@ -122,6 +122,9 @@ func TestForwardedRequestsOutliveTheirClient(t *testing.T) {
 func TestDelayFirstConnection(t *testing.T) {
 	p := start(t, func(w http.ResponseWriter, r *http.Request) {})
 	p.DelayFirstConnection(200 * time.Millisecond)
+	var mu sync.Mutex
+	var fresh []bool
+	p.Inspect(func(s faultproxy.Seen) { mu.Lock(); fresh = append(fresh, s.Fresh); mu.Unlock() })
 	client := func() *http.Client { return &http.Client{Transport: &http.Transport{}} }
 	t0 := time.Now()
 	c1 := client()
@@ -149,5 +152,10 @@ func TestDelayFirstConnection(t *testing.T) {
 	}
 	if p.Connections() != 2 || p.FreshRequests() != 2 || p.Requests() != 3 {
 		t.Errorf("%d connections, %d of %d requests first on theirs; want 2, 2 of 3", p.Connections(), p.FreshRequests(), p.Requests())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []bool{true, false, true}; !slices.Equal(fresh, want) {
+		t.Errorf("Seen.Fresh of the three requests: %v, want %v", fresh, want)
 	}
 }
