@@ -503,6 +503,21 @@ func mwSpecs() []mwSpec {
 			build: kvSettledRow,
 		},
 		{
+			id: "edgelimit-fixed-window-bare", name: "edgelimit fixed-window (durable, memory store), middleware.Handler with WithoutVerdictContext", group: "reference", adapter: "net/http",
+			setup: "the first row with `middleware.WithoutVerdictContext()`: the handler does not look its verdict up (edgelimit.FromContext), so the request goes to it as it came, without the copy `r.WithContext` makes (the peers pass no value to the handler either)",
+			build: func(limit int64, _ int) (*mwTarget, error) {
+				pf, err := parsePolicies(mwPolicy("durable", limit, ""))
+				if err != nil {
+					return nil, err
+				}
+				e, err := newEngine(pf, memoryCounters())
+				if err != nil {
+					return nil, err
+				}
+				return httpTarget(httpMiddlewareBare(e, mwHandler)), nil
+			},
+		},
+		{
 			id: "edgelimit-fixed-window-lambda", name: "edgelimit fixed-window (durable, memory store), middleware.HTTPAPI (Lambda)", group: "reference", adapter: "lambda",
 			setup: "the first row's engine behind the Lambda adapter: an API Gateway v2 event in, an APIGatewayV2HTTPResponse out (its headers a new map: the handler's and the verdict's); net of the Lambda handler alone",
 			build: func(limit int64, _ int) (*mwTarget, error) {

@@ -73,6 +73,7 @@ func updateMiddlewareSection(o options) error {
 // order: edgelimit's stacks, then the peers.
 var mwSummaryNames = [][2]string{
 	{"edgelimit-fixed-window", "edgelimit durable fixed-window, `middleware.Handler`"},
+	{"edgelimit-fixed-window-bare", "edgelimit durable fixed-window, `middleware.Handler` with `WithoutVerdictContext`"},
 	{"edgelimit-kv", "edgelimit kv token bucket, `middleware.Handler`"},
 	{"edgelimit-kv-cached", "edgelimit kv, every decision from the process cache"},
 	{"edgelimit-fixed-window-lambda", "edgelimit durable fixed-window, `middleware.HTTPAPI` (Lambda)"},

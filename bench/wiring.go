@@ -69,6 +69,12 @@ func httpMiddleware(e *edgelimit.Engine, next http.Handler) http.Handler {
 	return middleware.Handler(e, next)
 }
 
+// httpMiddlewareBare is httpMiddleware for a handler that does not look
+// its verdict up (middleware.WithoutVerdictContext): no request copy.
+func httpMiddlewareBare(e *edgelimit.Engine, next http.Handler) http.Handler {
+	return middleware.Handler(e, next, middleware.WithoutVerdictContext())
+}
+
 // httpAPIMiddleware is edgelimit's Lambda adapter for API Gateway HTTP API
 // (payload v2) events around h.
 func httpAPIMiddleware(e *edgelimit.Engine, h middleware.HTTPAPIHandler) middleware.HTTPAPIHandler {

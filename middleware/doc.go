@@ -39,7 +39,8 @@
 //     handler's response header is written. An error from the handler is
 //     returned unchanged. The handler's context
 //     carries the verdict: [edgelimit.FromContext] returns it, with the
-//     route and each policy's decision.
+//     route and each policy's decision ([Handler] leaves it out, and the
+//     request copy it needs, with [WithoutVerdictContext]).
 //   - Not allowed: the handler does not run. The adapter answers the
 //     verdict's status (400, 403, 429 or 503) with its headers and its
 //     application/problem+json body, as plain text (IsBase64Encoded false).

@@ -14,7 +14,8 @@ import (
 type Option interface{ apply(*options) }
 
 type options struct {
-	claims func(*http.Request) edgelimit.Getter
+	claims    func(*http.Request) edgelimit.Getter
+	noContext bool
 }
 
 type optionFunc func(*options)
@@ -29,6 +30,20 @@ func (f optionFunc) apply(o *options) { f(o) }
 // as its on_missing_key says.
 func WithClaims(claims func(r *http.Request) edgelimit.Getter) Option {
 	return optionFunc(func(o *options) { o.claims = claims })
+}
+
+// WithoutVerdictContext tells Handler that next does not look its verdict
+// up: the request goes to next as it came, and edgelimit.FromContext finds
+// nothing in its context. Putting the verdict in the context costs a copy
+// of the http.Request (r.WithContext, about 320 bytes per request, the
+// larger part of what Handler allocates); without it an allowed request
+// allocates only its response headers' memory. A request with work after
+// the response (Verdict.Finishes: a policy with charge: response, reserve,
+// charge_status or refund_status, an in-flight limit) still carries its
+// verdict, so that next can report its cost with ReportCost; the verdict's
+// headers are set on the response either way.
+func WithoutVerdictContext() Option {
+	return optionFunc(func(o *options) { o.noContext = true })
 }
 
 // Claims adapts a decoded JWT claim set (golang-jwt's jwt.MapClaims, or any
@@ -46,7 +61,8 @@ func Claims(m map[string]any) edgelimit.Getter {
 //
 // The client address is the host part of r.RemoteAddr, the TCP peer. The
 // path is the request's escaped path, as sent. Claims come from
-// WithClaims, if given. On an allowed request the verdict's headers are set
+// WithClaims, if given. The request next gets carries its verdict in its
+// context (edgelimit.FromContext), unless WithoutVerdictContext is given. On an allowed request the verdict's headers are set
 // on the response when next first writes (or when it returns without
 // writing), replacing any of the same name next set; otherwise the verdict's
 // status, headers and problem body are written and next does not run.
@@ -82,7 +98,9 @@ func Handler(e *edgelimit.Engine, next http.Handler, opts ...Option) http.Handle
 			return
 		}
 		ctx := r.Context()
-		r = r.WithContext(v.Context(ctx))
+		if !o.noContext || v.Finishes() {
+			r = r.WithContext(v.Context(ctx))
+		}
 		if len(fs) == 0 && !v.Finishes() {
 			next.ServeHTTP(w, r)
 			v.Release()

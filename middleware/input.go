@@ -91,9 +91,14 @@ func (m multiMapHeaders) Get(name string) string {
 // httpHeaders adapts net/http headers; repeated values are joined with ", ".
 type httpHeaders http.Header
 
-// Get returns the values of name joined with ", ".
+// Get returns the values of name joined with ", ". A name already in
+// net/http's canonical form (as policies usually spell it, "X-Api-Key") is
+// looked up as it is, without canonicalizing it again.
 func (h httpHeaders) Get(name string) string {
-	vs := http.Header(h).Values(name)
+	vs, ok := h[name]
+	if !ok {
+		vs = http.Header(h).Values(name)
+	}
 	switch len(vs) {
 	case 0:
 		return ""
