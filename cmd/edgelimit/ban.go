@@ -67,6 +67,11 @@ func runBan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
+		// A ban's end is shown rounded up to its second, as the 429's
+		// Retry-After counts to it: the key is free from that second on.
+		if !b.Until.IsZero() {
+			b.Until = ceilSecond(b.Until)
+		}
 		j := map[string]any{"policy": pol, "banned": b.Banned, "until": jsonTime(b.Until), "level": b.Level,
 			"denials": b.Denials, "since": jsonTime(b.Since)}
 		var s strings.Builder
