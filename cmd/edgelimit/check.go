@@ -48,7 +48,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 
 // printTable writes the routes -> policies table, one row per route of each
 // policy, in file order. OPTIONS is what the policy's strategy says of its
-// own fields (an algorithm, a burst, proof of work).
+// own fields (an algorithm, a burst, proof of work); NOTES the engine's
+// (tiers, overrides, a charge after the response, max_delay, a ban: "ban=
+// AFTER/WITHIN:FOR", banned for FOR after AFTER denials within WITHIN).
 func printTable(w io.Writer, f *policy.File) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROUTE\tPOLICY\tSTRATEGY\tLIMIT\tWINDOW\tOPTIONS\tKEY\tON STORE ERROR\tNOTES")
@@ -71,6 +73,19 @@ func printTable(w io.Writer, f *policy.File) {
 		}
 		if p.Overrides {
 			notes = append(notes, "overrides="+policy.FormatDuration(p.OverrideStaleness))
+		}
+		if p.ChargeAfter {
+			charge := "charge=response"
+			if p.Reserve > 0 {
+				charge += " reserve=" + strconv.FormatInt(p.Reserve, 10)
+			}
+			notes = append(notes, charge)
+		}
+		if p.MaxDelay > 0 {
+			notes = append(notes, "max_delay="+policy.FormatDuration(p.MaxDelay))
+		}
+		if b := p.Ban; b != nil {
+			notes = append(notes, fmt.Sprintf("ban=%d/%s:%s", b.After, policy.FormatDuration(b.Within), policy.FormatDuration(b.For)))
 		}
 		opts := "-"
 		if s, ok := p.Options.(fmt.Stringer); ok {

@@ -255,9 +255,24 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("check policies.yaml: exit %d: %s", code, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"ROUTE", "GET /paid/*", "paid-daily", "paid-burst", "gcra burst=20", "POST /tts", "proof of work 16 bits/10s", "policies OK"} {
+	for _, want := range []string{"ROUTE", "GET /paid/*", "paid-daily", "paid-burst", "gcra burst=20", "POST /tts", "proof of work 16 bits/10s",
+		"overrides=1m ban=20/1h:15m", "policies OK"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	// The engine's own fields are in NOTES: a charge after the response
+	// with its reservation, max_delay.
+	stdout.Reset()
+	shaped := writePolicies(t, "version: 1\npolicies:\n"+
+		"  - {name: llm, routes: [\"POST /llm\"], key: ip, strategy: durable, limit: 1000, window: 1h, charge: response, reserve: 50}\n"+
+		"  - {name: smooth, routes: [\"GET /s\"], key: ip, strategy: durable, algorithm: gcra, limit: 10, window: 1s, burst: 5, max_delay: 300ms}\n")
+	if code := run(context.Background(), []string{"check", shaped}, &stdout, &stderr); code != 0 {
+		t.Fatalf("check: exit %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"charge=response reserve=50", "max_delay=300ms"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("check output lacks %q:\n%s", want, stdout.String())
 		}
 	}
 	// Regression (issue 15, item 5): a signed policy is not listed with an
