@@ -1,10 +1,12 @@
 package faultproxy_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -62,10 +64,19 @@ func TestModes(t *testing.T) {
 		t.Fatalf("fail: %d %q %v", code, body, err)
 	}
 	p.Set(faultproxy.Hang)
-	hctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	// The client gives up once the proxy holds its request (not after a
+	// fixed time: on a loaded machine a 50 ms budget ran out before the
+	// request reached the proxy, which then never saw it).
+	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if _, _, err := post(hctx, p.URL()); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("hang: %v, want the client's deadline", err)
+	go func() {
+		for p.Requests() < 3 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	if _, _, err := post(hctx, p.URL()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("hang: %v, want the client's giving up", err)
 	}
 	p.Set(faultproxy.Pass)
 	if code, _, err := post(ctx, p.URL()); err != nil || code != 201 {
@@ -118,6 +129,23 @@ func TestForwardedRequestsOutliveTheirClient(t *testing.T) {
 	}
 }
 
+// rawPost sends a POST on conn, a connection the test holds itself (so
+// that a second request on it is sure to reuse it: net/http's client may
+// open a new one when a loaded machine delays its bookkeeping), and
+// returns the answer's status.
+func rawPost(conn net.Conn) (int, error) {
+	if _, err := io.WriteString(conn, "POST /x HTTP/1.1\r\nHost: proxy\r\nContent-Length: 0\r\n\r\n"); err != nil {
+		return 0, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, err
+}
+
 // TestDelayFirstConnection: the first connection waits, the next does not.
 func TestDelayFirstConnection(t *testing.T) {
 	p := start(t, func(w http.ResponseWriter, r *http.Request) {})
@@ -125,25 +153,33 @@ func TestDelayFirstConnection(t *testing.T) {
 	var mu sync.Mutex
 	var fresh []bool
 	p.Inspect(func(s faultproxy.Seen) { mu.Lock(); fresh = append(fresh, s.Fresh); mu.Unlock() })
-	client := func() *http.Client { return &http.Client{Transport: &http.Transport{}} }
+	addr := strings.TrimPrefix(p.URL(), "http://")
 	t0 := time.Now()
-	c1 := client()
-	if resp, err := c1.Post(p.URL(), "text/plain", nil); err != nil {
+	c1, err := net.Dial("tcp", addr)
+	if err != nil {
 		t.Fatal(err)
-	} else {
-		resp.Body.Close()
 	}
+	defer c1.Close()
+	if code, err := rawPost(c1); err != nil || code != 200 {
+		t.Fatalf("first request: %d %v", code, err)
+	}
+	// A lower bound: a loaded machine only makes it longer.
 	if took := time.Since(t0); took < 200*time.Millisecond {
 		t.Errorf("first connection answered in %s, want the 200ms delay", took)
 	}
-	// The same connection again, and a second one: no delay (neither can
-	// be shown to be faster by a clock on a loaded machine, so the count
-	// of connections says it).
-	if resp, err := c1.Post(p.URL(), "text/plain", nil); err == nil {
-		resp.Body.Close()
+	// The same connection again, and a second one (neither can be shown
+	// to be faster by a clock on a loaded machine, so the counts say it;
+	// TestDelayOnlyTheFirstConnection shows the second is not delayed).
+	if code, err := rawPost(c1); err != nil || code != 200 {
+		t.Fatalf("second request on the first connection: %d %v", code, err)
 	}
-	if resp, err := client().Post(p.URL(), "text/plain", nil); err == nil {
-		resp.Body.Close()
+	c2, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if code, err := rawPost(c2); err != nil || code != 200 {
+		t.Fatalf("request on a second connection: %d %v", code, err)
 	}
 	select {
 	case <-p.FirstConnection():
@@ -158,4 +194,37 @@ func TestDelayFirstConnection(t *testing.T) {
 	if want := []bool{true, false, true}; !slices.Equal(fresh, want) {
 		t.Errorf("Seen.Fresh of the three requests: %v, want %v", fresh, want)
 	}
+}
+
+// TestDelayOnlyTheFirstConnection: while the first connection waits (an
+// hour: longer than the test), a second one is answered. No clock decides
+// it: a delayed second connection would hang until the minute's budget.
+func TestDelayOnlyTheFirstConnection(t *testing.T) {
+	p := start(t, func(w http.ResponseWriter, r *http.Request) {})
+	p.DelayFirstConnection(time.Hour)
+	addr := strings.TrimPrefix(p.URL(), "http://")
+	c1, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	first := make(chan error, 1)
+	go func() { _, err := rawPost(c1); first <- err }()
+	<-p.FirstConnection() // c1 is the connection the proxy delays
+	c2, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	_ = c2.SetDeadline(time.Now().Add(time.Minute))
+	if code, err := rawPost(c2); err != nil || code != 200 {
+		t.Fatalf("second connection while the first waits: %d %v, want 200 at once", code, err)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the first connection was answered (%v) before its hour", err)
+	default:
+	}
+	p.Close() // ends the first connection's wait
+	<-first
 }
