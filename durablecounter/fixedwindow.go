@@ -37,6 +37,7 @@ import (
 // whoever wrote it (TestClockSkew).
 type fixedWindow struct {
 	prefix string
+	pid    uint32
 	limit  int64
 	window int64 // nanoseconds
 	// slotUnit converts a window start in nanoseconds into the number in the
@@ -56,7 +57,8 @@ func newFixedWindow(p params) algorithm {
 	if p.cal != nil {
 		unit = int64(time.Second)
 	}
-	return &fixedWindow{prefix: "fw#" + p.name + p.tag + "#", limit: p.limit, window: int64(p.window), slotUnit: unit, cal: p.cal}
+	prefix := "fw#" + p.name + p.tag + "#"
+	return &fixedWindow{prefix: prefix, pid: prefixID(prefix), limit: p.limit, window: int64(p.window), slotUnit: unit, cal: p.cal}
 }
 
 // start returns the start of the window containing t.
@@ -78,7 +80,7 @@ func (f *fixedWindow) end(t int64) int64 {
 }
 
 func (f *fixedWindow) itemFor(key string, shard int32, t int64) itemID {
-	return itemID{prefix: f.prefix, key: key, slot: f.start(t) / f.slotUnit, shard: shard}
+	return itemID{prefix: f.prefix, pid: f.pid, key: key, slot: f.start(t) / f.slotUnit, shard: shard}
 }
 
 func (f *fixedWindow) windowEnd(t int64) int64 { return f.end(t) }

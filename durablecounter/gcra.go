@@ -73,6 +73,7 @@ import (
 // `burst=B delay=d` is our burst d+1 with max_delay (B-d)*T.
 type gcra struct {
 	prefix string
+	pid    uint32
 	limit  int64
 	window int64
 	burst  int64
@@ -106,7 +107,8 @@ func (c *Counter) delayOf(p *policy.Policy) error {
 const maxTolerance = int64(1) << 60
 
 func newGCRA(p params) algorithm {
-	a := &gcra{prefix: "gcra#" + p.name + "#", limit: p.limit, window: int64(p.window), burst: p.burst, delay: p.delay}
+	prefix := "gcra#" + p.name + "#"
+	a := &gcra{prefix: prefix, pid: prefixID(prefix), limit: p.limit, window: int64(p.window), burst: p.burst, delay: p.delay}
 	if p.limit > 0 {
 		a.T = (a.window + p.limit - 1) / p.limit
 		a.tau = a.burst * a.T
@@ -115,7 +117,7 @@ func newGCRA(p params) algorithm {
 }
 
 func (a *gcra) itemFor(key string, shard int32, _ int64) itemID {
-	return itemID{prefix: a.prefix, key: key, slot: noSlot, shard: shard}
+	return itemID{prefix: a.prefix, pid: a.pid, key: key, slot: noSlot, shard: shard}
 }
 
 func (a *gcra) tat(s *state) int64 {

@@ -16,12 +16,16 @@ const poolShard = shardMask
 // conditional updates are in grantpool_item.go.
 type grantPool struct {
 	prefix string
+	pid    uint32
 }
 
-func newGrantPool(policy string) *grantPool { return &grantPool{prefix: "grant#" + policy + "#"} }
+func newGrantPool(policy string) *grantPool {
+	prefix := "grant#" + policy + "#"
+	return &grantPool{prefix: prefix, pid: prefixID(prefix)}
+}
 
 func (g *grantPool) itemFor(key string, _ int32, _ int64) itemID {
-	return itemID{prefix: g.prefix, key: key, slot: noSlot, shard: noShard}
+	return itemID{prefix: g.prefix, pid: g.pid, key: key, slot: noSlot, shard: noShard}
 }
 
 func (g *grantPool) live(s *state, t int64) bool { return s.exists && t < s.at }

@@ -2,11 +2,11 @@ package durablecounter
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +21,7 @@ type MemoryConfig struct {
 	Shards int
 	// MaxKeys bounds the live items the store holds (one per key and window
 	// in use), split evenly between the shards; default 1,048,576, about
-	// 100 MB. A new item beyond it is refused with ErrStoreFull once expired
+	// 220 MB when full (an item takes 210-230 bytes). A new item beyond it is refused with ErrStoreFull once expired
 	// items have been swept: a live count is never evicted, because
 	// forgetting it would over-admit.
 	MaxKeys int
@@ -49,12 +49,11 @@ const (
 // by a sweep of a shard that runs when the shard has doubled in size since
 // its last sweep and some item in it has expired, so a shard holds at most
 // about twice its live items, and a sweep costs O(1) amortised per insert.
-// The shards' maps hold their entries as values (state and expiry, 64
-// bytes, inline in the map's slots), not pointers to them: a decision
-// reads its entry where the lookup found it, without a second, dependent
-// cache miss, and an admission writes it back (a second probe of the same
-// slot, cached by then). Their keys hold the client key's bytes inline
-// (memKey), for the same reason. A decision allocates nothing (a sliding log's,
+// A shard's items are a memTable, whose slots hold each item's hash, key
+// and entry (state and expiry, 64 bytes) side by side, not pointers to
+// them: a decision finds its entry with one cache miss and updates it where
+// it found it. The keys hold the client key's bytes inline (memKey), for
+// the same reason. A decision allocates nothing (a sliding log's,
 // when its millisecond buckets grow, does: the buckets are the one part of
 // a state behind a pointer, shared by the entry and the state being
 // decided, which the shard's lock keeps consistent).
@@ -69,7 +68,7 @@ type Memory struct {
 
 type memShard struct {
 	mu sync.Mutex
-	m  map[memKey]memEntry
+	t  memTable
 	// sweepAt is the size at which the next insert sweeps.
 	sweepAt int
 	// nextExpiry is a lower bound of every entry's expiry (UnixNano): no
@@ -108,7 +107,6 @@ func NewMemory(cfg MemoryConfig) *Memory {
 	}
 	s.key = fmt.Sprintf("durablecounter/memory/%p", s)
 	for i := range s.shards {
-		s.shards[i].m = make(map[memKey]memEntry)
 		s.shards[i].sweepAt = minSweep
 		s.shards[i].cap = s.perCap
 	}
@@ -122,7 +120,7 @@ func (s *Memory) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.t.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -130,42 +128,75 @@ func (s *Memory) Len() int {
 
 func (s *Memory) batchKey() string { return s.key }
 
-func (s *Memory) shardIndex(key string) int {
-	if s.mask == 0 {
-		return 0
+// memRef is where an item lives in a Memory: its shard, its hash in the
+// shard's table and its key there.
+type memRef struct {
+	sh  *memShard
+	tag uint64
+	k   memKey
+}
+
+// ref locates id's item. The client key's hash picks the shard (its low
+// bits) and, mixed with the rest of id, the item's slot.
+func (s *Memory) ref(id *itemID) memRef {
+	h := maphash.String(s.seed, id.key)
+	return memRef{
+		sh:  &s.shards[h&s.mask],
+		tag: memTag(h, uint64(id.pid), id.slot, id.shard),
+		k:   memKeyOf(id),
 	}
+}
+
+// shardIndex is the index of the shard that holds the items of key.
+func (s *Memory) shardIndex(key string) int {
 	return int(maphash.String(s.seed, key) & s.mask)
 }
 
+// find returns r's slot, or nil. The shard is locked.
+func (r *memRef) find() *memSlot { return r.sh.t.find(r.tag, &r.k) }
+
+// put stores e as r's entry, in slot if find returned it since the last
+// insert or sweep. The shard is locked.
+func (r *memRef) put(e memEntry, slot *memSlot) {
+	r.sh.t.set(r.tag, r.k, e, slot)
+	r.sh.nextExpiry = min(r.sh.nextExpiry, e.expires)
+}
+
+// live returns r's state: the zero state when absent or expired by t.
+func (r *memRef) live(t int64) state {
+	if e := r.find(); e != nil && e.e.expires > t {
+		return e.e.st
+	}
+	return state{}
+}
+
 func (s *Memory) apply(_ context.Context, o op) (result, error) {
-	sh := &s.shards[s.shardIndex(o.id.key)]
-	k := memKeyOf(&o.id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e, found := sh.m[k]
+	r := s.ref(&o.id)
+	r.sh.mu.Lock()
+	defer r.sh.mu.Unlock()
+	slot := r.find()
 	var st state
-	if found && e.expires > o.t {
-		st = e.st // else absent or expired
+	if slot != nil && slot.e.expires > o.t {
+		st = slot.e.st // else absent or expired
 	}
 	if !o.rule.fits(st, o.t, o.cost) {
 		return result{known: true, st: o.rule.compact(st, o.t), d: o.rule.decision(st, o.t, o.cost, false)}, nil
 	}
-	if !found {
-		if err := sh.makeRoom(o.t); err != nil {
+	if slot == nil {
+		if err := r.sh.makeRoom(o.t); err != nil {
 			return result{}, err
 		}
 	}
-	return sh.commitOp(&o, k, st, s.margin), nil
+	return r.commitOp(&o, slot, st, s.margin), nil
 }
 
-// commitOp spends o on its item (whose key in the shard is k), whose
-// current state st admits it, and reports the admission.
-func (sh *memShard) commitOp(o *op, k memKey, st state, margin time.Duration) result {
+// commitOp spends o on its item r (in slot, when find returned it since
+// the last insert or sweep), whose current state st admits it, and reports
+// the admission.
+func (r *memRef) commitOp(o *op, slot *memSlot, st state, margin time.Duration) result {
 	te := o.rule.instant(st, o.t)
 	st = o.rule.commit(st, o.t, o.cost)
-	e := memEntry{st: st, expires: o.rule.expiry(st, o.t) + int64(margin)}
-	sh.m[k.owned()] = e
-	sh.nextExpiry = min(sh.nextExpiry, e.expires)
+	r.put(memEntry{st: st, expires: o.rule.expiry(st, o.t) + int64(margin)}, slot)
 	return admitted(o, st, te)
 }
 
@@ -183,7 +214,11 @@ func admitted(o *op, st state, te int64) result {
 func (s *Memory) applyAll(_ context.Context, ops []op, res []result) (bool, error) {
 	var small [8]int
 	idx := small[:0]
+	var refsSmall [8]memRef
+	refs := refsSmall[:0]
 	for i := range ops {
+		r := s.ref(&ops[i].id)
+		refs = append(refs, r)
 		idx = append(idx, s.shardIndex(ops[i].id.key))
 	}
 	locks := slices.Clone(idx)
@@ -199,15 +234,15 @@ func (s *Memory) applyAll(_ context.Context, ops []op, res []result) (bool, erro
 	}()
 	all := true
 	for i := range ops {
-		o, sh := &ops[i], &s.shards[idx[i]]
-		st := sh.get(o)
+		o, r := &ops[i], &refs[i]
+		st := r.live(o.t)
 		if !o.rule.fits(st, o.t, o.cost) {
 			res[i] = result{known: true, st: o.rule.compact(st, o.t), d: o.rule.decision(st, o.t, o.cost, false)}
 			all = false
 			continue
 		}
-		if _, found := sh.m[memKeyOf(&o.id)]; !found {
-			if err := sh.makeRoom(o.t); err != nil {
+		if r.find() == nil {
+			if err := r.sh.makeRoom(o.t); err != nil {
 				return false, err
 			}
 		}
@@ -218,42 +253,38 @@ func (s *Memory) applyAll(_ context.Context, ops []op, res []result) (bool, erro
 		return false, nil
 	}
 	for i := range ops {
-		o, sh := &ops[i], &s.shards[idx[i]]
-		res[i] = sh.commitOp(o, memKeyOf(&o.id), sh.get(o), s.margin)
+		o, r := &ops[i], &refs[i]
+		res[i] = r.commitOp(o, nil, r.live(o.t), s.margin)
 	}
 	return true, nil
 }
 
 func (s *Memory) refund(_ context.Context, o op, rc edgelimit.Receipt) (bool, error) {
-	sh := &s.shards[s.shardIndex(o.id.key)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	k := memKeyOf(&o.id)
-	e, found := sh.m[k]
-	if !found || e.expires <= o.t {
+	r := s.ref(&o.id)
+	r.sh.mu.Lock()
+	defer r.sh.mu.Unlock()
+	slot := r.find()
+	if slot == nil || slot.e.expires <= o.t {
 		return false, nil // the item stopped mattering: what it held came back
 	}
-	st, ok := o.rule.giveBack(e.st, rc, o.t, o.cost)
+	st, ok := o.rule.giveBack(slot.e.st, rc, o.t, o.cost)
 	if ok {
-		e.st = st
-		sh.m[k.owned()] = e
+		slot.e.st = st
 	}
 	return ok, nil
 }
 
 func (s *Memory) charge(_ context.Context, o op) (result, error) {
-	sh := &s.shards[s.shardIndex(o.id.key)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if _, found := sh.m[memKeyOf(&o.id)]; !found {
-		if err := sh.makeRoom(o.t); err != nil {
+	r := s.ref(&o.id)
+	r.sh.mu.Lock()
+	defer r.sh.mu.Unlock()
+	if r.find() == nil {
+		if err := r.sh.makeRoom(o.t); err != nil {
 			return result{}, err
 		}
 	}
-	st := o.rule.commit(sh.get(&o), o.t, o.cost)
-	e := memEntry{st: st, expires: o.rule.expiry(st, o.t) + int64(s.margin)}
-	sh.m[memKeyOf(&o.id).owned()] = e
-	sh.nextExpiry = min(sh.nextExpiry, e.expires)
+	st := o.rule.commit(r.live(o.t), o.t, o.cost)
+	r.put(memEntry{st: st, expires: o.rule.expiry(st, o.t) + int64(s.margin)}, nil)
 	return charged(&o, st), nil
 }
 
@@ -269,15 +300,15 @@ func (s *Memory) grant(_ context.Context, o op, units, end int64) error {
 	if !ok {
 		return fmt.Errorf("durablecounter: grant on a %T item", o.rule)
 	}
-	sh := &s.shards[s.shardIndex(o.id.key)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if _, found := sh.m[memKeyOf(&o.id)]; !found {
-		if err := sh.makeRoom(o.t); err != nil {
+	r := s.ref(&o.id)
+	r.sh.mu.Lock()
+	defer r.sh.mu.Unlock()
+	if r.find() == nil {
+		if err := r.sh.makeRoom(o.t); err != nil {
 			return err
 		}
 	}
-	st := sh.get(&o)
+	st := r.live(o.t)
 	switch {
 	case units > 0:
 		st = g.add(st, units, end, o.t)
@@ -286,36 +317,34 @@ func (s *Memory) grant(_ context.Context, o op, units, end int64) error {
 	default:
 		st = state{exists: true, at: end}
 	}
-	e := memEntry{st: st, expires: st.at + int64(s.margin)}
-	sh.m[memKeyOf(&o.id).owned()] = e
-	sh.nextExpiry = min(sh.nextExpiry, e.expires)
+	r.put(memEntry{st: st, expires: st.at + int64(s.margin)}, nil)
 	return nil
 }
 
 func (s *Memory) reset(_ context.Context, ops []op) error {
 	for i := range ops {
-		sh := &s.shards[s.shardIndex(ops[i].id.key)]
-		sh.mu.Lock()
-		delete(sh.m, memKeyOf(&ops[i].id))
-		sh.mu.Unlock()
+		r := s.ref(&ops[i].id)
+		r.sh.mu.Lock()
+		r.sh.t.del(r.tag, &r.k)
+		r.sh.mu.Unlock()
 	}
 	return nil
 }
 
 func (s *Memory) get(_ context.Context, o op) (state, error) {
-	sh := &s.shards[s.shardIndex(o.id.key)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return clone(sh.get(&o)), nil
+	r := s.ref(&o.id)
+	r.sh.mu.Lock()
+	defer r.sh.mu.Unlock()
+	return clone(r.live(o.t)), nil
 }
 
 func (s *Memory) read(_ context.Context, ops []op, out []state) error {
 	for i := range ops {
 		o := &ops[i]
-		sh := &s.shards[s.shardIndex(o.id.key)]
-		sh.mu.Lock()
-		out[i] = clone(sh.get(o))
-		sh.mu.Unlock()
+		r := s.ref(&o.id)
+		r.sh.mu.Lock()
+		out[i] = clone(r.live(o.t))
+		r.sh.mu.Unlock()
 	}
 	return nil
 }
@@ -328,40 +357,20 @@ func clone(s state) state {
 	return s
 }
 
-// get returns the live state of o's item. The shard is locked.
-func (sh *memShard) get(o *op) state {
-	if e, found := sh.m[memKeyOf(&o.id)]; found && e.expires > o.t {
-		return e.st
-	}
-	return state{}
-}
-
 // makeRoom runs before a new entry is added. It sweeps expired entries when
 // the shard has doubled since its last sweep (or is full) and something may
 // have expired, and refuses the entry in a shard full of live ones.
 func (sh *memShard) makeRoom(nowN int64) error {
-	if n := len(sh.m); n >= sh.sweepAt || n >= sh.cap {
+	if n := sh.t.n; n >= sh.sweepAt || n >= sh.cap {
 		if nowN >= sh.nextExpiry {
-			sh.sweep(nowN)
+			sh.nextExpiry = sh.t.sweep(nowN)
 		}
-		sh.sweepAt = max(minSweep, 2*len(sh.m))
+		sh.sweepAt = max(minSweep, 2*sh.t.n)
 	}
-	if len(sh.m) >= sh.cap {
+	if sh.t.n >= sh.cap {
 		return ErrStoreFull
 	}
 	return nil
-}
-
-func (sh *memShard) sweep(nowN int64) {
-	next := int64(1<<63 - 1)
-	for id, e := range sh.m {
-		if e.expires <= nowN {
-			delete(sh.m, id)
-			continue
-		}
-		next = min(next, e.expires)
-	}
-	sh.nextExpiry = next
 }
 
 var _ edgelimit.InProcess = (*Counter)(nil)
@@ -376,41 +385,60 @@ func (c *Counter) InProcess() bool {
 	return ok
 }
 
-// memKey is an item's key in a Memory shard: its itemID with the client
-// key's bytes inline (the engine's hashed keys are 22 bytes), so that a
-// lookup compares them in the map's slot instead of following a pointer to
-// them, a second cache miss for each decision of a key not decided lately;
-// and an entry holds no pointer to a request's memory (edgelimit.Request.Key).
-// A longer key is kept as a string of its own (owned).
+// memKey is an item's key in a Memory shard: its itemID without a
+// pointer, so that a lookup compares it in the slot it reached instead of
+// following pointers to its strings (each a second cache miss for a key
+// not decided lately), and a slot holds no pointer to a request's memory
+// (edgelimit.Request.Key). The prefix is its number (itemID.pid), the
+// client key's bytes are inline (the engine's hashed keys are 22 bytes),
+// and a longer key is its SHA-256, truncated to 24 bytes: two distinct
+// keys share an item only if they collide in 192 bits of SHA-256.
 type memKey struct {
-	prefix string
-	long   string // the key, when longer than short
-	slot   int64
-	short  [memShortKey]byte
-	shard  int32
-	n      uint8 // the key's length when inline; memLongKey when long
+	slot  int64
+	pid   uint32
+	shard int32
+	key   [memShortKey]byte
+	n     uint8 // the key's length; memHashedKey for a longer key's digest
 }
 
 const (
-	memShortKey = 24
-	memLongKey  = 0xff
+	memShortKey  = 24
+	memHashedKey = 0xff
 )
 
 func memKeyOf(id *itemID) memKey {
-	k := memKey{prefix: id.prefix, slot: id.slot, shard: id.shard}
+	k := memKey{pid: id.pid, slot: id.slot, shard: id.shard}
 	if len(id.key) <= memShortKey {
-		k.n = uint8(copy(k.short[:], id.key))
+		k.n = uint8(copy(k.key[:], id.key))
 	} else {
-		k.long, k.n = id.key, memLongKey
+		sum := sha256.Sum256([]byte(id.key))
+		copy(k.key[:], sum[:])
+		k.n = memHashedKey
 	}
 	return k
 }
 
-// owned returns k with a long key copied out of the request's memory, to
-// store in a shard.
-func (k memKey) owned() memKey {
-	if k.long != "" {
-		k.long = strings.Clone(k.long)
+// prefixIDs numbers the item prefixes (itemID.prefix) of this process, for
+// memKey. They never leave the process, and an algorithm's prefix is
+// numbered once, when the algorithm is built: a process numbers as many
+// as the distinct policy names, algorithms and override windows its
+// Counters were built with.
+var prefixIDs struct {
+	sync.Mutex
+	m map[string]uint32
+}
+
+// prefixID returns prefix's number in this process.
+func prefixID(prefix string) uint32 {
+	prefixIDs.Lock()
+	defer prefixIDs.Unlock()
+	id, ok := prefixIDs.m[prefix]
+	if !ok {
+		if prefixIDs.m == nil {
+			prefixIDs.m = map[string]uint32{}
+		}
+		id = uint32(len(prefixIDs.m)) + 1
+		prefixIDs.m[prefix] = id
 	}
-	return k
+	return id
 }

@@ -25,11 +25,11 @@ func skewBackends(t *testing.T) []skewBackend {
 	t.Helper()
 	mem := NewMemory(MemoryConfig{})
 	out := []skewBackend{{name: "memory", store: mem, steps: 400, read: func(t *testing.T, o op) state {
-		sh := &mem.shards[mem.shardIndex(o.id.key)]
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
-		if e, ok := sh.m[memKeyOf(&o.id)]; ok {
-			return o.rule.compact(e.st, o.t) // a copy
+		r := mem.ref(&o.id)
+		r.sh.mu.Lock()
+		defer r.sh.mu.Unlock()
+		if e := r.find(); e != nil {
+			return o.rule.compact(e.e.st, o.t) // a copy
 		}
 		return state{}
 	}}}

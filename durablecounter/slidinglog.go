@@ -28,6 +28,7 @@ const MaxSlidingLogLimit = 20_000
 // slidinglog_item.go.
 type slidingLog struct {
 	prefix string
+	pid    uint32
 	limit  int64
 	window int64
 	wms    int64 // window in milliseconds
@@ -37,14 +38,15 @@ type slidingLog struct {
 const compactBuckets = 32
 
 func newSlidingLog(p params) algorithm {
-	return &slidingLog{prefix: "sl#" + p.name + p.tag + "#", limit: p.limit, window: int64(p.window),
+	prefix := "sl#" + p.name + p.tag + "#"
+	return &slidingLog{prefix: prefix, pid: prefixID(prefix), limit: p.limit, window: int64(p.window),
 		wms: int64(p.window / time.Millisecond)}
 }
 
 func msOf(t int64) int64 { return floorDiv(t, int64(time.Millisecond)) }
 
 func (a *slidingLog) itemFor(key string, shard int32, _ int64) itemID {
-	return itemID{prefix: a.prefix, key: key, slot: noSlot, shard: shard}
+	return itemID{prefix: a.prefix, pid: a.pid, key: key, slot: noSlot, shard: shard}
 }
 
 func buckets(s *state) []bucket {

@@ -26,16 +26,18 @@ import (
 // conditional update are in slidingwindow_item.go.
 type slidingWindow struct {
 	prefix string
+	pid    uint32
 	limit  int64
 	window int64
 }
 
 func newSlidingWindow(p params) algorithm {
-	return &slidingWindow{prefix: "sw#" + p.name + p.tag + "#", limit: p.limit, window: int64(p.window)}
+	prefix := "sw#" + p.name + p.tag + "#"
+	return &slidingWindow{prefix: prefix, pid: prefixID(prefix), limit: p.limit, window: int64(p.window)}
 }
 
 func (a *slidingWindow) itemFor(key string, shard int32, _ int64) itemID {
-	return itemID{prefix: a.prefix, key: key, slot: noSlot, shard: shard}
+	return itemID{prefix: a.prefix, pid: a.pid, key: key, slot: noSlot, shard: shard}
 }
 
 // at returns the window a decision at t is made in, and when: at the

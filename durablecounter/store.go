@@ -65,8 +65,10 @@ type Store interface {
 // memory store and the caches use the struct itself as their map key, so no
 // string is built per decision.
 type itemID struct {
-	// prefix is "<algorithm>#<policy>#", built once per Counter.
+	// prefix is "<algorithm>#<policy>#", built once per Counter; pid is
+	// its number in this process (prefixID), for the memory store's keys.
 	prefix string
+	pid    uint32
 	// key is the request's (hashed) client key.
 	key string
 	// slot distinguishes items of one key over time (the window start of a

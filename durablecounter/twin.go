@@ -50,16 +50,14 @@ func (c *Counter) Follow(req edgelimit.Request, d edgelimit.Decision) {
 // item has.
 func (s *Memory) raise(o *op, st state) {
 	left := func(st state) int64 { return o.rule.decision(st, o.t, 1, o.rule.fits(st, o.t, 1)).Remaining }
-	sh := &s.shards[s.shardIndex(o.id.key)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if cur := sh.get(o); left(st) >= left(cur) {
+	r := s.ref(&o.id)
+	r.sh.mu.Lock()
+	defer r.sh.mu.Unlock()
+	if cur := r.live(o.t); left(st) >= left(cur) {
 		return
 	}
-	if _, found := sh.m[memKeyOf(&o.id)]; !found && sh.makeRoom(o.t) != nil {
+	if r.find() == nil && r.sh.makeRoom(o.t) != nil {
 		return // full of live items: the twin decides the key from what it has
 	}
-	e := memEntry{st: st, expires: o.rule.expiry(st, o.t) + int64(s.margin)}
-	sh.m[memKeyOf(&o.id).owned()] = e
-	sh.nextExpiry = min(sh.nextExpiry, e.expires)
+	r.put(memEntry{st: st, expires: o.rule.expiry(st, o.t) + int64(s.margin)}, nil)
 }
