@@ -1,6 +1,8 @@
 package edgelimit
 
 import (
+	"fmt"
+	"reflect"
 	"strconv"
 
 	"github.com/edgelimit/edgelimit/internal/jsonenc"
@@ -25,6 +27,30 @@ func Reused(e *Engine, v *Verdict) bool {
 	rs := e.match("GET", "/v", "")
 	got, _ := rs.verdicts.Get().(*Verdict)
 	return got == v
+}
+
+// ReleasedClean takes the Verdict Release put back for route "GET /v"
+// and reports what it still holds besides its reusable buffers (empty:
+// nothing), as a fresh Verdict would not.
+func ReleasedClean(e *Engine) string {
+	rs := e.match("GET", "/v", "")
+	got, _ := rs.verdicts.Get().(*Verdict)
+	if got == nil {
+		return "nothing was put back"
+	}
+	want := Verdict{slots: got.slots, decBuf: got.decBuf, budgets: got.budgets, bodyBuf: got.bodyBuf[:0]}
+	switch {
+	case !reflect.DeepEqual(*got, want):
+		return fmt.Sprintf("%+v", *got)
+	case len(got.bodyBuf) != 0:
+		return "a body"
+	}
+	for i := range got.slots {
+		if !reflect.DeepEqual(got.slots[i], slot{}) || !reflect.DeepEqual(got.decBuf[i], Decision{}) {
+			return fmt.Sprintf("slot %d: %+v, %+v", i, got.slots[i], got.decBuf[i])
+		}
+	}
+	return ""
 }
 
 // DenialBodies returns the 429 body the fast path writes for a request
