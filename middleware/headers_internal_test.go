@@ -59,6 +59,34 @@ func TestMergeRule(t *testing.T) {
 	}
 }
 
+// TestSetHeadersNonCanonical: a verdict field's name the handler set in
+// another spelling is dropped whatever else the map holds, also when the
+// lookups that spare the pass over the map could miscount (a field named
+// twice, Content-Type among the fields).
+func TestSetHeadersNonCanonical(t *testing.T) {
+	fields := []edgelimit.Field{{Name: "RateLimit", Value: "a"}, {Name: "RateLimit", Value: "b"}, {Name: "Content-Type", Value: "c"}}
+	vals := func(i int) []string { return []string{fields[i].Value} }
+	for _, h := range []http.Header{
+		{"ratelimit": {"x"}},
+		{"Ratelimit": {"y"}, "RATELIMIT": {"x"}},
+		{"Content-Type": {"t"}, "ratelimit": {"x"}},
+		{"Content-Type": {"t"}, "Ratelimit": {"y"}, "rateLimit": {"x"}},
+		{"content-type": {"t"}, "Ratelimit": {"y"}},
+		{"X-Own": {"1"}, "ratelimit": {"x"}},
+	} {
+		in := fmt.Sprint(h)
+		setHeaders(h, fields, vals)
+		for k := range h {
+			if k != "Ratelimit" && k != "Content-Type" && k != "X-Own" {
+				t.Errorf("setHeaders(%s) left %q: %v", in, k, h)
+			}
+		}
+		if h.Get("Content-Type") != "c" || h["Ratelimit"] == nil {
+			t.Errorf("setHeaders(%s) = %v", in, h)
+		}
+	}
+}
+
 func TestFallbacks(t *testing.T) {
 	v := &edgelimit.Verdict{}
 	if status(v) != 400 {

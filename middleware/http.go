@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -187,8 +188,9 @@ func setHeaders(h http.Header, fs []edgelimit.Field, values func(i int) []string
 		names = append(names, canonical(f.Name))
 	}
 	// One pass over the handler's header map drops the keys it set
-	// directly in a non-canonical spelling of a verdict field's name.
-	if len(h) > 0 {
+	// directly in a non-canonical spelling of a verdict field's name,
+	// unless every key it holds is one named here.
+	if len(h) > 0 && !onlyNamed(h, names) {
 		for k := range h {
 			for i, f := range fs {
 				if len(k) == len(f.Name) && k != names[i] && equalFold(k, f.Name) {
@@ -201,6 +203,26 @@ func setHeaders(h http.Header, fs []edgelimit.Field, values func(i int) []string
 	for i, n := range names {
 		h[n] = values(i)
 	}
+}
+
+// onlyNamed reports whether every key of h is Content-Type or one of
+// names (canonical), found by lookups, which on the small map a handler
+// sets before its first write cost less than a pass over it. Most
+// handlers set nothing else.
+func onlyNamed(h http.Header, names []string) bool {
+	n := 0
+	if _, ok := h["Content-Type"]; ok {
+		n++
+	}
+	for i, name := range names {
+		if n == len(h) {
+			break
+		}
+		if _, ok := h[name]; ok && name != "Content-Type" && !slices.Contains(names[:i], name) {
+			n++ // each key counted once
+		}
+	}
+	return n == len(h)
 }
 
 // limitedWriter sets the verdict's headers just before the wrapped handler's
