@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdacontext"
+
 	"github.com/edgelimit/edgelimit"
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/internal/apigwlocal"
@@ -164,7 +167,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 	// The example functions' handlers answer their routes, exactly as they do
 	// on Lambda; every other route gets the demo echo.
 	app := handlers.Mux(handlers.Deps{Logger: log}, demoHandler)
-	api, err := apigwlocal.New(apigwlocal.Config{Handler: apigwlocal.Handler(middleware.HTTPAPI(engine, app)), Logger: log, RouteKey: handlers.RouteKey})
+	api, err := apigwlocal.New(apigwlocal.Config{Handler: withRequestID(middleware.HTTPAPI(engine, app)), Logger: log, RouteKey: handlers.RouteKey})
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +180,16 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 		mux.Handle("GET /pow.js", pow.ScriptHandler())
 	}
 	return &server{policies: pf, mux: mux}, nil
+}
+
+// withRequestID puts in h's context the Lambda context the runtime gives a
+// function's handler, with the event's request id (the demo echo's
+// request_id) standing for the invocation's, which serve has none of: so
+// each line of --emf carries its request's requestId, as on Lambda.
+func withRequestID(h func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)) apigwlocal.Handler {
+	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		return h(lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: ev.RequestContext.RequestID}), ev)
+	}
 }
 
 // newEngine builds the engine serve decides with, reading what it reads at

@@ -170,6 +170,41 @@ func TestTopOverServe(t *testing.T) {
 	}
 }
 
+// TestServeEMFRequestID: each EMF line of `serve --emf` carries its
+// request's requestId, the request_id of the demo echo, as a function's
+// lines carry the invocation's on Lambda.
+func TestServeEMFRequestID(t *testing.T) {
+	url, out := startServeLines(t, "--policies", writePolicies(t, demoPolicies), "--emf")
+	var ids []string
+	for range 3 {
+		resp, err := http.Get(url + "/demo/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var echo struct {
+			RequestID string `json:"request_id"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&echo)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || echo.RequestID == "" {
+			t.Fatalf("GET /demo/x: %d, request_id %q, %v", resp.StatusCode, echo.RequestID, err)
+		}
+		ids = append(ids, echo.RequestID)
+	}
+	var got []string
+	for _, l := range strings.Split(waitLines(t, out, len(ids)), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) != nil || m["_aws"] == nil {
+			continue
+		}
+		id, _ := m[metrics.PropertyRequestID].(string)
+		got = append(got, id)
+	}
+	if !reflect.DeepEqual(got, ids) || ids[0] == ids[1] || ids[1] == ids[2] {
+		t.Errorf("EMF lines' %s %q, want the demo echo's request ids %q (one each)", metrics.PropertyRequestID, got, ids)
+	}
+}
+
 // TestTopErrors: one line and exit 1 when it cannot do its work, 2 for a
 // wrong command line, 0 for -h.
 func TestTopErrors(t *testing.T) {
