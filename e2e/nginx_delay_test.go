@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/edgelimit/edgelimit/metrics"
 )
 
 // nginx's limit_req without nodelay and edgelimit's max_delay, side by
@@ -24,13 +27,14 @@ import (
 //
 //	nginx `rate=R burst=B` (no nodelay)  ==  edgelimit gcra `burst: 1, max_delay: B/R`
 //
-// The rate here is one a second, so a request is "delayed" when its answer
-// takes more than delayedAfter, far from both the ~1 ms of one served at
-// once and the 500 ms of the shortest turn; each phase is sent to both
-// servers at the same time, so a loaded machine slows both alike.
-
-// delayedAfter tells a delayed answer from one served at once.
-const delayedAfter = 250 * time.Millisecond
+// The rate here is one a second. What became of each request is what the
+// server says it did, never how long the answer took (a loaded machine
+// makes an answer served at once slow): nginx's $limit_req_status, in the
+// header X-Limit-Req of every answer (startNginxRate), and edgelimit's
+// metric line of the request's decision (serve --emf), found by the
+// request id the demo echo answers with and carrying Delayed 1 when the
+// request waited for its turn. Each phase is sent to both servers at the
+// same time.
 
 // fate is what became of one request: served at once, served after a
 // wait, or refused.
@@ -42,58 +46,126 @@ const (
 	refused fate = 'x'
 )
 
+// answer is what a request got: its status, nginx's X-Limit-Req, and the
+// request id of edgelimit's demo echo.
+type answer struct {
+	status    int
+	limitReq  string
+	requestID string
+}
+
 // sendAt sends GET url at each offset from start (concurrently: a
 // request does not wait for the one before it), or one after another when
-// offsets is nil and n > 0, and returns each request's fate in order.
-func sendAt(t *testing.T, client *http.Client, url string, offsets []time.Duration, n int) []fate {
+// offsets is nil and n > 0, and returns each request's answer in order.
+func sendAt(t *testing.T, client *http.Client, url string, offsets []time.Duration, n int) []answer {
 	t.Helper()
-	one := func() (fate, error) {
+	one := func() (answer, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		t0 := time.Now()
 		resp, err := client.Do(req)
 		if err != nil {
-			return 0, err
+			return answer{}, err
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		took := time.Since(t0)
-		switch {
-		case resp.StatusCode == http.StatusTooManyRequests:
-			return refused, nil
-		case resp.StatusCode != http.StatusOK:
-			return 0, fmt.Errorf("status %d", resp.StatusCode)
-		case took >= delayedAfter:
-			return waited, nil
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return answer{}, err
 		}
-		return atOnce, nil
+		a := answer{status: resp.StatusCode, limitReq: resp.Header.Get("X-Limit-Req")}
+		if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+			var echo struct {
+				RequestID string `json:"request_id"`
+			}
+			if err := json.Unmarshal(body, &echo); err != nil {
+				return a, fmt.Errorf("demo echo %q: %v", body, err)
+			}
+			a.requestID = echo.RequestID
+		}
+		return a, nil
 	}
 	if offsets == nil {
-		out := make([]fate, n)
+		out := make([]answer, n)
 		for i := range n {
-			f, err := one()
+			a, err := one()
 			if err != nil {
 				t.Errorf("%s: request %d: %v", url, i, err)
 			}
-			out[i] = f
+			out[i] = a
 		}
 		return out
 	}
-	out := make([]fate, len(offsets))
+	out := make([]answer, len(offsets))
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, off := range offsets {
 		<-time.After(time.Until(start.Add(off))) // the arrival schedule being compared, not a wait for a result
 		wg.Go(func() {
-			f, err := one()
+			a, err := one()
 			if err != nil {
 				t.Errorf("%s: request %d: %v", url, i, err)
 			}
-			out[i] = f
+			out[i] = a
 		})
 	}
 	wg.Wait()
+	return out
+}
+
+// nginxFates reads each answer's fate from nginx's $limit_req_status.
+func nginxFates(t *testing.T, as []answer) []fate {
+	t.Helper()
+	out := make([]fate, len(as))
+	for i, a := range as {
+		switch {
+		case a.status == http.StatusOK && a.limitReq == "PASSED":
+			out[i] = atOnce
+		case a.status == http.StatusOK && a.limitReq == "DELAYED":
+			out[i] = waited
+		case a.status == http.StatusTooManyRequests && a.limitReq == "REJECTED":
+			out[i] = refused
+		default:
+			t.Errorf("nginx: request %d: status %d, X-Limit-Req %q", i, a.status, a.limitReq)
+		}
+	}
+	return out
+}
+
+// decisionLines maps each request id to the EMF line of its decision, in
+// the output of `edgelimit serve --emf`.
+func decisionLines(stdout string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for _, m := range jsonLines(stdout) {
+		if id, ok := m[metrics.PropertyRequestID].(string); ok && m["_aws"] != nil {
+			out[id] = m
+		}
+	}
+	return out
+}
+
+// edgeFates reads each answer's fate from its status and, for one served,
+// the Delayed metric of policy's line for its request.
+func edgeFates(t *testing.T, as []answer, lines map[string]map[string]any, policy string) []fate {
+	t.Helper()
+	out := make([]fate, len(as))
+	for i, a := range as {
+		switch a.status {
+		case http.StatusTooManyRequests:
+			out[i] = refused
+		case http.StatusOK:
+			l, ok := lines[a.requestID]
+			switch {
+			case !ok || l[metrics.DimensionPolicy] != policy || l[metrics.MetricAllowed] != 1.0:
+				t.Errorf("%s: request %d (%q): no line of an admission: %v", policy, i, a.requestID, l)
+			case l[metrics.MetricDelayed] == 1.0:
+				out[i] = waited
+			default:
+				out[i] = atOnce
+			}
+		default:
+			t.Errorf("%s: request %d: status %d", policy, i, a.status)
+		}
+	}
 	return out
 }
 
@@ -105,7 +177,8 @@ func count(fs []fate, f fate) int { return strings.Count(string(fs), string(f)) 
 // 3s, and a kv bucket of the same numbers), all at once, and requires each
 // phase's served-at-once, delayed and refused counts of each within one
 // request of nginx's, request by request where the order of arrival is
-// fixed.
+// fixed: each request's fate as its server reports it, however long its
+// answer took.
 func TestNginxDelayIsEdgelimitMaxDelay(t *testing.T) {
 	const burst = 3
 	phases := []struct {
@@ -146,22 +219,31 @@ func TestNginxDelayIsEdgelimitMaxDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	ngx := startNginxRate(t, "1r/s", locations)
-	el := startServeProcess(t, nil, "--policies", file)
+	el := startServeProcess(t, nil, "--policies", file, "--emf")
 	if el.url == "" {
 		t.Fatalf("edgelimit serve did not start:\n%s", el.output())
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer client.CloseIdleConnections()
 
-	for _, ph := range phases {
+	// Every phase at once (each has its own zone and policies), each to
+	// the three at once.
+	got := make([][3][]answer, len(phases)) // nginx, durable, kv
+	var wg sync.WaitGroup
+	for i, ph := range phases {
+		for j, url := range []string{ngx.url + "/nginx/" + ph.name, el.url + "/edgelimit/" + ph.name, el.url + "/kv/" + ph.name} {
+			wg.Go(func() { got[i][j] = sendAt(t, client, url, ph.offsets, ph.n) })
+		}
+	}
+	wg.Wait()
+	el.stop() // its output is complete once it has exited: every decision's line
+	lines := decisionLines(el.stdout.String())
+
+	for i, ph := range phases {
 		t.Run(ph.name, func(t *testing.T) {
-			t.Parallel() // each phase has its own zone and policy
-			var gotNginx, gotDurable, gotKV []fate
-			var wg sync.WaitGroup
-			wg.Go(func() { gotNginx = sendAt(t, client, ngx.url+"/nginx/"+ph.name, ph.offsets, ph.n) })
-			wg.Go(func() { gotDurable = sendAt(t, client, el.url+"/edgelimit/"+ph.name, ph.offsets, ph.n) })
-			wg.Go(func() { gotKV = sendAt(t, client, el.url+"/kv/"+ph.name, ph.offsets, ph.n) })
-			wg.Wait()
+			gotNginx := nginxFates(t, got[i][0])
+			gotDurable := edgeFates(t, got[i][1], lines, fmt.Sprintf("p%d", i))
+			gotKV := edgeFates(t, got[i][2], lines, fmt.Sprintf("k%d", i))
 			t.Logf("nginx %s, durable %s, kv %s (0 at once, w waited, x refused)", string(gotNginx), string(gotDurable), string(gotKV))
 			for _, edge := range []struct {
 				name string

@@ -72,7 +72,9 @@ type nginxProcess struct {
 // each path has its own zone, rate=1r/m keyed by client address, and
 // answers a static file. (Not `return 200`: return runs in the rewrite
 // phase, before limit_req's preaccess phase, and would answer every
-// request.)
+// request.) Every answer, a refusal too, carries nginx's own verdict on
+// it, $limit_req_status (PASSED, DELAYED or REJECTED), in the header
+// X-Limit-Req.
 func startNginx(t *testing.T, locations map[string]string) *nginxProcess {
 	t.Helper()
 	return startNginxRate(t, "1r/m", locations)
@@ -127,6 +129,7 @@ http {
 %[2]s  server {
     listen 127.0.0.1:%[3]d;
     root %[1]s/html;
+    add_header X-Limit-Req $limit_req_status always;
 %[4]s  }
 }
 `, dir, zones.String(), port, locs.String())

@@ -57,6 +57,7 @@ func edgelimitPath(t testing.TB) string {
 type serveProcess struct {
 	cmd      *exec.Cmd
 	out      *syncBuffer // stdout and stderr, interleaved as written
+	stdout   *syncBuffer // stdout alone (with --emf, its metric lines whole)
 	done     chan struct{}
 	url      string // set once it listens
 	exitCode int    // set once done is closed
@@ -70,7 +71,7 @@ var serveListening = regexp.MustCompile(`listening on (http://[0-9.:]+)`)
 // stopped when the test ends.
 func startServeProcess(t *testing.T, env map[string]string, args ...string) *serveProcess {
 	t.Helper()
-	p := &serveProcess{out: &syncBuffer{}, done: make(chan struct{})}
+	p := &serveProcess{out: &syncBuffer{}, stdout: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(edgelimitPath(t), append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
 	p.cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir(), "TZ=UTC"}
 	for k, v := range env {
@@ -87,7 +88,7 @@ func startServeProcess(t *testing.T, env map[string]string, args ...string) *ser
 	}
 	urlc := make(chan string, 1)
 	go func() {
-		sc := bufio.NewScanner(io.TeeReader(stdout, p.out))
+		sc := bufio.NewScanner(io.TeeReader(stdout, io.MultiWriter(p.out, p.stdout)))
 		for sc.Scan() {
 			if m := serveListening.FindStringSubmatch(sc.Text()); m != nil {
 				select {
