@@ -33,8 +33,8 @@ import (
 // header X-Limit-Req of every answer (startNginxRate), and edgelimit's
 // metric line of the request's decision (serve --emf), found by the
 // request id the demo echo answers with and carrying Delayed 1 when the
-// request waited for its turn. Each phase is sent to both servers at the
-// same time.
+// request waited for its turn. Each request of a phase is sent to both
+// servers at the same instant.
 
 // fate is what became of one request: served at once, served after a
 // wait, or refused.
@@ -54,12 +54,13 @@ type answer struct {
 	requestID string
 }
 
-// sendAt sends GET url at each offset from start (concurrently: a
-// request does not wait for the one before it), or one after another when
-// offsets is nil and n > 0, and returns each request's answer in order.
-func sendAt(t *testing.T, client *http.Client, url string, offsets []time.Duration, n int) []answer {
+// sendAt sends GET to each of urls at each offset from start, the same
+// instant for all of them (concurrently: a request does not wait for the
+// one before it), or to each one after another when offsets is nil and
+// n > 0, and returns each url's answers in order.
+func sendAt(t *testing.T, client *http.Client, urls []string, offsets []time.Duration, n int) [][]answer {
 	t.Helper()
-	one := func() (answer, error) {
+	one := func(url string) (answer, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -84,29 +85,36 @@ func sendAt(t *testing.T, client *http.Client, url string, offsets []time.Durati
 		}
 		return a, nil
 	}
-	if offsets == nil {
-		out := make([]answer, n)
-		for i := range n {
-			a, err := one()
-			if err != nil {
-				t.Errorf("%s: request %d: %v", url, i, err)
-			}
-			out[i] = a
+	send := func(out [][]answer, u, i int) {
+		a, err := one(urls[u])
+		if err != nil {
+			t.Errorf("%s: request %d: %v", urls[u], i, err)
 		}
+		out[u][i] = a
+	}
+	out := make([][]answer, len(urls))
+	var wg sync.WaitGroup
+	if offsets == nil {
+		for u := range urls {
+			out[u] = make([]answer, n)
+			wg.Go(func() {
+				for i := range n {
+					send(out, u, i)
+				}
+			})
+		}
+		wg.Wait()
 		return out
 	}
-	out := make([]answer, len(offsets))
+	for u := range urls {
+		out[u] = make([]answer, len(offsets))
+	}
 	start := time.Now()
-	var wg sync.WaitGroup
 	for i, off := range offsets {
 		<-time.After(time.Until(start.Add(off))) // the arrival schedule being compared, not a wait for a result
-		wg.Go(func() {
-			a, err := one()
-			if err != nil {
-				t.Errorf("%s: request %d: %v", url, i, err)
-			}
-			out[i] = a
-		})
+		for u := range urls {
+			wg.Go(func() { send(out, u, i) })
+		}
 	}
 	wg.Wait()
 	return out
@@ -226,14 +234,12 @@ func TestNginxDelayIsEdgelimitMaxDelay(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer client.CloseIdleConnections()
 
-	// Every phase at once (each has its own zone and policies), each to
-	// the three at once.
-	got := make([][3][]answer, len(phases)) // nginx, durable, kv
+	// Every phase at once (each has its own zone and policies).
+	got := make([][][]answer, len(phases)) // nginx's, durable's, kv's
 	var wg sync.WaitGroup
 	for i, ph := range phases {
-		for j, url := range []string{ngx.url + "/nginx/" + ph.name, el.url + "/edgelimit/" + ph.name, el.url + "/kv/" + ph.name} {
-			wg.Go(func() { got[i][j] = sendAt(t, client, url, ph.offsets, ph.n) })
-		}
+		urls := []string{ngx.url + "/nginx/" + ph.name, el.url + "/edgelimit/" + ph.name, el.url + "/kv/" + ph.name}
+		wg.Go(func() { got[i] = sendAt(t, client, urls, ph.offsets, ph.n) })
 	}
 	wg.Wait()
 	el.stop() // its output is complete once it has exited: every decision's line
