@@ -186,7 +186,7 @@ func newServer(ctx context.Context, f serveFlags, log *slog.Logger, stderr io.Wr
 // function's handler, with the event's request id (the demo echo's
 // request_id) standing for the invocation's, which serve has none of: so
 // each line of --emf carries its request's requestId, as on Lambda.
-func withRequestID(h func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)) apigwlocal.Handler {
+func withRequestID(h middleware.HTTPAPIHandler) apigwlocal.Handler {
 	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 		return h(lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: ev.RequestContext.RequestID}), ev)
 	}
