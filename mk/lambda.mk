@@ -26,7 +26,7 @@ LAMBDA_ARCHS     := arm64 amd64
 # (the functions' policy files are compiled: make generate); -s -w strips
 # the symbol table and DWARF. e2e builds with the same tags
 # (TestBuildTagsAreMakeBuilds).
-LAMBDA_TAGS      := lambda.norpc,nethttpomithttp2,edgelimit.noyaml
+LAMBDA_TAGS      := lambda.norpc,nethttpomithttp2,edgelimit.noyaml,edgelimit.nopowgate
 LAMBDA_GOFLAGS   := -tags $(LAMBDA_TAGS) -trimpath -ldflags "-s -w"
 # A Lambda program of your own (examples/lambda, examples/llm: make
 # run-lambda) reads its policy file with setup.FromEnv, the YAML reader, so

@@ -23,7 +23,9 @@ import (
 // Backend returns the backend of durable policies on the table cfg names
 // (the zero Config: the environment's), with every algorithm, the
 // in-process twin, and the override and ban stores in the same table.
-func Backend(cfg dynamodb.Config) setup.Backend { return full{counters{cfg: cfg, newCounter: durablecounter.New}} }
+func Backend(cfg dynamodb.Config) setup.Backend {
+	return full{counters{cfg: cfg, newCounter: durablecounter.New}}
+}
 
 // Counters returns the backend of durable policies on the table cfg names
 // that links only the given durablecounter Code (durablecounter.NewLinked),
