@@ -31,7 +31,7 @@ const bootFloor = "floor"
 
 // bootTags and bootLdflags are mk/lambda.mk's LAMBDA_GOFLAGS.
 const (
-	bootTags    = "lambda.norpc,nethttpomithttp2,edgelimit.noyaml"
+	bootTags    = "lambda.norpc,nethttpomithttp2,edgelimit.noyaml,edgelimit.nopowgate"
 	bootLdflags = "-s -w"
 )
 

@@ -112,8 +112,11 @@ type Counter struct {
 	// policy's grant marker.
 	pool   *grantPool
 	marker grantMarker
-	// cfg is what New was given, for Local.
-	cfg Config
+	// cfg is what New was given, and linked the Code it was built with,
+	// for Local; newAlg builds alg for one shard of a set of limits.
+	cfg    Config
+	linked linked
+	newAlg func(params) algorithm
 	// maxDelay is the policy's max_delay (gcra), in nanoseconds.
 	maxDelay int64
 }
@@ -131,10 +134,25 @@ var (
 	_ edgelimit.Granter      = (*Counter)(nil)
 )
 
-var defaultStore = sync.OnceValue(func() *Memory { return NewMemory(MemoryConfig{}) })
+// defaultStore is the Store of a Config without one: one Memory store
+// shared by every such Counter in the process (so they can be batched).
+// Built on first use, not at init, so that a program without MemoryCode
+// (NewLinked) does not link the Memory store.
+func defaultStore() Store {
+	sharedMemory.once.Do(func() { sharedMemory.s = NewMemory(MemoryConfig{}) })
+	return sharedMemory.s
+}
 
-// New validates cfg and returns a Counter.
-func New(cfg Config) (*Counter, error) {
+var sharedMemory struct {
+	once sync.Once
+	s    *Memory
+}
+
+// New validates cfg and returns a Counter. It links every algorithm and
+// the Memory store; NewLinked links only those a program names.
+func New(cfg Config) (*Counter, error) { return newCounter(cfg, all()) }
+
+func newCounter(cfg Config, l linked) (*Counter, error) {
 	p := cfg.Policy
 	if p == nil {
 		return nil, fmt.Errorf("%w: Policy is required", ErrConfig)
@@ -162,8 +180,9 @@ func New(cfg Config) (*Counter, error) {
 	if alg == "" {
 		alg = FixedWindow
 	}
-	if _, ok := algorithms[alg]; !ok {
-		return nil, fmt.Errorf("%w: policy %q: unknown algorithm %q", ErrUnsupportedAlgorithm, p.Name, alg)
+	code, ok := l.code(alg)
+	if !ok {
+		return nil, notLinked(p.Name, alg)
 	}
 	shards := max(opts.Shards, 1)
 	if p.Limit == 0 {
@@ -182,7 +201,10 @@ func New(cfg Config) (*Counter, error) {
 	if burst < 0 || alg == GCRA && p.Limit > 0 && burst < int64(shards) {
 		return nil, fmt.Errorf("%w: policy %q: burst %d must be at least 1 per shard (%d)", ErrConfig, p.Name, burst, shards)
 	}
-	c := &Counter{name: p.Name, alg: alg, shards: shards, store: cfg.Store, clock: cfg.Now, cfg: cfg,
+	if cfg.Store == nil && l.memory == nil {
+		return nil, fmt.Errorf("%w: policy %q: Store is required (this program did not link the Memory store: durablecounter.NewLinked without MemoryCode)", ErrConfig, p.Name)
+	}
+	c := &Counter{name: p.Name, alg: alg, newAlg: code.build, linked: l, shards: shards, store: cfg.Store, clock: cfg.Now, cfg: cfg,
 		burstFollows: burst == p.Limit}
 	if err := c.delayOf(p); err != nil {
 		return nil, err
@@ -200,7 +222,7 @@ func New(cfg Config) (*Counter, error) {
 	}
 	c.variants.m = map[policy.Limits]*variant{}
 	if c.store == nil {
-		c.store = defaultStore()
+		c.store = l.shared()
 	}
 	// On a Memory store the deny cache would be a second map in front of
 	// the first: the store answers a repeat denial as fast, and exactly
@@ -226,9 +248,12 @@ func New(cfg Config) (*Counter, error) {
 // call that would miss its budget (such an entry answers for at most
 // DenyCacheMaxAge, as every entry does).
 func (c *Counter) Local() (edgelimit.Limiter, error) {
+	if c.linked.memory == nil {
+		return nil, fmt.Errorf("%w: policy %q: on_store_error: local keeps the in-process twin in a Memory store, which this program did not link (durablecounter.NewLinked without MemoryCode)", ErrConfig, c.name)
+	}
 	cfg := c.cfg
-	cfg.Store = NewMemory(MemoryConfig{})
-	tw, err := New(cfg)
+	cfg.Store = c.linked.memory()
+	tw, err := newCounter(cfg, c.linked)
 	if err != nil {
 		return nil, err
 	}

@@ -35,12 +35,22 @@ type variant struct {
 	period bool
 }
 
-// algorithms maps a policy's algorithm to its constructor.
-var algorithms = map[Algorithm]func(p params) algorithm{
-	FixedWindow:   newFixedWindow,
-	SlidingWindow: newSlidingWindow,
-	SlidingLog:    newSlidingLog,
-	GCRA:          newGCRA,
+// algorithmCode returns the code of alg, for New: every algorithm's. A
+// switch rather than a map built at init, so that a program that builds
+// its Counters with NewLinked, and never calls New, links only the
+// algorithms it names (an unused algorithm is dead code to the linker).
+func algorithmCode(alg Algorithm) (Code, bool) {
+	switch alg {
+	case FixedWindow:
+		return FixedWindowCode, true
+	case SlidingWindow:
+		return SlidingWindowCode, true
+	case SlidingLog:
+		return SlidingLogCode, true
+	case GCRA:
+		return GCRACode, true
+	}
+	return Code{}, false
 }
 
 // params are the policy fields an algorithm uses, for one shard.
@@ -95,7 +105,7 @@ func (c *Counter) build(l policy.Limits) (*variant, error) {
 		return nil, err
 	}
 	v.period = cal != nil
-	newAlg := algorithms[c.alg]
+	newAlg := c.newAlg
 	for i := range c.shards {
 		sp := params{name: name, limit: share(l.Limit, c.shards, i), window: l.Window, burst: share(l.Burst, c.shards, i), tag: tag, cal: cal, delay: c.maxDelay}
 		switch c.alg {

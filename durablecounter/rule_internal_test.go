@@ -48,7 +48,8 @@ func runSteps(t *testing.T, r rule, steps []step) {
 }
 
 func ruleOf(alg Algorithm, limit, burst int64, window time.Duration) rule {
-	return algorithms[alg](params{name: "p", limit: limit, window: window, burst: burst})
+	code, _ := algorithmCode(alg)
+	return code.build(params{name: "p", limit: limit, window: window, burst: burst})
 }
 
 // TestRulesSpeakNoDynamoDB: an algorithm's rule, the Counter's use of it

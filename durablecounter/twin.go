@@ -23,7 +23,9 @@ var _ edgelimit.Follower = (*Counter)(nil)
 // policy allows on its own. A sharded policy's units are spread over its
 // shards. On a Counter on another store Follow does nothing.
 func (c *Counter) Follow(req edgelimit.Request, d edgelimit.Decision) {
-	m, ok := c.store.(*Memory)
+	// Through an interface, not *Memory, so that a program without
+	// MemoryCode links none of the Memory store's methods.
+	m, ok := c.store.(raiser)
 	if !ok || req.Key == "" {
 		return
 	}
@@ -45,6 +47,9 @@ func (c *Counter) Follow(req edgelimit.Request, d edgelimit.Decision) {
 		m.raise(&o, o.rule.commit(state{}, t, units))
 	}
 }
+
+// raiser is the Memory store's raise.
+type raiser interface{ raise(o *op, st state) }
 
 // raise replaces o's item with st when st has less left at o.t than the
 // item has.

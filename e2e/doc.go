@@ -3,7 +3,9 @@
 // mk/lambda.mk). It has no code of its own: everything is in its tests.
 //
 // The function tests build each function exactly as it is deployed (a
-// static, stripped bootstrap with -tags lambda.norpc,nethttpomithttp2,edgelimit.noyaml), for this machine, and
+// static, stripped bootstrap with -tags
+// lambda.norpc,nethttpomithttp2,edgelimit.noyaml,edgelimit.nopowgate), for
+// this machine, and
 // run it for real under the AWS Lambda Runtime Interface Emulator, invoking
 // it one request at a time with API Gateway HTTP API (payload 2.0) events,
 // as API Gateway would. Durable and kv functions keep their state in

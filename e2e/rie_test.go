@@ -159,7 +159,7 @@ func buildAll(goarch string) (map[string]string, error) {
 
 // lambdaTags are the build tags of `make build` (LAMBDA_TAGS in
 // mk/lambda.mk; TestBuildTagsAreMakeBuilds keeps them in step).
-const lambdaTags = "lambda.norpc,nethttpomithttp2,edgelimit.noyaml"
+const lambdaTags = "lambda.norpc,nethttpomithttp2,edgelimit.noyaml,edgelimit.nopowgate"
 
 // programTags are the build tags of a Lambda program of one's own (make
 // run-lambda's PROGRAM_TAGS): it reads its policy file with setup.FromEnv,

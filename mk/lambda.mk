@@ -23,10 +23,12 @@ LAMBDA_ARCHS     := arm64 amd64
 # go1.x runtime used it); nethttpomithttp2 drops net/http's bundled HTTP/2
 # (320 KB: the runtime API, DynamoDB and Secrets Manager are called over
 # HTTP/1.1); edgelimit.noyaml leaves the YAML reader out of policy and setup
-# (the functions' policy files are compiled: make generate); -s -w strips
-# the symbol table and DWARF. e2e builds with the same tags
+# (the functions' policy files are compiled: make generate);
+# edgelimit.nopowgate leaves out setup's proof-of-work gate of durable and
+# kv policies (none of the functions' policy files has proof_of_work;
+# docs/powgate.md); -s -w strips the symbol table and DWARF. e2e builds with the same tags
 # (TestBuildTagsAreMakeBuilds).
-LAMBDA_TAGS      := lambda.norpc,nethttpomithttp2,edgelimit.noyaml
+LAMBDA_TAGS      := lambda.norpc,nethttpomithttp2,edgelimit.noyaml,edgelimit.nopowgate
 LAMBDA_GOFLAGS   := -tags $(LAMBDA_TAGS) -trimpath -ldflags "-s -w"
 # A Lambda program of your own (examples/lambda, examples/llm: make
 # run-lambda) reads its policy file with setup.FromEnv, the YAML reader, so

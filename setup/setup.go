@@ -21,9 +21,7 @@ import (
 	"time"
 
 	"github.com/edgelimit/edgelimit"
-	"github.com/edgelimit/edgelimit/internal/keyring"
 	"github.com/edgelimit/edgelimit/policy"
-	"github.com/edgelimit/edgelimit/pow"
 	"github.com/edgelimit/edgelimit/powgate"
 )
 
@@ -119,7 +117,10 @@ func Limiters(pf *policy.File, backends []Backend, env BackendEnv) (func(*policy
 // gating wraps the limiters of the policies that ask for proof of work
 // above a threshold (a durable or kv policy's proof_of_work) in a
 // powgate.Gate, whose challenges are keyed by the ring of EDGELIMIT_SECRETS,
-// as the signed strategy's are: every instance must share it.
+// as the signed strategy's are: every instance must share it. The gate is
+// linked through gate (powgate.go), which a program built with -tags
+// edgelimit.nopowgate leaves out: its policies with proof_of_work are then
+// refused, by name.
 func gating(pf *policy.File, factory func(*policy.Policy) (edgelimit.Limiter, error), env BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
 	var gated []string
 	for _, p := range pf.Policies {
@@ -130,17 +131,17 @@ func gating(pf *policy.File, factory func(*policy.Policy) (edgelimit.Limiter, er
 	if len(gated) == 0 {
 		return factory, nil
 	}
-	entries, err := keyring.Parse(env.Getenv(EnvSecrets))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrEnv, err) // names entries, never secrets
+	if gate == nil {
+		return nil, fmt.Errorf("%w: policies %s ask for proof of work above a threshold (proof_of_work), which this program was built without (-tags edgelimit.nopowgate)",
+			ErrEnv, strings.Join(gated, ", "))
 	}
-	if len(entries) == 0 {
-		return nil, fmt.Errorf("%w: %s is not set; policies %s ask for proof of work above a threshold, and its challenges are keyed by that key ring (kid:base64 entries, newest first)",
-			ErrEnv, EnvSecrets, strings.Join(gated, ", "))
-	}
-	return powgate.Gating(factory, powgate.Config{Secrets: keyring.Secrets(entries), Now: env.Now, Logger: env.Logger,
-		Replay: pow.NewReplayCache(0)}), nil
+	return gate(factory, gated, env)
 }
+
+// gate wraps a factory's limiters in powgate's gate, keyed by the ring of
+// EDGELIMIT_SECRETS (powgate.go); nil in a program built with -tags
+// edgelimit.nopowgate. gated names the policies that ask for it.
+var gate func(factory func(*policy.Policy) (edgelimit.Limiter, error), gated []string, env BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error)
 
 // OverrideBackend is a Backend whose store can also keep the per-key
 // overrides operators set at run time (`edgelimit override`), for the

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/functions/internal/lambdafn"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
@@ -15,5 +16,8 @@ import (
 )
 
 func main() {
-	lambdafn.Run(handlers.Contact, kv.Backend(dynamodb.Config{}), durable.Backend(dynamodb.Config{}))
+	// A kv policy and a fixed-window durable one, neither with overrides or
+	// a ban: the backends link nothing else (kv.Buckets, durable.Counters).
+	lambdafn.Run(handlers.Contact, kv.Buckets(dynamodb.Config{}),
+		durable.Counters(dynamodb.Config{}, durablecounter.FixedWindowCode))
 }

@@ -7,10 +7,17 @@
 package main
 
 import (
+	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/functions/internal/lambdafn"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
 )
 
-func main() { lambdafn.Run(handlers.Paid, durable.Backend(dynamodb.Config{})) }
+// Its policies are fixed-window and gcra, with overrides and bans: the
+// backend links those algorithms and the override and ban stores, and
+// nothing else of the durable strategy (durable.Counters).
+func main() {
+	lambdafn.Run(handlers.Paid, durable.CountersWithOverridesAndBans(dynamodb.Config{},
+		durablecounter.FixedWindowCode, durablecounter.GCRACode))
+}

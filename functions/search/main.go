@@ -7,10 +7,16 @@
 package main
 
 import (
+	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/functions/internal/lambdafn"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
 	"github.com/edgelimit/edgelimit/setup/dynamodb/durable"
 )
 
-func main() { lambdafn.Run(handlers.Search, durable.Backend(dynamodb.Config{})) }
+// Its policy is gcra with on_store_error: local: the backend links that
+// algorithm and the Memory store of the in-process twin, and nothing else
+// of the durable strategy (durable.Counters).
+func main() {
+	lambdafn.Run(handlers.Search, durable.Counters(dynamodb.Config{}, durablecounter.GCRACode, durablecounter.MemoryCode))
+}

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"github.com/edgelimit/edgelimit/durablecounter"
 	"github.com/edgelimit/edgelimit/functions/handlers"
 	"github.com/edgelimit/edgelimit/functions/internal/lambdafn"
 	"github.com/edgelimit/edgelimit/setup/dynamodb"
@@ -16,5 +17,9 @@ import (
 )
 
 func main() {
-	lambdafn.Run(handlers.TTS, signed.Backend(), inflight.Backend(dynamodb.Config{}), durable.Backend(dynamodb.Config{}))
+	// A signed, an inflight and a fixed-window durable policy, none with
+	// overrides or a ban: the backends link nothing else (inflight.Slots,
+	// durable.Counters).
+	lambdafn.Run(handlers.TTS, signed.Backend(), inflight.Slots(dynamodb.Config{}),
+		durable.Counters(dynamodb.Config{}, durablecounter.FixedWindowCode))
 }

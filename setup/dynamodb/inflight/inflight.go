@@ -13,14 +13,23 @@ import (
 )
 
 // Backend returns the backend of inflight policies on the table cfg names
-// (the zero Config: the environment's).
-func Backend(cfg dynamodb.Config) setup.Backend { return backend{cfg} }
+// (the zero Config: the environment's), with the override store in the
+// same table.
+func Backend(cfg dynamodb.Config) setup.Backend { return full{slots{cfg}} }
 
-type backend struct{ cfg dynamodb.Config }
+// Slots is Backend without the override store, for a program whose
+// inflight policies take no overrides (the tts function): it does not link
+// it, and a policy with overrides is refused at start-up, by name.
+func Slots(cfg dynamodb.Config) setup.Backend { return slots{cfg} }
 
-func (backend) Strategy() *policy.Strategy { return limit.Strategy }
+type slots struct{ cfg dynamodb.Config }
 
-func (b backend) Open(env *setup.BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
+// full is slots with the override store (overrides.go).
+type full struct{ slots }
+
+func (slots) Strategy() *policy.Strategy { return limit.Strategy }
+
+func (b slots) Open(env *setup.BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
 	client, table, err := b.cfg.Open(env)
 	if err != nil {
 		return nil, err

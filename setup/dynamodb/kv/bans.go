@@ -6,6 +6,6 @@ import (
 )
 
 // OpenBans keeps the policies' bans in the same table.
-func (b backend) OpenBans(env *setup.BackendEnv) (edgelimit.BanStore, error) {
+func (b full) OpenBans(env *setup.BackendEnv) (edgelimit.BanStore, error) {
 	return b.cfg.Bans(env)
 }

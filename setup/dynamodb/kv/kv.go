@@ -18,14 +18,24 @@ import (
 )
 
 // Backend returns the backend of kv policies on the table cfg names (the
-// zero Config: the environment's).
-func Backend(cfg dynamodb.Config) setup.Backend { return backend{cfg} }
+// zero Config: the environment's), with the override and ban stores in the
+// same table.
+func Backend(cfg dynamodb.Config) setup.Backend { return full{buckets{cfg}} }
 
-type backend struct{ cfg dynamodb.Config }
+// Buckets is Backend without the override and ban stores, for a program
+// whose kv policies use neither (the contact function): it links neither,
+// and a policy with overrides or a ban is refused at start-up, by name.
+func Buckets(cfg dynamodb.Config) setup.Backend { return buckets{cfg} }
 
-func (backend) Strategy() *policy.Strategy { return kvbucket.Strategy }
+type buckets struct{ cfg dynamodb.Config }
 
-func (b backend) Open(env *setup.BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
+// full is buckets with the override and ban stores (overrides.go,
+// bans.go).
+type full struct{ buckets }
+
+func (buckets) Strategy() *policy.Strategy { return kvbucket.Strategy }
+
+func (b buckets) Open(env *setup.BackendEnv) (func(*policy.Policy) (edgelimit.Limiter, error), error) {
 	region, regions, err := Regions(env.Getenv)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,6 @@ import (
 )
 
 // OpenOverrides keeps the operators' per-key overrides in the same table.
-func (b backend) OpenOverrides(env *setup.BackendEnv) (edgelimit.OverrideStore, error) {
+func (b full) OpenOverrides(env *setup.BackendEnv) (edgelimit.OverrideStore, error) {
 	return b.cfg.Overrides(env)
 }
