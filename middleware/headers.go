@@ -170,20 +170,23 @@ var bodies = newBodyCache()
 // engine's bodies are bounded by its policies' names and details).
 type bodyCache struct {
 	seed  maphash.Seed
-	slots [256]atomic.Pointer[string]
+	slots [256]atomic.Pointer[interned]
 }
+
+// interned is a string a bodyCache slot holds.
+type interned struct{ s string }
 
 func newBodyCache() *bodyCache { return &bodyCache{seed: maphash.MakeSeed()} }
 
 // intern returns b as a string, the cached one if a slot holds it.
 func (c *bodyCache) intern(b []byte) string {
 	slot := &c.slots[maphash.Bytes(c.seed, b)%uint64(len(c.slots))]
-	if s := slot.Load(); s != nil && *s == string(b) {
-		return *s
+	if e := slot.Load(); e != nil && e.s == string(b) {
+		return e.s
 	}
-	s := string(b)
-	slot.Store(&s)
-	return s
+	e := &interned{s: string(b)}
+	slot.Store(e)
+	return e.s
 }
 
 // body returns the verdict's problem body as response text. A verdict that
