@@ -53,6 +53,7 @@ type banShard struct {
 
 type banEntry struct {
 	st    banrule.State
+	resp  *Response     // st's ban rendered (banResponse), nil if st has none
 	fresh time.Time     // re-read from then on
 	ready chan struct{} // closed once st is read
 }
@@ -101,9 +102,9 @@ func (e *Engine) banned(ctx context.Context, start time.Time, rs *routeSet, slot
 		if c.bans == nil || c.Shadow || s.req.Key == "" {
 			continue
 		}
-		st := e.banState(ctx, start, c.compiled, s.req.Key, s.req.At)
+		st, resp := e.banState(ctx, start, c.compiled, s.req.Key, s.req.At)
 		if st.Banned(s.req.At) {
-			s.d, s.o, found = banDecision(c.compiled, st, s.req.At), denied, true
+			s.d, s.o, found = banDecision(c.compiled, st, resp, s.req.At), denied, true
 		}
 	}
 	if found && e.observe != nil {
@@ -139,19 +140,21 @@ func (e *Engine) countDenials(ctx context.Context, start time.Time, rs *routeSet
 			}
 			continue
 		}
-		bc.remember(s.req.Key, out.State, s.req.At)
+		resp := banResponse(c.compiled, out.State)
+		bc.remember(s.req.Key, out.State, resp, s.req.At)
 		if out.State.Banned(s.req.At) {
-			s.d = banDecision(c.compiled, out.State, s.req.At)
+			s.d = banDecision(c.compiled, out.State, resp, s.req.At)
 		}
 	}
 }
 
-// banState returns what the instance knows of key's ban under c, reading
+// banState returns what the instance knows of key's ban under c, and that
+// ban rendered (banResponse, once per state read or counted), reading
 // the store when its knowledge is older than the policy's staleness. A
 // store that fails (or whose breaker is open) is logged and leaves what
 // the instance knew, or no ban, for one staleness: the limiters decide as
 // without a ban.
-func (e *Engine) banState(ctx context.Context, start time.Time, c *compiled, key string, now time.Time) banrule.State {
+func (e *Engine) banState(ctx context.Context, start time.Time, c *compiled, key string, now time.Time) (banrule.State, *Response) {
 	bc := c.bans
 	sh := &bc.shards[maphash.String(bc.seed, key)&15]
 	sh.mu.Lock()
@@ -162,13 +165,14 @@ func (e *Engine) banState(ctx context.Context, start time.Time, c *compiled, key
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return banrule.State{}
+			return banrule.State{}, nil
 		}
-		return ent.st
+		return ent.st, ent.resp
 	}
 	var known banrule.State
+	var knownResp *Response
 	if ent != nil {
-		known = ent.st // read (ready closed) before it went stale
+		known, knownResp = ent.st, ent.resp // read (ready closed) before it went stale
 	}
 	if len(sh.m) >= maxBanEntries {
 		for k, old := range sh.m {
@@ -193,16 +197,17 @@ func (e *Engine) banState(ctx context.Context, start time.Time, c *compiled, key
 			e.log.LogAttrs(ctx, slog.LevelWarn, "edgelimit: reading a ban failed; what the instance knew applies",
 				slog.String("policy", c.Name), slog.String("error", err.Error()))
 		}
-		st = known
+		ent.st, ent.resp = known, knownResp
+	} else {
+		ent.st, ent.resp = st, banResponse(c, st)
 	}
-	ent.st = st
 	close(ent.ready)
-	return st
+	return ent.st, ent.resp
 }
 
 // remember records a state the store returned for key (a denial counted),
-// fresh for the staleness from now.
-func (bc *banCache) remember(key string, st banrule.State, now time.Time) {
+// and resp, its ban rendered, fresh for the staleness from now.
+func (bc *banCache) remember(key string, st banrule.State, resp *Response, now time.Time) {
 	sh := &bc.shards[maphash.String(bc.seed, key)&15]
 	ready := make(chan struct{})
 	close(ready)
@@ -216,7 +221,7 @@ func (bc *banCache) remember(key string, st banrule.State, now time.Time) {
 		}
 	}
 	if len(sh.m) < maxBanEntries {
-		sh.m[strings.Clone(key)] = &banEntry{st: st, fresh: now.Add(bc.staleness), ready: ready}
+		sh.m[strings.Clone(key)] = &banEntry{st: st, resp: resp, fresh: now.Add(bc.staleness), ready: ready}
 	}
 	sh.mu.Unlock()
 }
@@ -231,10 +236,27 @@ func (bc *banCache) forget(key string) {
 }
 
 // banDecision is the denial of a banned key: the policy's quota with
-// nothing left until the ban ends, which is also when to retry, and a
-// problem detail and member that name the ban.
-func banDecision(c *compiled, st banrule.State, now time.Time) Decision {
+// nothing left until the ban ends, which is also when to retry, and resp,
+// the problem detail and member that name the ban (banResponse of st,
+// built here if nil).
+func banDecision(c *compiled, st banrule.State, resp *Response, now time.Time) Decision {
+	if resp == nil {
+		resp = banResponse(c, st)
+	}
 	wait := st.Until.Sub(now)
+	return Decision{Policy: c.Name, Limit: c.q, Window: c.w, Remaining: 0, Reset: wait, RetryAfter: wait, Reason: reasonBanned,
+		Response: resp}
+}
+
+// banResponse is what the 429 of st's ban says of it: the detail naming the
+// ban, and the "ban" member, split once into its members (as the body's
+// writer would split it), so that a banned key's every 429 neither formats
+// nor parses them again. Nil for a state without a ban. The end is shown
+// rounded up to the second, as Retry-After is.
+func banResponse(c *compiled, st banrule.State) *Response {
+	if st.Until.IsZero() {
+		return nil
+	}
 	until := st.Until.UTC().Truncate(time.Second)
 	if !until.Equal(st.Until) {
 		until = until.Add(time.Second)
@@ -243,6 +265,9 @@ func banDecision(c *compiled, st banrule.State, now time.Time) Decision {
 	detail := "This client is banned by policy " + strconv.Quote(c.Name) + " until " + when + " for being refused " +
 		strconv.FormatInt(c.Ban.After, 10) + " times within " + policy.FormatDuration(c.Ban.Within) + "; each ban in a row lasts longer."
 	ext := `{"ban":{"policy":` + c.jsonName + `,"until":"` + when + `","level":` + strconv.Itoa(st.Level) + `}}`
-	return Decision{Policy: c.Name, Limit: c.q, Window: c.w, Remaining: 0, Reset: wait, RetryAfter: wait, Reason: reasonBanned,
-		Response: &Response{Detail: detail, Extension: ext}}
+	r := &Response{Detail: detail, Extension: ext}
+	if ms, ok := compactMembers(ext, nil); ok {
+		r.members = ms
+	}
+	return r
 }

@@ -103,6 +103,10 @@ type Response struct {
 	// body carries (RFC 9457 extension members), e.g. {"challenge":{...}}.
 	// Members the engine writes itself are not replaced.
 	Extension string
+
+	// members is Extension split into its members, when the engine
+	// built it (a ban's); nil: split per body.
+	members []extMember
 }
 
 // Receipt records what an allowed Decision spent, in its limiter's own

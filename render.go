@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/edgelimit/edgelimit/internal/jsonenc"
 )
@@ -205,7 +206,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	v.add(headerContentType, problemJSONVals)
 	var namesBuf [8]string
 	names := namesBuf[:0]
-	var detail [256]byte
+	var detail [512]byte // a ban's detail included
 	if violated == 0 {
 		v.Status = 503
 		for _, c := range rs.policies {
@@ -221,7 +222,8 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 		return
 	}
 	v.Status = 429
-	var ext []string
+	var extBuf [4]*Response
+	ext := extBuf[:0]
 	var one *compiled // the violated policy, when only one is and it adds nothing
 	plain := true
 	for _, c := range rs.policies {
@@ -232,7 +234,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 				plain = false
 			}
 			if r := s.d.Response; r != nil && r.Extension != "" && !lifted(hard, s) {
-				ext = append(ext, r.Extension)
+				ext = append(ext, r)
 			}
 		}
 	}
@@ -256,7 +258,7 @@ func (e *Engine) render(rs *routeSet, v *Verdict, slots []slot) {
 	d = append(d, '.')
 	for _, c := range rs.policies {
 		s := &slots[c.slot]
-		if r := s.d.Response; !c.Shadow && s.o == denied && r != nil && r.Detail != "" && !lifted(hard, s) && !bytes.Contains(d, []byte(r.Detail)) {
+		if r := s.d.Response; !c.Shadow && s.o == denied && r != nil && r.Detail != "" && !lifted(hard, s) && !strings.Contains(unsafe.String(&d[0], len(d)), r.Detail) {
 			d = append(d, ' ')
 			d = append(d, r.Detail...)
 		}
@@ -374,9 +376,9 @@ var problemMembers = []string{"type", "title", "status", "detail", "violated-pol
 // appendProblem appends p as JSON, byte for byte what encoding/json writes
 // for it (same field order, omitempty and escaping), without reflection.
 // detail, if not nil, is used in place of p.Detail. exts are JSON objects
-// whose members follow, in order; a member already written is skipped, as
-// is an extension that is not a JSON object.
-func appendProblem(b []byte, p *problemBody, detail []byte, exts []string) []byte {
+// whose members follow, in order (each Response's Extension); a member
+// already written is skipped, as is an extension that is not a JSON object.
+func appendProblem(b []byte, p *problemBody, detail []byte, exts []*Response) []byte {
 	b = append(b, `{"type":`...)
 	b = jsonenc.AppendString(b, p.Type)
 	b = append(b, `,"title":`...)
@@ -407,97 +409,144 @@ func appendProblem(b []byte, p *problemBody, detail []byte, exts []string) []byt
 		b = strconv.AppendInt(b, p.RetryAfter, 10)
 	}
 	if len(exts) > 0 {
-		b = appendExtensions(b, exts)
+		w := extWriter{b: b}
+		for _, r := range exts {
+			if r.members != nil {
+				for _, m := range r.members {
+					w.add(m.name, m.raw)
+				}
+				continue
+			}
+			w.ext(r.Extension)
+		}
+		b = w.b
 	}
 	return append(b, '}')
 }
 
-// appendExtensions appends the members of each JSON object in exts. An
-// extension in the compact form the engine's own limiters write (a ban, a
-// challenge: on every 429 of a flood) is split without a decoder; any other
-// goes through encoding/json's.
-func appendExtensions(b []byte, exts []string) []byte {
-	var seenBuf [16]string
-	seen := append(seenBuf[:0], problemMembers...)
-	add := func(name, raw string) {
-		for _, s := range seen {
-			if s == name {
-				return
-			}
-		}
-		seen = append(seen, name)
-		b = append(b, ',')
-		b = jsonenc.AppendString(b, name)
-		b = append(b, ':')
-		b = append(b, raw...)
-	}
-	for _, ext := range exts {
-		if compactMembers(ext, add) {
-			continue
-		}
-		dec := json.NewDecoder(strings.NewReader(ext))
-		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-			continue
-		}
-		for dec.More() {
-			tok, err := dec.Token()
-			name, ok := tok.(string)
-			if err != nil || !ok {
-				break
-			}
-			var raw json.RawMessage
-			if err := dec.Decode(&raw); err != nil {
-				break
-			}
-			var c bytes.Buffer
-			if json.Compact(&c, raw) == nil {
-				raw = c.Bytes()
-			}
-			add(name, string(raw))
-		}
-	}
-	return b
+// extMember is one member of a JSON object: its name and its value's
+// JSON text, compact.
+type extMember struct{ name, raw string }
+
+// extWriter appends extension members to a problem body, each name once:
+// a member whose name was written (the engine's own, an earlier
+// extension's) is skipped.
+// The names seen are held in the writer itself, not in a slice of it, so
+// that a writer on the stack stays there.
+type extWriter struct {
+	b     []byte
+	seen  [10]string
+	nseen int
+	more  []string // beyond seen
 }
 
-// compactMembers calls f with each member of ext, a JSON object with no
-// space outside its strings and no escape in its member names, and
-// reports true; for anything else it calls f for none and reports false.
-// (A name of printable ASCII: the decoder would rewrite any other.)
-func compactMembers(ext string, f func(name, raw string)) bool {
-	if len(ext) < 2 || ext[0] != '{' || !json.Valid([]byte(ext)) {
-		return false
+func (w *extWriter) add(name, raw string) {
+	for _, s := range problemMembers {
+		if s == name {
+			return
+		}
 	}
-	// Valid JSON: only the layout is left to check, before any call.
-	type member struct{ name, raw string }
-	var buf [4]member
-	ms := buf[:0]
+	for _, s := range w.seen[:w.nseen] {
+		if s == name {
+			return
+		}
+	}
+	for _, s := range w.more {
+		if s == name {
+			return
+		}
+	}
+	if w.nseen < len(w.seen) {
+		w.seen[w.nseen] = name
+		w.nseen++
+	} else {
+		w.more = append(w.more, name)
+	}
+	w.b = append(w.b, ',')
+	w.b = jsonenc.AppendString(w.b, name)
+	w.b = append(w.b, ':')
+	w.b = append(w.b, raw...)
+}
+
+// ext appends the members of ext. An extension in the compact form the
+// engine's own limiters write (a challenge: on every 429 of a flood) is
+// split without a decoder; any other goes through encoding/json's. A ban's
+// members come split already (Response.members, by banResponse), so that
+// a banned key's 429 parses nothing.
+func (w *extWriter) ext(ext string) {
+	var buf [4]extMember
+	if ms, ok := compactMembers(ext, buf[:0]); ok {
+		for _, m := range ms {
+			w.add(m.name, m.raw)
+		}
+		return
+	}
+	dec := json.NewDecoder(strings.NewReader(ext))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		name, ok := tok.(string)
+		if err != nil || !ok {
+			break
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			break
+		}
+		var c bytes.Buffer
+		if json.Compact(&c, raw) == nil {
+			raw = c.Bytes()
+		}
+		w.add(name, string(raw))
+	}
+}
+
+// appendExtensions appends the members of each JSON object in exts, as
+// appendProblem does for its Responses' Extensions.
+func appendExtensions(b []byte, exts []string) []byte {
+	w := extWriter{b: b}
+	for _, ext := range exts {
+		w.ext(ext)
+	}
+	return w.b
+}
+
+// compactMembers appends to ms each member of ext, a JSON object with no
+// space outside its strings and no escape in its member names, and
+// reports true; for anything else it appends none and reports false.
+// (A name of printable ASCII: the decoder would rewrite any other.)
+func compactMembers(ext string, ms []extMember) ([]extMember, bool) {
+	n := len(ms)
+	if len(ext) < 2 || ext[0] != '{' || !json.Valid([]byte(ext)) {
+		return ms, false
+	}
+	// Valid JSON: only the layout is left to check.
 	i := 1
 	for ext[i] != '}' {
 		if ext[i] != '"' {
-			return false
+			return ms[:n], false
 		}
 		j := strings.IndexByte(ext[i+1:], '"') + i + 1
 		name := ext[i+1 : j]
 		if !plainName(name) || ext[j+1] != ':' {
-			return false
+			return ms[:n], false
 		}
 		end, ok := skipCompactValue(ext, j+2)
 		if !ok {
-			return false
+			return ms[:n], false
 		}
-		ms = append(ms, member{name, ext[j+2 : end]})
+		ms = append(ms, extMember{name, ext[j+2 : end]})
 		i = end
 		if ext[i] == ',' {
 			i++
 		}
 	}
 	if i != len(ext)-1 {
-		return false
+		return ms[:n], false
 	}
-	for _, m := range ms {
-		f(m.name, m.raw)
-	}
-	return true
+	return ms, true
 }
 
 // plainName reports a member name of printable ASCII without escapes,

@@ -35,7 +35,9 @@
 //     as it is. The Lambda adapters never write to the handler's header
 //     maps (a handler may return a shared one): the response carries a
 //     copy. On REST API, and on ALB with multi-value headers, they go in
-//     MultiValueHeaders. The net/http adapter sets them just before the
+//     MultiValueHeaders, as one-element slices that may be shared with
+//     other responses (as [Handler]'s are): code between the adapter and
+//     the runtime may replace them but must not write into them. The net/http adapter sets them just before the
 //     handler's response header is written. An error from the handler is
 //     returned unchanged. The handler's context
 //     carries the verdict: [edgelimit.FromContext] returns it, with the
@@ -44,6 +46,8 @@
 //   - Not allowed: the handler does not run. The adapter answers the
 //     verdict's status (400, 403, 429 or 503) with its headers and its
 //     application/problem+json body, as plain text (IsBase64Encoded false).
+//     The adapters keep up to 256 recent bodies (the text they sent), so
+//     that a flood's identical 429s share one string.
 //
 // Because the engine decides and renders everything, the same request gets
 // the same status, headers and body through every adapter. The tests run one

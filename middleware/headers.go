@@ -2,9 +2,11 @@ package middleware
 
 import (
 	"encoding/json"
+	"hash/maphash"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/edgelimit/edgelimit"
 )
@@ -51,13 +53,31 @@ func replaced(fs []edgelimit.Field, key string) bool {
 	return ok
 }
 
+// mapSize is the size of a copy of the handler's headers h with the
+// verdict's fields in place of any of the same name: exact when the sum
+// would pass one group of Go's map (8 entries), so that a copy that fits
+// in one is made as one (a map's header and a single group), not as a
+// table of groups.
+func mapSize[V any](h map[string]V, fs []edgelimit.Field) int {
+	n := len(h) + len(fs)
+	if n <= 8 {
+		return n
+	}
+	for k := range h {
+		if replaced(fs, k) {
+			n--
+		}
+	}
+	return n
+}
+
 // withSingle returns a copy of the handler's headers h with the verdict's
 // fields in place of any of the same name.
 func withSingle(h map[string]string, fs []edgelimit.Field) map[string]string {
 	if len(fs) == 0 {
 		return h
 	}
-	out := make(map[string]string, len(h)+len(fs))
+	out := make(map[string]string, mapSize(h, fs))
 	for k, v := range h {
 		if !replaced(fs, k) {
 			out[k] = v
@@ -69,21 +89,21 @@ func withSingle(h map[string]string, fs []edgelimit.Field) map[string]string {
 	return out
 }
 
-// withMulti is withSingle for a multi-value header map.
-func withMulti(h map[string][]string, fs []edgelimit.Field) map[string][]string {
+// withMulti is withSingle for a multi-value header map. values(i) is
+// fs[i]'s value as a one-element slice, the verdict's own
+// (Verdict.Values), which the response may keep: no slice is allocated.
+func withMulti(h map[string][]string, fs []edgelimit.Field, values func(int) []string) map[string][]string {
 	if len(fs) == 0 {
 		return h
 	}
-	out := make(map[string][]string, len(h)+len(fs))
+	out := make(map[string][]string, mapSize(h, fs))
 	for k, v := range h {
 		if !replaced(fs, k) {
 			out[k] = v
 		}
 	}
-	vals := make([]string, len(fs))
 	for i, f := range fs {
-		vals[i] = f.Value
-		out[f.Name] = vals[i : i+1 : i+1]
+		out[f.Name] = values(i)
 	}
 	return out
 }
@@ -119,15 +139,54 @@ func singleOf(fs []edgelimit.Field) map[string]string {
 	return h
 }
 
-// multiOf renders the verdict's fields as a multi-value header map.
-func multiOf(fs []edgelimit.Field) map[string][]string {
+// multiOf renders the verdict's fields as a multi-value header map, each
+// value the verdict's own one-element slice (values, as in withMulti).
+func multiOf(fs []edgelimit.Field, values func(int) []string) map[string][]string {
 	h := make(map[string][]string, len(fs))
-	vals := make([]string, len(fs))
 	for i, f := range fs {
-		vals[i] = f.Value
-		h[f.Name] = vals[i : i+1 : i+1]
+		h[f.Name] = values(i)
 	}
 	return h
+}
+
+// lambdaBody is the verdict's problem body as a Lambda response's Body,
+// which the runtime serializes after the adapter has released the verdict
+// (whose body buffer is reused): a string of its own, but one interned in
+// bodies, so that a body like one sent recently (a flood's 429s: the same
+// policy, the same wait) is that string again, not a new one.
+func lambdaBody(v *edgelimit.Verdict) string {
+	if len(v.Body) == 0 {
+		return body(v)
+	}
+	return bodies.intern(v.Body)
+}
+
+// bodies interns the Lambda adapters' problem bodies.
+var bodies = newBodyCache()
+
+// bodyCache is a small direct-mapped cache of strings, safe for
+// concurrent use: a slot holds the last string whose hash fell in it.
+// It holds at most len(slots) bodies (each a few hundred bytes: the
+// engine's bodies are bounded by its policies' names and details).
+type bodyCache struct {
+	seed  maphash.Seed
+	slots [256]atomic.Pointer[interned]
+}
+
+// interned is a string a bodyCache slot holds.
+type interned struct{ s string }
+
+func newBodyCache() *bodyCache { return &bodyCache{seed: maphash.MakeSeed()} }
+
+// intern returns b as a string, the cached one if a slot holds it.
+func (c *bodyCache) intern(b []byte) string {
+	slot := &c.slots[maphash.Bytes(c.seed, b)%uint64(len(c.slots))]
+	if e := slot.Load(); e != nil && e.s == string(b) {
+		return e.s
+	}
+	e := &interned{s: string(b)}
+	slot.Store(e)
+	return e.s
 }
 
 // body returns the verdict's problem body as response text. A verdict that
@@ -153,8 +212,19 @@ func status(v *edgelimit.Verdict) int {
 	return v.Status
 }
 
-// statusDescription is the ALB's status line text, like "429 Too Many Requests".
+// statusDescription is the ALB's status line text, like "429 Too Many
+// Requests": a constant for the statuses the engine answers.
 func statusDescription(code int) string {
+	switch code {
+	case http.StatusBadRequest:
+		return "400 Bad Request"
+	case http.StatusForbidden:
+		return "403 Forbidden"
+	case http.StatusTooManyRequests:
+		return "429 Too Many Requests"
+	case http.StatusServiceUnavailable:
+		return "503 Service Unavailable"
+	}
 	return strconv.Itoa(code) + " " + http.StatusText(code)
 }
 

@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -37,7 +39,7 @@ func TestMergeRule(t *testing.T) {
 		t.Errorf("withSingle wrote to the handler's map: %v", h)
 	}
 	m := map[string][]string{"RATELIMIT": {"bogus"}, "X-Own": {"1"}}
-	gotm := withMulti(m, mergeFields)
+	gotm := withMulti(m, mergeFields, func(i int) []string { return []string{mergeFields[i].Value} })
 	wantm := map[string][]string{"RateLimit": {`"p";r=1;t=60`}, "Edgelimit-Token": {"tok"}, "X-Own": {"1"}}
 	if !reflect.DeepEqual(gotm, wantm) {
 		t.Errorf("withMulti = %v, want %v", gotm, wantm)
@@ -219,4 +221,38 @@ func TestCanonicalNames(t *testing.T) {
 			t.Errorf("canonical(%q) = %q, want net/http's %q", n, got, want)
 		}
 	}
+}
+
+// TestBodyCache: an interned body is the same text, the same string when
+// it repeats, and never another body's, also when bodies share a slot
+// and goroutines race for it.
+func TestBodyCache(t *testing.T) {
+	c := newBodyCache()
+	a := c.intern([]byte(`{"status":429,"retry-after":5}`))
+	b := c.intern([]byte(`{"status":429,"retry-after":5}`))
+	if a != `{"status":429,"retry-after":5}` || unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Errorf("repeated body: %q at %p, %q at %p; want one string", a, unsafe.StringData(a), b, unsafe.StringData(b))
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 0, 64)
+			for i := range 2000 { // more bodies than slots: they collide
+				want := fmt.Sprintf(`{"g":%d,"i":%d}`, g, i%600)
+				buf = append(buf[:0], want...)
+				if got := c.intern(buf); got != want {
+					t.Errorf("intern(%s) = %s", want, got)
+					return
+				}
+				buf[0] = 'x' // the caller's buffer is reused: the string is not
+				if got := c.intern([]byte(want)); got != want {
+					t.Errorf("intern(%s) after the buffer changed = %s", want, got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

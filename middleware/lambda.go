@@ -46,7 +46,7 @@ func mustWrap(name string, e *edgelimit.Engine, isNil bool) {
 func guard[Req, Resp any](name string, e *edgelimit.Engine, h func(context.Context, Req) (Resp, error),
 	input func(*Req) edgelimit.Input,
 	refuse func(*Req, *edgelimit.Verdict) Resp,
-	merge func(*Req, *Resp, []edgelimit.Field),
+	merge func(*Req, *Resp, *edgelimit.Verdict),
 	status func(*Resp) int,
 ) func(context.Context, Req) (Resp, error) {
 	mustWrap(name, e, h == nil)
@@ -75,7 +75,7 @@ func guard[Req, Resp any](name string, e *edgelimit.Engine, h func(context.Conte
 		v.Finish(ctx, status(&resp))
 		// The header values are the request's own memory: the response
 		// keeps them after the Verdict goes back.
-		merge(&req, &resp, v.Header())
+		merge(&req, &resp, v)
 		v.Release()
 		return resp, nil
 	}
@@ -96,10 +96,10 @@ func HTTPAPI(e *edgelimit.Engine, h HTTPAPIHandler) HTTPAPIHandler {
 			return in
 		},
 		func(_ *events.APIGatewayV2HTTPRequest, v *edgelimit.Verdict) events.APIGatewayV2HTTPResponse {
-			return events.APIGatewayV2HTTPResponse{StatusCode: status(v), Headers: singleOf(v.Header()), Body: body(v)}
+			return events.APIGatewayV2HTTPResponse{StatusCode: status(v), Headers: singleOf(v.Header()), Body: lambdaBody(v)}
 		},
-		func(_ *events.APIGatewayV2HTTPRequest, resp *events.APIGatewayV2HTTPResponse, fs []edgelimit.Field) {
-			resp.Headers = withSingle(resp.Headers, fs)
+		func(_ *events.APIGatewayV2HTTPRequest, resp *events.APIGatewayV2HTTPResponse, v *edgelimit.Verdict) {
+			resp.Headers = withSingle(resp.Headers, v.Header())
 		},
 		func(resp *events.APIGatewayV2HTTPResponse) int { return statusOr200(resp.StatusCode) })
 }
@@ -115,10 +115,10 @@ func FunctionURL(e *edgelimit.Engine, h FunctionURLHandler) FunctionURLHandler {
 			return v2Input(http, req.RawPath, req.Headers, nil)
 		},
 		func(_ *events.LambdaFunctionURLRequest, v *edgelimit.Verdict) events.LambdaFunctionURLResponse {
-			return events.LambdaFunctionURLResponse{StatusCode: status(v), Headers: singleOf(v.Header()), Body: body(v)}
+			return events.LambdaFunctionURLResponse{StatusCode: status(v), Headers: singleOf(v.Header()), Body: lambdaBody(v)}
 		},
-		func(_ *events.LambdaFunctionURLRequest, resp *events.LambdaFunctionURLResponse, fs []edgelimit.Field) {
-			resp.Headers = withSingle(resp.Headers, fs)
+		func(_ *events.LambdaFunctionURLRequest, resp *events.LambdaFunctionURLResponse, v *edgelimit.Verdict) {
+			resp.Headers = withSingle(resp.Headers, v.Header())
 		},
 		func(resp *events.LambdaFunctionURLResponse) int { return statusOr200(resp.StatusCode) })
 }
@@ -156,11 +156,11 @@ func RESTAPI(e *edgelimit.Engine, h RESTAPIHandler) RESTAPIHandler {
 			}
 		},
 		func(_ *events.APIGatewayProxyRequest, v *edgelimit.Verdict) events.APIGatewayProxyResponse {
-			return events.APIGatewayProxyResponse{StatusCode: status(v), MultiValueHeaders: multiOf(v.Header()), Body: body(v)}
+			return events.APIGatewayProxyResponse{StatusCode: status(v), MultiValueHeaders: multiOf(v.Header(), v.Values), Body: lambdaBody(v)}
 		},
-		func(_ *events.APIGatewayProxyRequest, resp *events.APIGatewayProxyResponse, fs []edgelimit.Field) {
-			resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, fs)
-			resp.Headers = withoutOurs(resp.Headers, fs)
+		func(_ *events.APIGatewayProxyRequest, resp *events.APIGatewayProxyResponse, v *edgelimit.Verdict) {
+			resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, v.Header(), v.Values)
+			resp.Headers = withoutOurs(resp.Headers, v.Header())
 		},
 		func(resp *events.APIGatewayProxyResponse) int { return statusOr200(resp.StatusCode) })
 }
@@ -186,20 +186,20 @@ func ALB(e *edgelimit.Engine, h ALBHandler) ALBHandler {
 		},
 		func(req *events.ALBTargetGroupRequest, v *edgelimit.Verdict) events.ALBTargetGroupResponse {
 			code := status(v)
-			resp := events.ALBTargetGroupResponse{StatusCode: code, StatusDescription: statusDescription(code), Body: body(v)}
+			resp := events.ALBTargetGroupResponse{StatusCode: code, StatusDescription: statusDescription(code), Body: lambdaBody(v)}
 			if albMulti(req) {
-				resp.MultiValueHeaders = multiOf(v.Header())
+				resp.MultiValueHeaders = multiOf(v.Header(), v.Values)
 			} else {
 				resp.Headers = singleOf(v.Header())
 			}
 			return resp
 		},
-		func(req *events.ALBTargetGroupRequest, resp *events.ALBTargetGroupResponse, fs []edgelimit.Field) {
+		func(req *events.ALBTargetGroupRequest, resp *events.ALBTargetGroupResponse, v *edgelimit.Verdict) {
 			if albMulti(req) {
-				resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, fs)
-				resp.Headers = withoutOurs(resp.Headers, fs)
+				resp.MultiValueHeaders = withMulti(resp.MultiValueHeaders, v.Header(), v.Values)
+				resp.Headers = withoutOurs(resp.Headers, v.Header())
 			} else {
-				resp.Headers = withSingle(resp.Headers, fs)
+				resp.Headers = withSingle(resp.Headers, v.Header())
 			}
 		},
 		func(resp *events.ALBTargetGroupResponse) int { return statusOr200(resp.StatusCode) })

@@ -41,6 +41,28 @@ func banStatus(t *testing.T, url, key string) (int, bool) {
 	return resp.StatusCode, strings.Contains(string(body), `"ban":{`)
 }
 
+// banUntil sends one request of a banned key and returns its 429's
+// ban.until.
+func banUntil(t *testing.T, url, key string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url+"/api/x", nil)
+	req.Header.Set("X-Api-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Ban struct {
+			Until string `json:"until"`
+		} `json:"ban"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 429 || body.Ban.Until == "" {
+		t.Fatalf("a banned key's request: %d, ban.until %q, %v; want a 429 naming its ban", resp.StatusCode, body.Ban.Until, err)
+	}
+	return body.Ban.Until
+}
+
 // TestBanCommands: serve bans a key after its denials; `ban list` shows
 // the ban serve wrote, `ban lift` lifts it, and serve applies the lift
 // within the policy's ban.staleness. Each command makes the DynamoDB calls
@@ -60,6 +82,7 @@ func TestBanCommands(t *testing.T) {
 			t.Fatalf("request %d: %d (ban %v), want %d (ban %v)", i+1, st, ban, want.status, want.ban)
 		}
 	}
+	bodyUntil := banUntil(t, url, "key-1")
 	last := time.Now()
 	rec.take()
 	out := mustCLI(t, "ban", "list", "api", "key-1")
@@ -78,6 +101,12 @@ func TestBanCommands(t *testing.T) {
 	var j map[string]any
 	if err := json.Unmarshal([]byte(mustCLI(t, "ban", "list", "--json", "api", "key-1")), &j); err != nil || j["banned"] != true || j["level"] != float64(1) {
 		t.Errorf("ban list --json: %v, %v", j, err)
+	}
+	// The ban's end, rounded up to its second, is the same instant in the
+	// text, in --json and in the 429's ban member.
+	textUntil, _, _ := strings.Cut(strings.TrimPrefix(out, "policy api: banned until "), " ")
+	if j["until"] != textUntil || j["until"] != bodyUntil {
+		t.Errorf("the ban's end: %q in the text, %v in --json, %q in the 429's body; want one instant", textUntil, j["until"], bodyUntil)
 	}
 	if out := mustCLI(t, "ban", "list", "api", "key-2"); out != "policy api: not banned\n" {
 		t.Errorf("ban list of a key never denied: %q", out)

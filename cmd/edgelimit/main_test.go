@@ -275,6 +275,18 @@ func TestCheck(t *testing.T) {
 			t.Errorf("check output lacks %q:\n%s", want, stdout.String())
 		}
 	}
+	// OPTIONS is the strategy's own fields, NOTES the fields every
+	// strategy's policy has (max_delay among them): each in its column.
+	lines := strings.Split(stdout.String(), "\n")
+	opt, key, notes := strings.Index(lines[0], "OPTIONS"), strings.Index(lines[0], "KEY"), strings.Index(lines[0], "NOTES")
+	for _, line := range lines[1:] {
+		if !strings.HasPrefix(line, "GET /s ") {
+			continue
+		}
+		if len(line) < notes || strings.TrimSpace(line[opt:key]) != "gcra burst=5" || strings.TrimSpace(line[notes:]) != "max_delay=300ms" {
+			t.Errorf("smooth: OPTIONS %q and NOTES %q, want \"gcra burst=5\" and \"max_delay=300ms\":\n%s", line[opt:key], line[min(notes, len(line)):], stdout.String())
+		}
+	}
 	// Regression (issue 15, item 5): a signed policy is not listed with an
 	// algorithm it does not have.
 	for _, line := range strings.Split(out, "\n") {

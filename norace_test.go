@@ -1,0 +1,5 @@
+//go:build !race
+
+package edgelimit_test
+
+const raceEnabled = false
