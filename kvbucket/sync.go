@@ -99,7 +99,6 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 	e.flight = o
 	e.setBusy()
 	e.syncing = true
-	e.syncedAt = n
 	e.spentFlight = wire.Wide{}
 	up := b.update(u, e, o, n, false)
 	if repair {
