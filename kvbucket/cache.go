@@ -60,9 +60,12 @@ type entry struct {
 	// names the Bucket and the key in a receipt (Bucket.receiptID).
 	hash uint64
 
-	// kvKey is the key's KV key (the Bucket's prefix and the key); set
-	// when the entry is made, never changed.
-	kvKey string
+	// long is the key's KV key (the Bucket's prefix and the key) when the
+	// key is longer than short holds; else "": the KV key is then made for
+	// each KV call (Bucket.kvKey), so that a cached key is no second object
+	// for the garbage collector to mark. Set when the entry is made, never
+	// changed.
+	long string
 	// wait is closed when the in-flight first read of an unknown key ends;
 	// writing when the write-through in flight ends.
 	wait, writing chan struct{}
@@ -99,7 +102,15 @@ func (e *entry) is(key string, prefixLen int) bool {
 	if e.shortLen != longKey {
 		return int(e.shortLen) == len(key) && string(e.short[:len(key)]) == key
 	}
-	return e.kvKey[prefixLen:] == key
+	return e.long[prefixLen:] == key
+}
+
+// kvKey returns e's KV key: the Bucket's prefix and the key.
+func (b *Bucket) kvKey(e *entry) string {
+	if e.shortLen != longKey {
+		return b.prefix + string(e.short[:e.shortLen])
+	}
+	return e.long
 }
 
 // setBusy keeps busy in step with flight and inflight. s.mu is held.
@@ -118,7 +129,7 @@ type shard struct {
 	// written back before it is dropped.
 	u     *units
 	stats Stats
-	// prefix is the Bucket's KV key prefix (entry.kvKey).
+	// prefix is the Bucket's KV key prefix (entry.long).
 	prefix string
 	_      [64]byte // keep shards' locks on separate cache lines
 }
@@ -173,14 +184,14 @@ func (s *shard) lookup(key string, h uint64, n int64) (e, victim *entry) {
 	if s.len() >= s.max {
 		victim = s.evict(n)
 	}
-	// A copy, which is also the key's KV key, made once: the request's
-	// key lies in memory the engine allocated for the whole request,
-	// which the entry would keep alive.
-	kvKey := s.prefix + key
-	key = kvKey[len(s.prefix):]
-	e = &entry{kvKey: kvKey, hash: h, used: n, shortLen: longKey}
+	e = &entry{hash: h, used: n}
 	if len(key) <= shortKey {
 		e.shortLen = uint8(copy(e.short[:], key))
+	} else {
+		// A copy, which is also the key's KV key, made once: the request's
+		// key lies in memory the engine allocated for the whole request,
+		// which the entry would keep alive.
+		e.shortLen, e.long = longKey, s.prefix+key
 	}
 	s.t.insert(e)
 	return e, victim

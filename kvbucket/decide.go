@@ -198,7 +198,7 @@ func (b *Bucket) firstRead(ctx context.Context, s *shard, e *entry, n int64) err
 	s.stats.Synced++
 	s.stats.Reads++
 	s.mu.Unlock()
-	t, err := b.kv.get(ctx, e.kvKey, wire.Strong)
+	t, err := b.kv.get(ctx, b.kvKey(e), wire.Strong)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer b.endSync(e)
@@ -244,7 +244,7 @@ func (b *Bucket) refresh(ctx context.Context, s *shard, e *entry, n int64) bool 
 	s.stats.Synced++
 	s.stats.Reads++
 	s.mu.Unlock()
-	t, err := b.kv.get(ctx, e.kvKey, wire.Strong)
+	t, err := b.kv.get(ctx, b.kvKey(e), wire.Strong)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.refreshing = false

@@ -9,12 +9,15 @@ import (
 // tableEntry makes an entry for key with hash h, as shard.lookup does
 // (no prefix).
 func tableEntry(key string, h uint64) *entry {
-	e := &entry{kvKey: key, hash: h, shortLen: longKey}
+	e := &entry{hash: h, shortLen: longKey, long: key}
 	if len(key) <= shortKey {
-		e.shortLen = uint8(copy(e.short[:], key))
+		e.shortLen, e.long = uint8(copy(e.short[:], key)), ""
 	}
 	return e
 }
+
+// keyOf is e's key (tableEntry's: no prefix).
+func keyOf(e *entry) string { return (&Bucket{}).kvKey(e) }
 
 // checkTable compares t with want (key → entry) both ways: every entry of
 // want is found under its key and hash, the table holds nothing else, and
@@ -36,12 +39,12 @@ func checkTable(t *testing.T, tb *entryTable, want map[string]*entry) {
 			continue
 		}
 		held++
-		if want[s.e.kvKey] != s.e || s.h != s.e.hash {
-			t.Fatalf("slot %d holds %q (hash %#x, slot hash %#x), not in the model", i, s.e.kvKey, s.e.hash, s.h)
+		if want[keyOf(s.e)] != s.e || s.h != s.e.hash {
+			t.Fatalf("slot %d holds %q (hash %#x, slot hash %#x), not in the model", i, keyOf(s.e), s.e.hash, s.h)
 		}
 		for j := tb.home(s.h); j != i; j = tb.next(j) {
 			if tb.slots[j].e == nil {
-				t.Fatalf("slot %d (%q) is cut off from its home %d by the empty slot %d", i, s.e.kvKey, tb.home(s.h), j)
+				t.Fatalf("slot %d (%q) is cut off from its home %d by the empty slot %d", i, keyOf(s.e), tb.home(s.h), j)
 			}
 		}
 	}
@@ -178,7 +181,7 @@ func TestEntryTableSample(t *testing.T) {
 		got := map[*entry]bool{}
 		tb.sample(evictSample, func(e *entry) bool {
 			if got[e] {
-				t.Fatalf("sample holds %q twice", e.kvKey)
+				t.Fatalf("sample holds %q twice", keyOf(e))
 			}
 			got[e] = true
 			seen[e] = true
