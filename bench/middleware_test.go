@@ -184,6 +184,11 @@ func BenchmarkMiddleware(b *testing.B) {
 				b.Run(cs.name, func(b *testing.B) {
 					var c mwCounters
 					cellBench(cs.t, seq, cs.want, cs.parallel, &c)(b)
+					if ops := c.ops.Load(); ops > 0 {
+						// The process's CPU time per request, GC included:
+						// the figure a busy machine disturbs least.
+						b.ReportMetric(float64(c.cpu.Load())/float64(ops), "cpu-ns/op")
+					}
 					if n := c.unexpected.Load(); n > 0 {
 						b.Fatalf("%d requests were not answered %d", n, cs.want)
 					}

@@ -24,8 +24,8 @@ const DefaultSyncInterval = time.Second
 // clients found most of their keys evicted, and paid a strong read and a
 // write per decision), with the headroom the cache's 64 shards need (a
 // shard holds 2,048; 100,000 keys put about 1,560 in each, rarely over
-// 1,700). The cache grows with the keys it meets, about 544 bytes each
-// (measured, TestCacheEntryBytes): 54 MB at 100,000 keys, 71 MB full.
+// 1,700). The cache grows with the keys it meets, about 500 bytes each
+// (measured, TestCacheEntryBytes): 50 MB at 100,000 keys, 66 MB full.
 const DefaultCacheSize = 1 << 17
 
 // MaxKeyLength bounds a request key. Keys arrive hashed (22 bytes), so a
@@ -53,7 +53,7 @@ type Config struct {
 	// CacheSize bounds the keys whose state this process keeps (when set,
 	// it wins over the policy's cache_size, Options.CacheSize); beyond it
 	// a least recently used key is dropped (sampled LRU). The cache grows
-	// with the keys it meets, about 544 bytes each (measured: 54 MB for
+	// with the keys it meets, about 500 bytes each (measured: 50 MB for
 	// 100,000 keys), up to the bound. Default DefaultCacheSize (131,072:
 	// 100,000 active keys with headroom); a function with little memory
 	// and many clients may set less, at a strong read and a write for each

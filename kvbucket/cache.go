@@ -9,39 +9,17 @@ import (
 
 // entry is one key's local state in this process (one Lambda instance).
 // The fields a cached decision reads and writes come first and together
-// (about two cache lines), the rest after.
+// (the key a lookup compares in the first cache line, all of them in the
+// first three), then the pointers, together (the garbage collector reads
+// an entry's pointer words only, which then share two cache lines instead
+// of lying across the entry), then the rest.
 type entry struct {
-	// tat is the bucket's TAT as last learned from the KV (v.tat),
-	// without this instance's unwritten changes.
-	tat wire.Wide
-	// pend are this instance's changes the KV does not know yet: local
-	// spending, refunds, an undone reservation.
-	pend op
-	// spent counts the units this instance spent locally since its share
-	// was granted (refunds subtract).
-	spent wire.Wide
-	// used is when the entry was last used (Unix nanoseconds), for
-	// eviction.
-	used int64
-	hash uint64
 	// short is the key, inline when it is at most as long (the engine's
 	// hashed keys are 22 bytes; shortLen is its length, or longKey): a
 	// lookup compares it in the entry it reached, without a second cache
 	// miss on the key's own bytes.
-	short [shortKey]byte
-	// rid names this Bucket and the key in a receipt.
-	rid [16]byte
-	// firstAt is when the first store answer for the key came (probation
-	// ends a sync interval later); grantAt the instant of the share's grant;
-	// degradedUntil, after a failed store call, when the key may call the
-	// store again.
-	firstAt, grantAt, degradedUntil int64
-	// grantEnd is when the operator's grant e knows of ends (0: none, or
-	// none left): a copy of v's, read on the hot path.
-	grantEnd int64
-	// insts are the instances counted at the grant (1: this one alone,
-	// which then decides from the whole bucket).
-	insts int64
+	short    [shortKey]byte
+	shortLen uint8
 	// known: a store answer came (v holds it).
 	known bool
 	// granted: a share was granted after probation.
@@ -55,7 +33,44 @@ type entry struct {
 	// refreshing: the read of a stale denial is in flight.
 	refreshing bool
 	idleSeen   bool // see idleSince
-	shortLen   uint8
+	// used is when the entry was last used (Unix nanoseconds), for
+	// eviction.
+	used int64
+	// tat is the bucket's TAT as last learned from the KV (v.tat),
+	// without this instance's unwritten changes.
+	tat wire.Wide
+	// pend are this instance's changes the KV does not know yet: local
+	// spending, refunds, an undone reservation.
+	pend op
+	// spent counts the units this instance spent locally since its share
+	// was granted (refunds subtract).
+	spent wire.Wide
+	// firstAt is when the first store answer for the key came (probation
+	// ends a sync interval later); grantAt the instant of the share's grant;
+	// degradedUntil, after a failed store call, when the key may call the
+	// store again.
+	firstAt, grantAt, degradedUntil int64
+	// grantEnd is when the operator's grant e knows of ends (0: none, or
+	// none left): a copy of v's, read on the hot path.
+	grantEnd int64
+	// insts are the instances counted at the grant (1: this one alone,
+	// which then decides from the whole bucket).
+	insts int64
+	// hash is the key's (the cache's maphash); with the Bucket's id it
+	// names the Bucket and the key in a receipt (Bucket.receiptID).
+	hash uint64
+
+	// long is the key's KV key (the Bucket's prefix and the key) when the
+	// key is longer than short holds; else "": the KV key is then made for
+	// each KV call (Bucket.kvKey), so that a cached key is no second object
+	// for the garbage collector to mark. Set when the entry is made, never
+	// changed.
+	long string
+	// wait is closed when the in-flight first read of an unknown key ends;
+	// writing when the write-through in flight ends.
+	wait, writing chan struct{}
+	// v is the shared state as last learned (its pointers first).
+	v view
 
 	// flight are the changes a sync or a write-back in flight is writing
 	// (they count until its answer comes).
@@ -67,20 +82,10 @@ type entry struct {
 	// with R what it held then (at least 0, under the limits of the
 	// request asking), the share at n is (R + (n − grantAt)·Limit) / insts.
 	spentFlight, grantTAT wire.Wide
-	// syncedAt is when the last periodic sync started; learnedAt when the
-	// KV last answered for the key (a local denial older than a sync
-	// interval is read again: an operator's Reset or Grant elsewhere
-	// reaches this instance within one).
-	syncedAt, learnedAt int64
-
-	// kvKey is the key's KV key (the Bucket's prefix and the key); set
-	// when the entry is made, never changed.
-	kvKey string
-	// v is the shared state as last learned.
-	v view
-	// wait is closed when the in-flight first read of an unknown key ends;
-	// writing when the write-through in flight ends.
-	wait, writing chan struct{}
+	// learnedAt is when the KV last answered for the key (a local denial
+	// older than a sync interval is read again: an operator's Reset or
+	// Grant elsewhere reaches this instance within one).
+	learnedAt int64
 	// idleSince is used as the idle write-back last saw it (idle.go): a
 	// key whose used has not moved between two of its passes is idle.
 	idleSince int64
@@ -97,26 +102,34 @@ func (e *entry) is(key string, prefixLen int) bool {
 	if e.shortLen != longKey {
 		return int(e.shortLen) == len(key) && string(e.short[:len(key)]) == key
 	}
-	return e.kvKey[prefixLen:] == key
+	return e.long[prefixLen:] == key
+}
+
+// kvKey returns e's KV key: the Bucket's prefix and the key.
+func (b *Bucket) kvKey(e *entry) string {
+	if e.shortLen != longKey {
+		return b.prefix + string(e.short[:e.shortLen])
+	}
+	return e.long
 }
 
 // setBusy keeps busy in step with flight and inflight. s.mu is held.
 func (e *entry) setBusy() { e.busy = e.flight.has || e.inflight.Sign() != 0 }
 
 // shard is a part of the cache with its own lock. Entries are found by
-// the 64-bit hash of their key (computed anyway to pick the shard); the
-// rare key whose hash another key already holds lives in collided.
+// the 64-bit hash of their key (computed anyway to pick the shard) in an
+// open-addressing table (entryTable); keys whose hashes are equal are
+// told apart by the key each entry holds.
 type shard struct {
-	mu       sync.Mutex
-	m        map[uint64]*entry
-	collided map[string]*entry
-	max      int
+	mu  sync.Mutex
+	t   entryTable
+	max int
 	// u are the bucket's numbers, for telling a dirty entry whose bucket
 	// has refilled (nothing left to write back) from one that must be
 	// written back before it is dropped.
 	u     *units
 	stats Stats
-	// prefix is the Bucket's KV key prefix (entry.kvKey).
+	// prefix is the Bucket's KV key prefix (entry.long).
 	prefix string
 	_      [64]byte // keep shards' locks on separate cache lines
 }
@@ -141,8 +154,8 @@ func newCache(size int, u *units, prefix string) *cache {
 	c := &cache{seed: maphash.MakeSeed(), shards: make([]shard, n), mask: uint64(n - 1)}
 	per := (size + n - 1) / n
 	for i := range c.shards {
-		c.shards[i].m = make(map[uint64]*entry)
 		c.shards[i].max = max(per, 1)
+		c.shards[i].t.fit = fitFor(c.shards[i].max)
 		c.shards[i].u = u
 		c.shards[i].prefix = prefix
 	}
@@ -156,13 +169,7 @@ func (c *cache) shard(key string) (*shard, uint64) {
 }
 
 // find returns key's entry, or nil. s.mu is held.
-func (s *shard) find(key string, h uint64) *entry {
-	e := s.m[h]
-	if e != nil && !e.is(key, len(s.prefix)) || e == nil && len(s.collided) > 0 {
-		e = s.collided[key]
-	}
-	return e
-}
+func (s *shard) find(key string, h uint64) *entry { return s.t.find(key, h, len(s.prefix)) }
 
 // lookup returns key's entry stamped as used at n, creating it if needed
 // and making room for it beyond the bound. Making room may need a write:
@@ -177,35 +184,26 @@ func (s *shard) lookup(key string, h uint64, n int64) (e, victim *entry) {
 	if s.len() >= s.max {
 		victim = s.evict(n)
 	}
-	// A copy, which is also the key's KV key, made once: the request's
-	// key lies in memory the engine allocated for the whole request,
-	// which the entry would keep alive.
-	kvKey := s.prefix + key
-	key = kvKey[len(s.prefix):]
-	e = &entry{kvKey: kvKey, hash: h, used: n, shortLen: longKey}
+	e = &entry{hash: h, used: n}
 	if len(key) <= shortKey {
 		e.shortLen = uint8(copy(e.short[:], key))
-	}
-	if s.m[h] == nil {
-		s.m[h] = e
 	} else {
-		if s.collided == nil {
-			s.collided = map[string]*entry{}
-		}
-		s.collided[key] = e
+		// A copy, which is also the key's KV key, made once: the request's
+		// key lies in memory the engine allocated for the whole request,
+		// which the entry would keep alive.
+		e.shortLen, e.long = longKey, s.prefix+key
 	}
+	s.t.insert(e)
 	return e, victim
 }
 
-func (s *shard) len() int { return len(s.m) + len(s.collided) }
+func (s *shard) len() int { return s.t.n }
 
+// remove drops e from the cache. s.mu is held.
 func (s *shard) remove(e *entry) {
-	if s.m[e.hash] == e {
-		delete(s.m, e.hash)
-	} else {
-		delete(s.collided, e.kvKey[len(s.prefix):])
+	if s.t.remove(e) {
+		s.stats.Evicted++
 	}
-	s.stats.Evicted++
 }
 
 // clean reports whether e can be dropped at n without losing anything:
@@ -220,7 +218,7 @@ func (s *shard) clean(e *entry, n int64) bool {
 }
 
 // evict makes room for one entry at n. It samples a few entries that are
-// not syncing (Go's map range starts at a random place) and drops the least
+// not syncing (the ones from a random slot of the table on) and drops the least
 // recently used clean one: that loses nothing, since a dropped key is read
 // back from the KV, strongly consistent. When the least recently used of
 // the sample is dirty (the KV lacks some of its spending) it is returned,
@@ -232,8 +230,7 @@ func (s *shard) clean(e *entry, n int64) bool {
 // whose write-back failed when the sample held no clean one.
 func (s *shard) evict(n int64) *entry {
 	var clean, oldest *entry
-	i := 0
-	look := func(e *entry) bool {
+	s.t.sample(evictSample, func(e *entry) bool {
 		if !e.syncing && e.inflight.Sign() == 0 {
 			if oldest == nil || e.used < oldest.used {
 				oldest = e
@@ -242,21 +239,8 @@ func (s *shard) evict(n int64) *entry {
 				clean = e
 			}
 		}
-		i++
-		return i == evictSample
-	}
-	for _, e := range s.m {
-		if look(e) {
-			break
-		}
-	}
-	if i < evictSample {
-		for _, e := range s.collided {
-			if look(e) {
-				break
-			}
-		}
-	}
+		return true
+	})
 	if clean != nil {
 		s.remove(clean)
 	}
@@ -267,6 +251,5 @@ func (s *shard) evict(n int64) *entry {
 		return nil
 	}
 	oldest.syncing = true
-	oldest.syncedAt = n
 	return oldest
 }

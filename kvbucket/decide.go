@@ -198,7 +198,7 @@ func (b *Bucket) firstRead(ctx context.Context, s *shard, e *entry, n int64) err
 	s.stats.Synced++
 	s.stats.Reads++
 	s.mu.Unlock()
-	t, err := b.kv.get(ctx, e.kvKey, wire.Strong)
+	t, err := b.kv.get(ctx, b.kvKey(e), wire.Strong)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer b.endSync(e)
@@ -206,8 +206,7 @@ func (b *Bucket) firstRead(ctx context.Context, s *shard, e *entry, n int64) err
 		s.stats.Errors++
 		return err
 	}
-	e.known, e.firstAt, e.syncedAt = true, n, n
-	e.rid = b.receiptID(e.hash)
+	e.known, e.firstAt = true, n
 	b.learn(e, t, n)
 	return nil
 }
@@ -245,7 +244,7 @@ func (b *Bucket) refresh(ctx context.Context, s *shard, e *entry, n int64) bool 
 	s.stats.Synced++
 	s.stats.Reads++
 	s.mu.Unlock()
-	t, err := b.kv.get(ctx, e.kvKey, wire.Strong)
+	t, err := b.kv.get(ctx, b.kvKey(e), wire.Strong)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.refreshing = false
@@ -361,7 +360,7 @@ func (b *Bucket) spendLocal(u *units, e *entry, n, cost int64, d *edgelimit.Deci
 			d.Remaining, d.Reset = sd.Remaining, sd.Reset
 		}
 	}
-	d.Receipt = edgelimit.Receipt{At: turnAt(n, d.Delay), Slot: cost, ID: e.rid}
+	d.Receipt = edgelimit.Receipt{At: turnAt(n, d.Delay), Slot: cost, ID: b.receiptID(e.hash)}
 	if e.grantEnd > n {
 		countGrant(e.v.own, d)
 	}

@@ -302,10 +302,12 @@ func (o op) apply(tat wire.Wide) wire.Wide {
 //	max over regions r of (TAT_r + W·(spent of every region but r))
 //
 // which for this region is own.TAT + W·so and for the others is at most
-// xo + W·(own.Spent + so), with xo the largest TAT_r − W·spent_r.
+// xo + W·(own.Spent + so), with xo the largest TAT_r − W·spent_r. Its
+// pointers come first (others, then own's Writers), as the cache entry
+// keeps its own.
 type view struct {
-	own    wire.Part
 	others []wire.Part
+	own    wire.Part
 	xo     wire.Wide // max over the other regions of TAT_r − W·Spent_r
 	xoOK   bool
 	so     int64 // spent of the other regions

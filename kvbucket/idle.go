@@ -81,15 +81,9 @@ func (b *Bucket) WriteIdle(ctx context.Context) (dirty int) {
 				return
 			}
 			e.syncing = true
-			e.syncedAt = e.used
 			due = append(due, e)
 		}
-		for _, e := range s.m {
-			look(e)
-		}
-		for _, e := range s.collided {
-			look(e)
-		}
+		s.t.each(look)
 		s.mu.Unlock()
 		for _, e := range due {
 			b.flush(ctx, s, e, e.used)
@@ -103,16 +97,11 @@ func (b *Bucket) unwritten() (n int) {
 	for i := range b.cache.shards {
 		s := &b.cache.shards[i]
 		s.mu.Lock()
-		for _, e := range s.m {
+		s.t.each(func(e *entry) {
 			if e.pend.has {
 				n++
 			}
-		}
-		for _, e := range s.collided {
-			if e.pend.has {
-				n++
-			}
-		}
+		})
 		s.mu.Unlock()
 	}
 	return n

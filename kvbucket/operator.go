@@ -284,7 +284,7 @@ func (b *Bucket) spendGrant(ctx context.Context, u *units, s *shard, e *entry, n
 	}
 	s.stats.Synced++
 	s.mu.Unlock()
-	t, err := b.kv.update(ctx, e.kvKey, up)
+	t, err := b.kv.update(ctx, b.kvKey(e), up)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {

@@ -37,7 +37,7 @@ func (b *Bucket) writeThrough(ctx context.Context, u *units, s *shard, e *entry,
 	ahead := e.pend
 	s.mu.Unlock()
 
-	t, err := b.kv.update(ctx, e.kvKey, up)
+	t, err := b.kv.update(ctx, b.kvKey(e), up)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.inflight = e.inflight.Sub(sp.p)
@@ -99,7 +99,6 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 	e.flight = o
 	e.setBusy()
 	e.syncing = true
-	e.syncedAt = n
 	e.spentFlight = wire.Wide{}
 	up := b.update(u, e, o, n, false)
 	if repair {
@@ -109,7 +108,7 @@ func (b *Bucket) syncKey(ctx context.Context, u *units, s *shard, e *entry, n, c
 	s.stats.Synced++
 	s.mu.Unlock()
 
-	t, err := b.kv.update(ctx, e.kvKey, up)
+	t, err := b.kv.update(ctx, b.kvKey(e), up)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer b.endSync(e)
@@ -217,7 +216,7 @@ func (b *Bucket) flush(ctx context.Context, s *shard, victim *entry, n int64) {
 	up := b.update(&b.u, victim, o, n, false)
 	up.Writer = 0 // a write-back holds no share: it registers nobody
 	s.mu.Unlock()
-	t, err := b.kv.update(ctx, victim.kvKey, up)
+	t, err := b.kv.update(ctx, b.kvKey(victim), up)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer b.endSync(victim)

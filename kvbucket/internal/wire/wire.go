@@ -43,8 +43,12 @@ type KV interface {
 	Update(ctx context.Context, key string, u Update) (Tally, error)
 }
 
-// Part is one region's part of a bucket's state.
+// Part is one region's part of a bucket's state. Its pointer comes first
+// (kvbucket's cache entry keeps its pointers together, see entry).
 type Part struct {
+	// Writers are the instances that wrote the part in the current and the
+	// previous epoch: how the bucket counts the instances sharing a key.
+	Writers []Writer
 	// Has reports whether the part holds a TAT. A region that never wrote
 	// the key (or whose state is gone) holds none: as far as it is concerned
 	// the bucket is full.
@@ -56,9 +60,6 @@ type Part struct {
 	// Spent is the tokens this region spent, less refunds and undone
 	// reservations: only ever added to.
 	Spent int64
-	// Writers are the instances that wrote the part in the current and the
-	// previous epoch: how the bucket counts the instances sharing a key.
-	Writers []Writer
 	// GrantLeft are the tokens an operator's grant (kvbucket's Bucket.Grant) still
 	// gives the key beyond its bucket, until GrantUntil (Unix
 	// nanoseconds; 0: no grant). A grant lives in the part of the region
