@@ -134,10 +134,13 @@ func (t *memTable) resize(size int) {
 // del removes k, if held, shifting the slots after it back so that every
 // item stays reachable from its home without tombstones.
 func (t *memTable) del(tag uint64, k *memKey) {
-	hole := t.index(tag, k)
-	if hole < 0 {
-		return
+	if hole := t.index(tag, k); hole >= 0 {
+		t.delAt(hole)
 	}
+}
+
+// delAt empties slot hole, shifting the slots after it back.
+func (t *memTable) delAt(hole int) {
 	size := len(t.slots)
 	dist := func(from, to int) int { // cyclically
 		if to >= from {
@@ -158,33 +161,23 @@ func (t *memTable) del(tag uint64, k *memKey) {
 }
 
 // sweep drops the entries that expired by nowN (UnixNano) and returns the
-// earliest expiry of those left (MaxInt64 when none is). The table is
-// rebuilt at the size its live items need, so a shard that emptied gives
-// its memory back.
+// earliest expiry of those left (MaxInt64 when none is). It works in
+// place, allocating nothing: a deletion shifts later slots back into the
+// one it empties, which is then looked at again; a slot that wraps around
+// from the table's start is looked at twice, which changes nothing.
 func (t *memTable) sweep(nowN int64) int64 {
 	next := int64(1<<63 - 1)
-	live := 0
-	for i := range t.slots {
-		if s := &t.slots[i]; s.tag != 0 && s.e.expires > nowN {
-			live++
+	for i := 0; i < len(t.slots); {
+		s := &t.slots[i]
+		switch {
+		case s.tag == 0:
+		case s.e.expires <= nowN:
+			t.delAt(i)
+			continue
+		default:
 			next = min(next, s.e.expires)
 		}
-	}
-	if live == t.n {
-		return next
-	}
-	old := t.slots
-	t.slots, t.n = nil, 0
-	if live > 0 {
-		// Room for the live items and as many again, as a table grown
-		// to them would have at most.
-		t.slots = make([]memSlot, max(memTableMin, 2*live))
-		for i := range old {
-			if s := &old[i]; s.tag != 0 && s.e.expires > nowN {
-				t.place(*s)
-				t.n++
-			}
-		}
+		i++
 	}
 	return next
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"unsafe"
 )
@@ -86,15 +87,20 @@ func TestMemTableAgainstMap(t *testing.T) {
 }
 
 // TestMemTableSweepEmpties checks that a sweep that drops everything
-// leaves a table that works, and gives its slots back.
+// leaves every slot empty and a table that works.
 func TestMemTableSweepEmpties(t *testing.T) {
 	var tab memTable
 	for i := range 100 {
 		k := memKeyOf(&itemID{prefix: "p#", pid: prefixID("p#"), key: fmt.Sprint(i), slot: noSlot, shard: noShard})
 		tab.insert(memTag(uint64(i), 7, noSlot, noShard), k, memEntry{expires: 10})
 	}
-	if next := tab.sweep(10); next != 1<<63-1 || tab.n != 0 || tab.slots != nil {
-		t.Fatalf("after sweeping everything: next %d, n %d, %d slots", next, tab.n, len(tab.slots))
+	if next := tab.sweep(10); next != 1<<63-1 || tab.n != 0 {
+		t.Fatalf("after sweeping everything: next %d, n %d", next, tab.n)
+	}
+	for i := range tab.slots {
+		if tab.slots[i] != (memSlot{}) {
+			t.Fatalf("after sweeping everything, slot %d holds %+v", i, tab.slots[i])
+		}
 	}
 	k := memKeyOf(&itemID{prefix: "p#", pid: prefixID("p#"), key: "again", slot: noSlot, shard: noShard})
 	tag := memTag(1, 7, noSlot, noShard)
@@ -160,6 +166,26 @@ func BenchmarkMemTable(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestMemTableSweepAllocatesNothing: a sweep works in place, so that a
+// decision that sweeps a shard allocates nothing.
+func TestMemTableSweepAllocatesNothing(t *testing.T) {
+	var tab memTable
+	for i := range 1000 {
+		k := memKeyOf(&itemID{key: fmt.Sprint(i), slot: noSlot, shard: noShard})
+		tab.insert(memTag(uint64(i)*0x9e3779b97f4a7c15, 1, noSlot, noShard), k, memEntry{expires: int64(i)})
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	next := tab.sweep(500)
+	runtime.ReadMemStats(&after)
+	if n := after.Mallocs - before.Mallocs; n != 0 {
+		t.Errorf("a sweep allocated %d times", n)
+	}
+	if next != 501 || tab.n != 499 {
+		t.Errorf("after the sweep: next expiry %d, %d items; want 501, 499", next, tab.n)
+	}
 }
 
 // TestMemSlotSize pins the layout memSlot's doc describes.
