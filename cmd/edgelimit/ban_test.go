@@ -26,9 +26,8 @@ policies:
   - {name: plain, routes: ["GET /plain"], key: header:X-Api-Key, strategy: durable, limit: 5, window: 1h, store_timeout: 5s}
 `
 
-// banStatus sends one request and reports its status and whether its
-// body names a ban.
-func banStatus(t *testing.T, url, key string) (int, bool) {
+// banGet sends one request of key and returns its status and body.
+func banGet(t *testing.T, url, key string) (int, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url+"/api/x", nil)
 	req.Header.Set("X-Api-Key", key)
@@ -38,27 +37,29 @@ func banStatus(t *testing.T, url, key string) (int, bool) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.Contains(string(body), `"ban":{`)
+	return resp.StatusCode, body
+}
+
+// banStatus sends one request and reports its status and whether its
+// body names a ban.
+func banStatus(t *testing.T, url, key string) (int, bool) {
+	t.Helper()
+	status, body := banGet(t, url, key)
+	return status, strings.Contains(string(body), `"ban":{`)
 }
 
 // banUntil sends one request of a banned key and returns its 429's
 // ban.until.
 func banUntil(t *testing.T, url, key string) string {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url+"/api/x", nil)
-	req.Header.Set("X-Api-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	status, raw := banGet(t, url, key)
 	var body struct {
 		Ban struct {
 			Until string `json:"until"`
 		} `json:"ban"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 429 || body.Ban.Until == "" {
-		t.Fatalf("a banned key's request: %d, ban.until %q, %v; want a 429 naming its ban", resp.StatusCode, body.Ban.Until, err)
+	if err := json.Unmarshal(raw, &body); err != nil || status != 429 || body.Ban.Until == "" {
+		t.Fatalf("a banned key's request: %d, ban.until %q, %v; want a 429 naming its ban", status, body.Ban.Until, err)
 	}
 	return body.Ban.Until
 }
