@@ -12,7 +12,9 @@ import (
 // TestMemTableAgainstMap runs random inserts, updates, deletes and sweeps
 // on a memTable and on a Go map side by side and checks that they always
 // hold the same items. Tags share a few top-bit prefixes, so that probe
-// runs are long, wrap around the table's end and are cut by deletions.
+// runs are long, wrap around the table's end and are cut by deletions,
+// and a few control bytes, so that a probe meets slots whose byte matches
+// and whose tag does not.
 func TestMemTableAgainstMap(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 99))
@@ -26,8 +28,9 @@ func TestMemTableAgainstMap(t *testing.T) {
 			if tg, ok := tags[k]; ok {
 				return tg
 			}
-			// Few homes (the top 3 bits), many collisions.
-			tg := rng.Uint64()&^(1<<63|1<<62|1<<61) | uint64(rng.IntN(8))<<61 | 1
+			// Few homes (the top 3 bits), many collisions; four control
+			// bytes (bits 8 to 15).
+			tg := rng.Uint64()&^(1<<63|1<<62|1<<61|0xff<<8) | uint64(rng.IntN(8))<<61 | uint64(rng.IntN(4))<<8 | 1
 			tags[k] = tg
 			return tg
 		}
@@ -71,6 +74,7 @@ func TestMemTableAgainstMap(t *testing.T) {
 			if tab.n > 0 && tab.n*4 > len(tab.slots)*3 {
 				t.Fatalf("seed %d step %d: %d items in %d slots", seed, step, tab.n, len(tab.slots))
 			}
+			checkCtrl(t, &tab)
 		}
 		for i := range 300 {
 			k := keyOf(i)
@@ -82,6 +86,24 @@ func TestMemTableAgainstMap(t *testing.T) {
 			case ok && s.e != e:
 				t.Fatalf("seed %d: key %d: table %+v, map %+v", seed, i, s.e, e)
 			}
+		}
+	}
+}
+
+// checkCtrl fails t unless every slot's control byte says what the slot
+// holds: 0 for an empty slot, ctrlOf its tag for a full one.
+func checkCtrl(t *testing.T, tab *memTable) {
+	t.Helper()
+	if len(tab.ctrl) != len(tab.slots) {
+		t.Fatalf("%d control bytes for %d slots", len(tab.ctrl), len(tab.slots))
+	}
+	for i := range tab.slots {
+		want := uint8(0)
+		if tg := tab.slots[i].tag; tg != 0 {
+			want = ctrlOf(tg)
+		}
+		if tab.ctrl[i] != want {
+			t.Fatalf("slot %d (tag %#x): control byte %d, want %d", i, tab.slots[i].tag, tab.ctrl[i], want)
 		}
 	}
 }
@@ -98,8 +120,8 @@ func TestMemTableSweepEmpties(t *testing.T) {
 		t.Fatalf("after sweeping everything: next %d, n %d", next, tab.n)
 	}
 	for i := range tab.slots {
-		if tab.slots[i] != (memSlot{}) {
-			t.Fatalf("after sweeping everything, slot %d holds %+v", i, tab.slots[i])
+		if tab.slots[i] != (memSlot{}) || tab.ctrl[i] != 0 {
+			t.Fatalf("after sweeping everything, slot %d holds %+v (control byte %d)", i, tab.slots[i], tab.ctrl[i])
 		}
 	}
 	k := memKeyOf(&itemID{prefix: "p#", pid: prefixID("p#"), key: "again", slot: noSlot, shard: noShard})
