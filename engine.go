@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -144,8 +145,13 @@ type Engine struct {
 	legacy    bool
 	overrides OverrideStore
 	lists     []*compiledList
-	sets      sync.Map // uint64 mask -> *routeSet
-	bigSets   sync.Map // string mask -> *routeSet, for files with > 64 policies
+	// sets maps a mask of matched policies to its route set: a map read
+	// without a lock and copied on write, because the masks a file's
+	// routes can produce are few and all met early, and a typed map's
+	// lookup costs a third of sync.Map's (which hashes an interface).
+	sets    atomic.Pointer[map[uint64]*routeSet]
+	setsMu  sync.Mutex // held to add to sets
+	bigSets sync.Map   // string mask -> *routeSet, for files with > 64 policies
 	// sleep and waitMargin are Config.Sleep and Config.WaitMargin, with
 	// their defaults.
 	sleep      func(context.Context, time.Duration) error

@@ -68,12 +68,12 @@ func (e *Engine) match(method, path, template string) *routeSet {
 		if mask == 0 {
 			return nil
 		}
-		if rs, ok := e.sets.Load(mask); ok {
-			return rs.(*routeSet)
+		if m := e.sets.Load(); m != nil {
+			if rs, ok := (*m)[mask]; ok {
+				return rs
+			}
 		}
-		rs := e.newRouteSet(matches)
-		e.sets.Store(mask, rs)
-		return rs
+		return e.addRouteSet(mask, matches)
 	}
 	var key []byte
 	for _, r := range e.routes {
@@ -90,6 +90,28 @@ func (e *Engine) match(method, path, template string) *routeSet {
 	}
 	rs := e.newRouteSet(matches)
 	e.bigSets.Store(string(key), rs)
+	return rs
+}
+
+// addRouteSet builds the route set of mask and adds it to e.sets, unless
+// another request has.
+func (e *Engine) addRouteSet(mask uint64, matches func(policy.Route) bool) *routeSet {
+	e.setsMu.Lock()
+	defer e.setsMu.Unlock()
+	old := e.sets.Load()
+	if old != nil {
+		if rs, ok := (*old)[mask]; ok {
+			return rs
+		}
+	}
+	rs := e.newRouteSet(matches)
+	m := map[uint64]*routeSet{mask: rs}
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	e.sets.Store(&m)
 	return rs
 }
 
