@@ -42,8 +42,9 @@ import (
 
 //go:generate go run ./internal/gentrees
 
-// The embedded policy files, one variable each, so that a function's
-// binary holds its own file alone.
+// The embedded policy files, one variable each, read only by
+// Function.Policies (edgelimit serve, check and the tests): a function's
+// bootstrap reads its compiled Tree and holds none of them.
 var (
 	//go:embed policies/paid.yaml
 	paidPolicies []byte
@@ -78,9 +79,6 @@ type Function struct {
 	// PolicyFile names the embedded policy file in messages
 	// ("functions/handlers/policies/paid.yaml").
 	PolicyFile string
-	// policies points at the embedded policy file: an address keeps the
-	// variable static (see the example functions below).
-	policies *[]byte
 	// tree is the policy file's tree, compiled at build time
 	// (trees_gen.go).
 	tree *policy.Node
@@ -97,19 +95,34 @@ type Function struct {
 // synthesiser.
 var (
 	Paid = Function{Name: "paid", LogicalID: "PaidFunction", PolicyFile: "functions/handlers/policies/paid.yaml",
-		Routes: []string{"GET /paid/{resource}"}, New: NewPaid, policies: &paidPolicies, tree: paidTree}
+		Routes: []string{"GET /paid/{resource}"}, New: NewPaid, tree: paidTree}
 	Contact = Function{Name: "contact", LogicalID: "ContactFunction", PolicyFile: "functions/handlers/policies/contact.yaml",
-		Routes: []string{"POST /contact", "POST /login"}, New: newContactFunction, policies: &contactPolicies, tree: contactTree}
+		Routes: []string{"POST /contact", "POST /login"}, New: newContactFunction, tree: contactTree}
 	Search = Function{Name: "search", LogicalID: "SearchFunction", PolicyFile: "functions/handlers/policies/search.yaml",
-		Routes: []string{"GET /search"}, New: newSearchFunction, policies: &searchPolicies, tree: searchTree}
+		Routes: []string{"GET /search"}, New: newSearchFunction, tree: searchTree}
 	TTS = Function{Name: "tts", LogicalID: "TTSFunction", PolicyFile: "functions/handlers/policies/tts.yaml",
-		Routes: []string{"POST /tts"}, New: NewTTS, policies: &ttsPolicies, tree: ttsTree}
+		Routes: []string{"POST /tts"}, New: NewTTS, tree: ttsTree}
 )
 
 func newSearchFunction(d Deps) middleware.HTTPAPIHandler { return NewSearch(d, SearchConfig{}) }
 
-// Policies returns the function's embedded policy file.
-func (f Function) Policies() []byte { return *f.policies }
+// Policies returns the function's embedded policy file. It looks the file
+// up by name rather than through a field of Function, so that a bootstrap,
+// which reads the compiled Tree and never calls Policies, links none of the
+// YAML text (the Function values stay statically initialised).
+func (f Function) Policies() []byte {
+	switch f.Name {
+	case Paid.Name:
+		return paidPolicies
+	case Contact.Name:
+		return contactPolicies
+	case Search.Name:
+		return searchPolicies
+	case TTS.Name:
+		return ttsPolicies
+	}
+	return nil
+}
 
 // Tree returns the embedded policy file's tree (policy.Decode's), compiled
 // at build time into trees_gen.go: a function hands it to setup instead of
