@@ -94,6 +94,26 @@ func BenchmarkAllow(b *testing.B) {
 	}
 	b.Run("kvbucket-cached", cached(reqKeys))
 	b.Run("kvbucket-cached-shuffled", cached(shuffledKeys))
+	b.Run("kvbucket-cached-shuffled-denied", func(b *testing.B) {
+		// Every key's bucket is empty (one token a month, spent by the first
+		// pass; the second, past the key's first sync interval, found it
+		// empty and read it again): each decision is a denial the local
+		// state proves (as a flood's), no KV call; bench/'s kv-cached
+		// denied cell is this one.
+		bucket := benchBucketOf(b, 1, 30*24*time.Hour, false)
+		before := bucket.Stats()
+		walkKeys(b, shuffledKeys, func(key string) bool {
+			d, _ := bucket.Allow(ctx, edgelimit.Request{Key: key})
+			if d.Allowed {
+				b.Fatal("a decision was allowed; the benchmark must measure denials")
+			}
+			return d.Allowed
+		})
+		b.StopTimer()
+		if after := bucket.Stats(); after.Synced != before.Synced {
+			b.Fatalf("%d decisions read the KV; the benchmark must measure cached ones", after.Synced-before.Synced)
+		}
+	})
 
 	b.Run("x-time-rate-map", func(b *testing.B) {
 		var mu sync.Mutex
@@ -163,10 +183,16 @@ func BenchmarkAllowDefaultCache(b *testing.B) {
 // synced a minute ago (each is the only writer of its key: its share is the
 // whole bucket). Decisions then read the clock, as in production.
 func benchBucket(b *testing.B, noCache bool) *Bucket {
+	return benchBucketOf(b, 1_000_000, time.Second, noCache)
+}
+
+// benchBucketOf is benchBucket with limit tokens (and as many of burst)
+// per window.
+func benchBucketOf(b *testing.B, limit int64, window time.Duration, noCache bool) *Bucket {
 	b.Helper()
 	kv := NewMemory(MemoryConfig{MaxKeys: 2 * len(benchKeys)})
 	bucket := mustNew(b, Config{
-		Policy:    kvPolicy("bench", 1_000_000, 1_000_000, time.Second, 24*time.Hour),
+		Policy:    kvPolicy("bench", limit, limit, window, 24*time.Hour),
 		KV:        kv,
 		CacheSize: 2 * len(benchKeys),
 		NoCache:   noCache,

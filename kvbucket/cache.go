@@ -8,11 +8,15 @@ import (
 )
 
 // entry is one key's local state in this process (one Lambda instance).
-// The fields a cached decision reads and writes come first and together
-// (the key a lookup compares in the first cache line, all of them in the
-// first three), then the pointers, together (the garbage collector reads
-// an entry's pointer words only, which then share two cache lines instead
-// of lying across the entry), then the rest.
+// The fields a decision from the cache reads and writes, allowed or denied,
+// come first and together, in its first three cache lines (192 bytes: the
+// key a lookup compares in the first); the entry is 448 bytes, a size
+// class of seven cache lines, so that every entry starts on a cache line
+// and those three are never four (TestEntryLayout). The pointers come
+// next, together (the garbage collector reads an entry's pointer words
+// only, which then share two cache lines instead of lying across the
+// entry), then the state of KV calls in flight and the rest, which a
+// decision from the cache does not read.
 type entry struct {
 	// short is the key, inline when it is at most as long (the engine's
 	// hashed keys are 22 bytes; shortLen is its length, or longKey): a
@@ -32,7 +36,14 @@ type entry struct {
 	busy bool
 	// refreshing: the read of a stale denial is in flight.
 	refreshing bool
-	idleSeen   bool // see idleSince
+	// idleSeen: the idle write-back saw the key with unwritten changes at
+	// its last pass, and used has not moved since (idle.go): the next pass
+	// writes it back. Moving used clears it.
+	idleSeen bool
+	// hasOwn is v.own.Has, and ownTAT this region's term of the bucket's
+	// TAT, v.own.TAT + W·v.so: copies of the view's, read on the hot path
+	// of a denial (Bucket.insane).
+	hasOwn bool
 	// used is when the entry was last used (Unix nanoseconds), for
 	// eviction.
 	used int64
@@ -56,16 +67,23 @@ type entry struct {
 	// insts are the instances counted at the grant (1: this one alone,
 	// which then decides from the whole bucket).
 	insts int64
+	// learnedAt is when the KV last answered for the key (a local denial
+	// older than a sync interval is read again: an operator's Reset or
+	// Grant elsewhere reaches this instance within one).
+	learnedAt int64
+	ownTAT    wire.Wide // see hasOwn
 	// hash is the key's (the cache's maphash); with the Bucket's id it
 	// names the Bucket and the key in a receipt (Bucket.receiptID).
 	hash uint64
 
 	// long is the key's KV key (the Bucket's prefix and the key) when the
-	// key is longer than short holds; else "": the KV key is then made for
-	// each KV call (Bucket.kvKey), so that a cached key is no second object
-	// for the garbage collector to mark. Set when the entry is made, never
-	// changed.
-	long string
+	// key is longer than short holds; else nil: the KV key is then made
+	// for each KV call (Bucket.kvKey), so that a cached key is no second
+	// object for the garbage collector to mark. Set when the entry is
+	// made, never changed. (A pointer, not a string, to keep the entry
+	// within its size class: keys arrive hashed, 22 bytes, so a long one
+	// is rare.)
+	long *string
 	// wait is closed when the in-flight first read of an unknown key ends;
 	// writing when the write-through in flight ends.
 	wait, writing chan struct{}
@@ -82,13 +100,6 @@ type entry struct {
 	// with R what it held then (at least 0, under the limits of the
 	// request asking), the share at n is (R + (n − grantAt)·Limit) / insts.
 	spentFlight, grantTAT wire.Wide
-	// learnedAt is when the KV last answered for the key (a local denial
-	// older than a sync interval is read again: an operator's Reset or
-	// Grant elsewhere reaches this instance within one).
-	learnedAt int64
-	// idleSince is used as the idle write-back last saw it (idle.go): a
-	// key whose used has not moved between two of its passes is idle.
-	idleSince int64
 }
 
 const (
@@ -102,7 +113,7 @@ func (e *entry) is(key string, prefixLen int) bool {
 	if e.shortLen != longKey {
 		return int(e.shortLen) == len(key) && string(e.short[:len(key)]) == key
 	}
-	return e.long[prefixLen:] == key
+	return (*e.long)[prefixLen:] == key
 }
 
 // kvKey returns e's KV key: the Bucket's prefix and the key.
@@ -110,11 +121,16 @@ func (b *Bucket) kvKey(e *entry) string {
 	if e.shortLen != longKey {
 		return b.prefix + string(e.short[:e.shortLen])
 	}
-	return e.long
+	return *e.long
 }
 
 // setBusy keeps busy in step with flight and inflight. s.mu is held.
 func (e *entry) setBusy() { e.busy = e.flight.has || e.inflight.Sign() != 0 }
+
+// reserving reports whether write-throughs of e are in flight: only a busy
+// entry's are, so that an entry not busy answers from its hot fields,
+// without reading inflight (a cache line of its own). s.mu is held.
+func (e *entry) reserving() bool { return e.busy && e.inflight.Sign() != 0 }
 
 // shard is a part of the cache with its own lock. Entries are found by
 // the 64-bit hash of their key (computed anyway to pick the shard) in an
@@ -178,7 +194,9 @@ func (s *shard) find(key string, h uint64) *entry { return s.t.find(key, h, len(
 // released. s.mu is held.
 func (s *shard) lookup(key string, h uint64, n int64) (e, victim *entry) {
 	if e = s.find(key, h); e != nil {
-		e.used = max(e.used, n)
+		if n > e.used {
+			e.used, e.idleSeen = n, false
+		}
 		return e, nil
 	}
 	if s.len() >= s.max {
@@ -191,7 +209,8 @@ func (s *shard) lookup(key string, h uint64, n int64) (e, victim *entry) {
 		// A copy, which is also the key's KV key, made once: the request's
 		// key lies in memory the engine allocated for the whole request,
 		// which the entry would keep alive.
-		e.shortLen, e.long = longKey, s.prefix+key
+		long := s.prefix + key
+		e.shortLen, e.long = longKey, &long
 	}
 	s.t.insert(e)
 	return e, victim
@@ -231,7 +250,7 @@ func (s *shard) clean(e *entry, n int64) bool {
 func (s *shard) evict(n int64) *entry {
 	var clean, oldest *entry
 	s.t.sample(evictSample, func(e *entry) bool {
-		if !e.syncing && e.inflight.Sign() == 0 {
+		if !e.syncing && !e.reserving() {
 			if oldest == nil || e.used < oldest.used {
 				oldest = e
 			}

@@ -217,6 +217,10 @@ func (b *Bucket) learn(e *entry, t wire.Tally, n int64) {
 	e.v.learn(&b.u, t)
 	e.tat = e.v.tat(&b.u)
 	e.learnedAt = max(e.learnedAt, n)
+	e.hasOwn = e.v.own.Has
+	if e.hasOwn {
+		e.ownTAT = e.v.own.TAT.Add(b.u.spentUnits(e.v.so))
+	}
 	e.grantEnd = 0
 	if e.v.own.GrantLeft > 0 {
 		e.grantEnd = e.v.own.GrantUntil
@@ -273,30 +277,35 @@ func (b *Bucket) allow(ctx context.Context, u *units, s *shard, e *entry, n, cos
 		// would deny too. Unwritten changes still go out once a sync is
 		// due, a state from a clock far ahead is repaired, and a state a
 		// sync interval old is read again before it denies.
-		ready := !e.syncing && e.inflight.Sign() == 0 && !b.degraded(e, n) && !b.shareValid(e, n)
-		if insane := b.insane(u, e, n); ready && (e.pend.has || insane) {
-			// The write's answer is the bucket's fresh state (with an
-			// operator's Reset or Grant in it): the request is decided
-			// again from it.
-			*d = edgelimit.Decision{}
-			if err := b.syncKey(ctx, u, s, e, n, 0, cost, insane, d); err != nil {
-				return nil, err
-			}
-			if !d.Allowed {
-				s.mu.Lock()
-				usable := b.grantUsable(e, n, cost)
-				s.mu.Unlock()
-				if !usable {
-					return nil, nil
+		//
+		// The checks read the entry's first three cache lines only (see
+		// entry): insane reads the copy of the view's own part kept there,
+		// and inflight, a line of its own, is read only for a busy entry.
+		if !e.syncing && !b.shareValid(e, n) && !b.degraded(e, n) && !e.reserving() {
+			if insane := b.insane(u, e, n); e.pend.has || insane {
+				// The write's answer is the bucket's fresh state (with an
+				// operator's Reset or Grant in it): the request is decided
+				// again from it.
+				*d = edgelimit.Decision{}
+				if err := b.syncKey(ctx, u, s, e, n, 0, cost, insane, d); err != nil {
+					return nil, err
 				}
-			}
-			return refreshed, nil
-		}
-		if ready && !e.refreshing && b.stale(e, n) {
-			if b.refresh(ctx, s, e, n) {
+				if !d.Allowed {
+					s.mu.Lock()
+					usable := b.grantUsable(e, n, cost)
+					s.mu.Unlock()
+					if !usable {
+						return nil, nil
+					}
+				}
 				return refreshed, nil
 			}
-			return nil, nil // the read failed: the local denial stands
+			if !e.refreshing && b.stale(e, n) {
+				if b.refresh(ctx, s, e, n) {
+					return refreshed, nil
+				}
+				return nil, nil // the read failed: the local denial stands
+			}
 		}
 		if !b.degraded(e, n) && b.grantUsable(e, n, cost) {
 			// Beyond the bucket, an operator's grant pays: one
@@ -374,10 +383,10 @@ func (b *Bucket) spendLocal(u *units, e *entry, n, cost int64, d *edgelimit.Deci
 // ahead): written by a clock far ahead, it is repaired (set to an empty
 // bucket at n) rather than waited out. s.mu is held.
 func (b *Bucket) insane(u *units, e *entry, n int64) bool {
-	if !e.v.own.Has {
+	if !e.hasOwn {
 		return false
 	}
-	own := e.v.own.TAT.Add(u.spentUnits(e.v.so))
+	own := e.ownTAT // e.v.own.TAT + W·e.v.so (u's W of Part.Spent is the policy's)
 	deepest := wire.Max(u.bw, u.at(b.maxFill.Load())).Add(u.dl)
 	return u.limit(n).Add(deepest).Add(u.at(int64(MaxClockSkew))).Less(own)
 }

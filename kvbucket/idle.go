@@ -76,8 +76,10 @@ func (b *Bucket) WriteIdle(ctx context.Context) (dirty int) {
 			if e.syncing || e.busy || !e.known {
 				return
 			}
-			if !e.idleSeen || e.idleSince != e.used {
-				e.idleSeen, e.idleSince = true, e.used
+			if !e.idleSeen {
+				// Noted; a request that moves used before the next pass
+				// clears it (shard.lookup).
+				e.idleSeen = true
 				return
 			}
 			e.syncing = true

@@ -9,9 +9,9 @@ import (
 // tableEntry makes an entry for key with hash h, as shard.lookup does
 // (no prefix).
 func tableEntry(key string, h uint64) *entry {
-	e := &entry{hash: h, shortLen: longKey, long: key}
+	e := &entry{hash: h, shortLen: longKey, long: &key}
 	if len(key) <= shortKey {
-		e.shortLen, e.long = uint8(copy(e.short[:], key)), ""
+		e.shortLen, e.long = uint8(copy(e.short[:], key)), nil
 	}
 	return e
 }
