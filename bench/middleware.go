@@ -499,7 +499,7 @@ func mwSpecs() []mwSpec {
 		},
 		{
 			id: "edgelimit-kv-cached", name: "edgelimit kv, sync_interval 1h (decided from the process cache), middleware.Handler", group: "reference", adapter: "net/http",
-			setup: "the kv row with `sync_interval: 1h`, brought past every key's first sync interval before the timed loops (its buckets' clock moved an hour and a minute ahead after the warm-up, then one pass that syncs each key and grants this instance, its only writer, the whole bucket for the hour): every timed decision is the process cache's, as for a hot key; shows the engine and adapter around a decision that costs no KV call (without the clock move every decision would be a reservation of a key's first interval, one KV call each)",
+			setup: "the kv row with `sync_interval: 1h`, brought past every key's first sync interval before the timed loops (its engine's clock, which the buckets decide at as a deployed function's do, moved an hour and a minute ahead after the warm-up, then one pass that syncs each key and grants this instance, its only writer, the whole bucket for the hour): every timed decision is the process cache's, as for a hot key; shows the engine and adapter around a decision that costs no KV call (without the clock move every decision would be a reservation of a key's first interval, one KV call each)",
 			build: kvSettledRow,
 		},
 		{
@@ -555,14 +555,17 @@ func kvRow(extra string) func(limit int64, keys int) (*mwTarget, error) {
 }
 
 // kvSettledRow is the kv row with sync_interval 1h, past every key's first
-// sync interval before the timed loops: its buckets' clock is the real one
+// sync interval before the timed loops: its engine's clock is the real one
 // plus an offset, which settle moves ahead by the interval and a minute
 // after the warm-up (so the warm-up's reservations end each key's first
 // interval); settle's pass then syncs each key once, which grants this
 // instance, the key's only writer, the whole bucket for an hour. Every
 // timed decision is the process cache's, with no KV call: a hot key's
 // path. (Without settle every decision of the part would be a key's first
-// interval's, a reservation in the KV each.)
+// interval's, a reservation in the KV each.) The clock is the engine's, as
+// in a deployed function (setup gives a bucket no clock of its own): a
+// bucket decides at the request's instant, Request.At, so that a decision
+// reads the clock once, as the durable rows' do.
 func kvSettledRow(limit int64, keys int) (*mwTarget, error) {
 	const interval = time.Hour
 	pf, err := parsePolicies(mwPolicy("kv", limit, ", sync_interval: 1h"))
@@ -572,7 +575,7 @@ func kvSettledRow(limit int64, keys int) (*mwTarget, error) {
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	kv := &countingKV{KV: memoryKV(2 * keys)}
-	e, err := newEngine(pf, kv.factory(2*keys, false, now))
+	e, err := newEngineAt(pf, kv.factory(2*keys, false, nil), now)
 	if err != nil {
 		return nil, err
 	}

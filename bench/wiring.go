@@ -56,11 +56,17 @@ func memoryKV(maxKeys int) kvbucket.KV {
 // secret (so runs are reproducible) and a logger that discards, so that
 // nothing measured writes a log line.
 func newEngine(pf *policy.File, limiters limiterFactory) (*edgelimit.Engine, error) {
+	return newEngineAt(pf, limiters, nil)
+}
+
+// newEngineAt is newEngine on the clock now (nil: time.Now).
+func newEngineAt(pf *policy.File, limiters limiterFactory, now func() time.Time) (*edgelimit.Engine, error) {
 	return edgelimit.New(edgelimit.Config{
 		Policies:   pf,
 		Limiters:   limiters,
 		HashSecret: benchSecret,
 		Logger:     slog.New(slog.DiscardHandler),
+		Now:        now,
 	})
 }
 
