@@ -564,8 +564,10 @@ func kvRow(extra string) func(limit int64, keys int) (*mwTarget, error) {
 // path. (Without settle every decision of the part would be a key's first
 // interval's, a reservation in the KV each.) The clock is the engine's, as
 // in a deployed function (setup gives a bucket no clock of its own): a
-// bucket decides at the request's instant, Request.At, so that a decision
-// reads the clock once, as the durable rows' do.
+// bucket decides at the request's instant, Request.At, and reads no clock
+// of its own, as the durable rows' Counters do. (The engine, on a clock of
+// its own, reads time.Now once more for the request's time budget, which
+// the durable rows' engine takes from the same reading.)
 func kvSettledRow(limit int64, keys int) (*mwTarget, error) {
 	const interval = time.Hour
 	pf, err := parsePolicies(mwPolicy("kv", limit, ", sync_interval: 1h"))
