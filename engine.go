@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -145,14 +143,10 @@ type Engine struct {
 	legacy    bool
 	overrides OverrideStore
 	lists     []*compiledList
-	// sets maps a mask of matched policies to its route set: a map read
-	// without a lock and copied on write, because the masks a file's
-	// routes can produce are few and all met early, and a typed map's
-	// lookup costs under half of sync.Map's, which hashes an interface
-	// (6.5 ns against 16 in a microbenchmark on our 2-core development VM).
-	sets    atomic.Pointer[map[uint64]*routeSet]
-	setsMu  sync.Mutex // held to add to sets
-	bigSets sync.Map   // string mask -> *routeSet, for files with > 64 policies
+	// sets and bigSets hold the route sets met so far: by the mask of
+	// their policies, or by their list in a file of more than 64.
+	sets    routeSets[uint64]
+	bigSets routeSets[string]
 	// sleep and waitMargin are Config.Sleep and Config.WaitMargin, with
 	// their defaults.
 	sleep      func(context.Context, time.Duration) error

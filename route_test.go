@@ -30,16 +30,29 @@ func TestTemplatePath(t *testing.T) {
 // TestRouteSetsFirstConcurrentRequests sends the first requests of a fresh
 // engine from 64 goroutines over paths that match different sets of
 // policies, so that route sets are built while others are read: every
-// request is decided by exactly the policies its path matches.
+// request is decided by exactly the policies its path matches. In a file of
+// more than 64 policies (65 first that no path here matches), route sets
+// are named by their policies' list, not a mask.
 func TestRouteSetsFirstConcurrentRequests(t *testing.T) {
-	fx := newFixture(t, `version: 1
-policies:
+	const five = `
   - {name: all, routes: ["ANY /*"], key: ip, strategy: durable, limit: 1000000, window: 1h}
   - {name: api, routes: ["ANY /api/*"], key: ip, strategy: durable, limit: 1000000, window: 1h}
   - {name: items, routes: ["GET /api/items"], key: ip, strategy: durable, limit: 1000000, window: 1h}
   - {name: posts, routes: ["POST /api/*"], key: ip, strategy: durable, limit: 1000000, window: 1h}
   - {name: admin, routes: ["ANY /admin/*", "ANY /api/admin"], key: ip, strategy: durable, limit: 1000000, window: 1h}
-`, nil)
+`
+	var filler strings.Builder
+	for i := range 65 {
+		fmt.Fprintf(&filler, "\n  - {name: filler-%d, routes: [\"GET /filler/%d\"], key: ip, strategy: durable, limit: 1000000, window: 1h}", i, i)
+	}
+	for name, file := range map[string]string{"5 policies": five, "70 policies": filler.String() + five} {
+		t.Run(name, func(t *testing.T) {
+			firstConcurrentRequests(t, newFixture(t, "version: 1\npolicies:"+file, nil))
+		})
+	}
+}
+
+func firstConcurrentRequests(t *testing.T, fx *fixture) {
 	cases := []struct{ method, path, want string }{
 		{"GET", "/", "all"},
 		{"GET", "/api/items", "all,api,items"},
